@@ -1,0 +1,123 @@
+"""A preallocated key/value cache: one buffer per layer and a length pointer per sequence.
+
+Layout per layer: keys and values `[B, H_kv, capacity, D]`. Row `b` holds its accepted tokens in
+slots `[0, length[b])`; slot `i` is the token at position `i` (no padding anywhere).
+
+A forward step writes its q new rows (tree nodes and, in the multi-stream layers, stream rows) into
+the scratch slots `[length[b], length[b] + q)` and attends over a view that ends at
+`max(length) + q`; masks hide what a row must not see. `commit()` then moves the accepted rows of
+each layer into place right after the valid prefix and advances the length — rejected rows are
+simply overwritten by the next step. Nothing is reallocated and the prefix is never copied.
+
+The object is duck-typed for transformers' attention modules: they call
+`update(key_states, value_states, layer_idx, ...)` and use what it returns.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class KVCache:
+    def __init__(self, num_layers: int, batch: int, kv_heads: int, head_dim: int, capacity: int,
+                 dtype: torch.dtype, device: torch.device | str):
+        shape = (batch, kv_heads, capacity, head_dim)
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.lengths = [0] * batch  # host-side ints: no device sync to read them
+        self.capacity = capacity
+        self.scratch = [0] * num_layers  # rows written by the current step, per layer
+
+    @classmethod
+    def for_model(cls, model, batch: int, capacity: int) -> "KVCache":
+        from . import compat
+
+        config = model.config
+        kv_heads, head_dim = compat.kv_shape(config)
+        param = next(p for p in model.parameters() if p.is_floating_point())
+        dtype = param.dtype if param.dtype in (torch.float32, torch.bfloat16, torch.float16) else torch.float32
+        if getattr(model, "is_loaded_in_4bit", False) or getattr(model, "is_loaded_in_8bit", False):
+            dtype = getattr(config, "dtype", None) or torch.float32
+            dtype = dtype if isinstance(dtype, torch.dtype) else torch.float32
+        return cls(config.num_hidden_layers, batch, kv_heads, head_dim, capacity, dtype, param.device)
+
+    @property
+    def batch(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def max_length(self) -> int:
+        return max(self.lengths)
+
+    def reset(self) -> None:
+        self.lengths = [0] * self.batch
+        self.scratch = [0] * len(self.keys)
+
+    # ---- called by the attention modules ---------------------------------------------------
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        # key_states: [B, H_kv, q, D], already rotated
+        q = key_states.shape[2]
+        end = self.max_length + q
+        if end > self.capacity:
+            raise RuntimeError(f"KV cache overflow: need {end} slots, have {self.capacity}")
+        k_buf, v_buf = self.keys[layer_idx], self.values[layer_idx]
+        if all(n == self.lengths[0] for n in self.lengths):
+            start = self.lengths[0]
+            k_buf[:, :, start:start + q] = key_states
+            v_buf[:, :, start:start + q] = value_states
+        else:  # ragged batch: each row writes after its own prefix
+            for b, start in enumerate(self.lengths):
+                k_buf[b, :, start:start + q] = key_states[b]
+                v_buf[b, :, start:start + q] = value_states[b]
+        self.scratch[layer_idx] = q
+        return k_buf[:, :, :end], v_buf[:, :, :end]
+
+    # ---- called by the engine --------------------------------------------------------------
+    def commit(self, keep: list[list[torch.Tensor]] | list[torch.Tensor], counts: list[int] | None = None) -> None:
+        """Move accepted scratch rows into place and advance the lengths.
+
+        keep[layer] is a LongTensor [B, m] of scratch-row indices (ascending) to keep in that layer, or a
+        list of B such 1-D tensors when rows keep different numbers of tokens. Every layer keeps the same
+        count per row (the accepted tokens); the indices differ because layers see different row sets.
+        """
+        batch = self.batch
+        new_lengths = list(self.lengths)
+        for layer_idx, idx in enumerate(keep):
+            k_buf, v_buf = self.keys[layer_idx], self.values[layer_idx]
+            rows = idx if isinstance(idx, list) else [idx[b] for b in range(batch)]
+            for b, row_idx in enumerate(rows):
+                m = row_idx.numel()
+                start = self.lengths[b]
+                if m and not _is_identity_prefix(row_idx, counts):
+                    # gather first (advanced indexing copies), then write: safe although ranges overlap
+                    src = start + row_idx
+                    k_buf[b, :, start:start + m] = k_buf[b, :, src]
+                    v_buf[b, :, start:start + m] = v_buf[b, :, src]
+                new_lengths[b] = start + m
+        self.lengths = new_lengths
+        self.scratch = [0] * len(self.keys)
+
+    def advance(self, n: int) -> None:
+        """Accept the first n scratch rows of every layer as they are (plain decoding, prefill)."""
+        self.lengths = [length + n for length in self.lengths]
+        self.scratch = [0] * len(self.keys)
+
+    def crop(self, b: int, length: int) -> None:
+        """Forget everything of row b past `length` (e.g. tokens accepted beyond a stop)."""
+        self.lengths[b] = min(self.lengths[b], length)
+
+    def valid(self, layer_idx: int, b: int = 0):
+        """(keys, values) of row b's accepted prefix: [H_kv, length, D]."""
+        n = self.lengths[b]
+        return self.keys[layer_idx][b, :, :n], self.values[layer_idx][b, :, :n]
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.keys + self.values)
+
+
+def _is_identity_prefix(row_idx: torch.Tensor, counts) -> bool:
+    # indices 0..m-1 are already in place; checking needs a host read, so only do it for tiny tensors on CPU
+    if row_idx.device.type != "cpu":
+        return False
+    m = row_idx.numel()
+    return bool(row_idx[-1].item() == m - 1)

@@ -1,0 +1,49 @@
+"""Command-line entry point: `python -m specstream_core COMMAND ...`.
+
+Each command lives in `specstream_core/commands/<name>.py` and exposes
+`add_arguments(parser)` and `run(args) -> int`. Errors the user can fix are raised as
+`SpecstreamError` and printed as one line on stderr (exit status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from .errors import SpecstreamError
+
+# command name -> (module, one-line help)
+COMMANDS = {
+    "generate": ("specstream_core.commands.generate", "decode one prompt (plain or speculative)"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m specstream_core", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (module_name, help_text) in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except SpecstreamError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130

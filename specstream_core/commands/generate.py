@@ -1,0 +1,79 @@
+"""`generate`: decode one prompt, plain (ar) or speculative streaming (ss); `--json` for tools."""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+
+from .. import defaults
+from ..decode import DecodeConfig, parse_topk
+from ..errors import SpecstreamError
+from ..loading import QUANTIZE_CHOICES, precision_from_flags
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--base", help="base model: local directory or hub id (default: the bundled model)")
+    p.add_argument("--streams", help="stream-adapter directory (default with --base: fresh streams)")
+    p.add_argument("--prompt", required=True, help="prompt text")
+    p.add_argument("--mode", choices=("ar", "ss"), default="ss", help="ar: plain decoding; ss: speculative streaming")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--sample-top-k", type=int, default=0, help="sampling: keep the k most likely tokens (0 = off)")
+    p.add_argument("--top-p", type=float, default=1.0, help="sampling: nucleus mass (1 = off)")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--gamma", type=int, default=4, help="number of fresh streams (ignored with --streams)")
+    p.add_argument("--n-stream-layers", type=int, default=None, help="Ns for fresh streams (default: N/4)")
+    p.add_argument("--topk", default="4,3,2,1", help="draft-tree candidates per depth, e.g. 4,3,2,1")
+    p.add_argument("--prune-threshold", type=float, default=0.0, help="drop tree branches below this transition probability")
+    p.add_argument("--node-budget", type=int, default=64, help="most tree nodes per step")
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none")
+    p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--trace", metavar="FILE", help="write the per-step trace (JSON) here")
+    p.add_argument("--attention-layers", default="", help="capture stream attention in these layers, e.g. 6,7")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def build_config(args) -> DecodeConfig:
+    layers = ()
+    if args.attention_layers:
+        try:
+            layers = tuple(int(x) for x in args.attention_layers.split(","))
+        except ValueError:
+            raise SpecstreamError(f"--attention-layers must be comma-separated integers, got {args.attention_layers!r}") from None
+    return DecodeConfig(mode=args.mode, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                        top_k=args.sample_top_k, top_p=args.top_p, seed=args.seed, tree_topk=parse_topk(args.topk),
+                        prune_threshold=args.prune_threshold, node_budget=args.node_budget,
+                        stop_strings=tuple(args.stop), trace=bool(args.trace), attention_layers=layers)
+
+
+def run(args) -> int:
+    from ..engine import Engine
+    from ..trace import save_trace
+
+    cfg = build_config(args)  # validate settings before loading anything
+    if not 1 <= args.gamma <= 8:
+        raise SpecstreamError(f"--gamma must be between 1 and 8, got {args.gamma}")
+    if not args.prompt.strip():
+        raise SpecstreamError("the prompt is empty")
+    base, streams = defaults.resolve(args.base, args.streams)
+    precision = precision_from_flags(args.quantize, args.dtype)
+    with warnings.catch_warnings():
+        if args.json:
+            warnings.simplefilter("ignore")
+        engine = Engine.load(base, streams, precision=precision, device=args.device, gamma=args.gamma,
+                             n_stream_layers=args.n_stream_layers)
+    result = engine.generate(args.prompt, cfg)
+    if args.trace:
+        save_trace(result.trace, args.trace)
+    if args.json:
+        print(json.dumps({"token_ids": result.token_ids, "text": result.text, "stats": result.stats,
+                          "mode": cfg.mode, "model": engine.name}))
+    else:
+        print(result.text)
+        s = result.stats
+        print(f"[{cfg.mode}] {s['new_tokens']} tokens, {s['forward_passes']} forward passes, "
+              f"tau={s['mean_accepted']:.2f}, {s['wall_s']:.2f}s", file=sys.stderr)
+    return 0

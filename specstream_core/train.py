@@ -1,0 +1,339 @@
+"""Training stream parameters with the Speculative Streaming objective (SPECSTREAM.md §3).
+
+    L = α0·CE(main_t → y_t) + Σ_j αj·CE(stream_{t,j} → y_{t+j}) + αp·CE(prune_t → y_t)
+
+- lossless mode: the base model is frozen (its weights stay bit-identical); trained are the stream
+  embeddings, the stream-rows-only adapters and the pruning head. Layers below N−Ns run without
+  autograd since nothing there can change.
+- shared mode: a peft LoRA on every linear layer, shared by main and stream rows, trained with the
+  full loss together with the stream embeddings and the pruning head; saved as `lora/` beside the
+  streams (merged into the base weights when loaded for decoding).
+
+accelerate handles device placement, mixed precision and several GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import compat, masks, msa
+from .errors import SpecstreamError
+from .streams import LORA_DIR, ADAPTER_TARGETS, StreamParams
+
+IGNORE = -100
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    mode: str = "lossless"  # lossless | shared
+    gamma: int = 4
+    n_stream_layers: int = 2
+    adapter_rank: int = 16  # stream-rows-only LoRA (lossless)
+    lora_rank: int = 16  # shared LoRA
+    prune_rank: int = 8
+    steps: int = 600
+    minutes: float = 0.0  # stop early after this many minutes (0 = no limit)
+    batch_size: int = 8
+    seq_len: int = 256
+    lr: float = 2e-3
+    warmup: int = 30
+    alpha_main: float = 1.0
+    alpha_stream: float = 0.1
+    alpha_prune: float = 0.1
+    precision: str = "bf16"  # bf16 | fp32 (autocast)
+    seed: int = 0
+    checkpoint_every: int = 100
+    log_every: int = 10
+
+    def __post_init__(self):
+        if self.mode not in ("lossless", "shared"):
+            raise SpecstreamError(f"--mode must be lossless or shared, got {self.mode!r}")
+        if not 1 <= self.gamma <= 8:
+            raise SpecstreamError(f"--gamma must be between 1 and 8, got {self.gamma}")
+        if self.steps < 1 or self.batch_size < 1 or self.seq_len < 8:
+            raise SpecstreamError("steps and batch size must be >= 1 and seq_len >= 8")
+
+
+# ---- data ------------------------------------------------------------------------------------
+def pack(examples: list[tuple[list[int], list[int]]], seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(prompt ids, answer ids) pairs -> packed ids [N, seq_len] and loss mask (answer tokens only)."""
+    ids, weight = [], []
+    for prompt, answer in examples:
+        ids += prompt + answer
+        weight += [0] * len(prompt) + [1] * len(answer)
+    n = len(ids) // seq_len
+    if n == 0:
+        raise SpecstreamError(f"not enough training text for one sequence of {seq_len} tokens")
+    ids_t = torch.tensor(ids[: n * seq_len]).view(n, seq_len)
+    w_t = torch.tensor(weight[: n * seq_len], dtype=torch.bool).view(n, seq_len)
+    return ids_t, w_t
+
+
+def shifted_targets(ids: torch.Tensor, weight: torch.Tensor, shift: int) -> torch.Tensor:
+    """Targets `shift` tokens ahead ([B, T]); positions without a (weighted) target are IGNORE."""
+    B, T = ids.shape
+    out = torch.full_like(ids, IGNORE)
+    if shift < T:
+        tgt = ids[:, shift:].clone()
+        tgt[~weight[:, shift:]] = IGNORE
+        out[:, : T - shift] = tgt
+    return out
+
+
+# ---- the objective -----------------------------------------------------------------------------
+class StreamObjective(nn.Module):
+    """Wraps model + streams so accelerate can prepare one module; forward returns (loss, parts)."""
+
+    def __init__(self, model, streams: StreamParams, cfg: TrainConfig):
+        super().__init__()
+        self.model, self.streams, self.cfg = model, streams, cfg
+
+    def forward(self, ids: torch.Tensor, weight: torch.Tensor):
+        B, T = ids.shape
+        positions = torch.arange(T, device=ids.device).expand(B, T)
+        visible = masks.causal_visibility(T, B, ids.device)
+        carriers = positions  # every position carries γ streams
+        out = msa.forward(self.model, ids, positions, visible, streams=self.streams, carriers=carriers,
+                          frozen_bottom=self.cfg.mode == "lossless")
+        head = compat.lm_head(self.model)
+        parts = {}
+        loss = ids.new_zeros((), dtype=torch.float32)
+        if self.cfg.mode == "shared" and self.cfg.alpha_main:
+            main = _ce(head(out.main), shifted_targets(ids, weight, 1))
+            loss = loss + self.cfg.alpha_main * main
+            parts["main"] = main.detach()
+        for j in range(1, self.streams.cfg.gamma + 1):
+            # stream j at t predicts y_{t+j}, the token j places after the main stream's next token
+            lj = _ce(head(out.streams[:, :, j - 1]), shifted_targets(ids, weight, 1 + j))
+            loss = loss + self.cfg.alpha_stream * lj
+            parts[f"s{j}"] = lj.detach()
+        if self.streams.prune is not None and self.cfg.alpha_prune:
+            early = head(msa.prune_hidden(self.model, self.streams, out.birth))
+            lp = _ce(early, shifted_targets(ids, weight, 1))
+            loss = loss + self.cfg.alpha_prune * lp
+            parts["prune"] = lp.detach()
+        return loss, parts
+
+
+def _ce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE)
+
+
+# ---- evaluation ----------------------------------------------------------------------------------
+@torch.no_grad()
+def evaluate_streams(model, streams: StreamParams, ids: torch.Tensor, weight: torch.Tensor,
+                     topk: tuple[int, ...] = (4, 3, 2, 1), batch_size: int = 8) -> dict:
+    """Per-stream top-1 / top-k accuracy on answer tokens and an estimate of τ.
+
+    τ estimate: at each answer position, depth j counts when streams 1..j all hold the true token in
+    their top-k_j (exactly the acceptance condition of the Cartesian draft tree), plus the bonus token.
+    """
+    gamma = streams.cfg.gamma
+    depth = min(gamma, len(topk))
+    hits1 = torch.zeros(gamma)
+    hitsk = torch.zeros(gamma)
+    counts = torch.zeros(gamma)
+    main_hits = main_count = 0
+    accepted_sum = 0.0
+    positions_n = 0
+    head = compat.lm_head(model)
+    device = next(model.parameters()).device
+    for start in range(0, ids.shape[0], batch_size):
+        x = ids[start:start + batch_size].to(device)
+        w = weight[start:start + batch_size].to(device)
+        B, T = x.shape
+        pos = torch.arange(T, device=device).expand(B, T)
+        out = msa.forward(model, x, pos, masks.causal_visibility(T, B, device), streams=streams, carriers=pos)
+        main_t = shifted_targets(x, w, 1)
+        valid_main = main_t != IGNORE
+        main_pred = head(out.main).argmax(-1)
+        main_hits += int((main_pred == main_t)[valid_main].sum())
+        main_count += int(valid_main.sum())
+        chain_alive = valid_main.clone()
+        accepted = torch.zeros(B, T, device=device)
+        for j in range(1, gamma + 1):
+            t = shifted_targets(x, w, 1 + j)
+            valid = t != IGNORE
+            logits = head(out.streams[:, :, j - 1])
+            k = topk[j - 1] if j - 1 < len(topk) else 1
+            top = logits.topk(max(k, 1), dim=-1).indices
+            in_top1 = top[..., 0] == t
+            in_topk = (top == t[..., None]).any(-1)
+            hits1[j - 1] += float(in_top1[valid].sum())
+            hitsk[j - 1] += float(in_topk[valid].sum())
+            counts[j - 1] += float(valid.sum())
+            if j <= depth:
+                chain_alive &= in_topk & valid
+                accepted += chain_alive.float()
+        accepted_sum += float(accepted[valid_main].sum())
+        positions_n += int(valid_main.sum())
+    safe = counts.clamp(min=1)
+    return {
+        "main_top1": main_hits / max(1, main_count),
+        "stream_top1": (hits1 / safe).tolist(),
+        "stream_topk": (hitsk / safe).tolist(),
+        "topk": list(topk[:depth]),
+        "tau_estimate": 1.0 + accepted_sum / max(1, positions_n),
+    }
+
+
+# ---- the loop -------------------------------------------------------------------------------------
+def build_streams(model, cfg: TrainConfig):
+    """(model, streams): in shared mode the model comes back wrapped with a trainable peft LoRA."""
+    for p in model.parameters():
+        p.requires_grad_(False)
+    if cfg.mode == "shared":
+        from peft import LoraConfig, get_peft_model
+
+        lora = LoraConfig(r=cfg.lora_rank, lora_alpha=2 * cfg.lora_rank, lora_dropout=0.0,
+                          target_modules=list(ADAPTER_TARGETS))
+        model = get_peft_model(model, lora)
+    streams = StreamParams.fresh(model, gamma=cfg.gamma, n_stream_layers=cfg.n_stream_layers,
+                                 adapter_rank=cfg.adapter_rank if cfg.mode == "lossless" else 0,
+                                 prune_rank=cfg.prune_rank, mode=cfg.mode, seed=cfg.seed)
+    if cfg.mode == "shared":
+        streams = _with_lora_rank(streams, cfg.lora_rank, model)
+    for p in streams.trainable_parameters():
+        p.requires_grad_(True)
+    return model, streams
+
+
+def _with_lora_rank(streams: StreamParams, rank: int, model) -> StreamParams:
+    from dataclasses import replace
+
+    streams.cfg = replace(streams.cfg, lora_rank=rank)
+    return streams
+
+
+def trainable(model, streams: StreamParams) -> list[torch.Tensor]:
+    params = list(streams.trainable_parameters())
+    if streams.cfg.mode == "shared":
+        params += [p for n, p in model.named_parameters() if "lora_" in n]
+    return params
+
+
+def train(model, cfg: TrainConfig, train_data: tuple[torch.Tensor, torch.Tensor], out_dir: str,
+          eval_data: tuple[torch.Tensor, torch.Tensor] | None = None, resume: bool = False,
+          progress: bool = True, log=print) -> dict:
+    """Train streams on packed data; writes `out_dir` (streams, lora/ in shared mode, train_log.json)."""
+    from accelerate import Accelerator
+    from tqdm.auto import tqdm
+
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    accelerator = Accelerator(mixed_precision="bf16" if cfg.precision == "bf16" else "no")
+    model, streams = build_streams(model, cfg)
+    params = trainable(model, streams)
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+
+    def schedule(step):  # linear warm-up, then linear decay (the paper's linear schedule)
+        if step < cfg.warmup:
+            return (step + 1) / cfg.warmup
+        return max(0.05, 1 - (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    objective = StreamObjective(model, streams, cfg)
+    objective, optimizer = accelerator.prepare(objective, optimizer)
+    ckpt = os.path.join(out_dir, "checkpoint")
+    start_step, history = 0, []
+    if resume and os.path.isdir(ckpt):
+        start_step, history = _load_checkpoint(ckpt, model, streams, optimizer, scheduler)
+        log(f"resumed from step {start_step}")
+    ids, weight = train_data
+    gen = torch.Generator().manual_seed(cfg.seed + start_step)
+    deadline = time.time() + cfg.minutes * 60 if cfg.minutes else None
+    tokens_done, t_start = 0, time.time()
+    bar = tqdm(total=cfg.steps, initial=start_step, disable=not progress, desc=f"train {cfg.mode}", unit="step")
+    step = start_step
+    model.train(False)  # no dropout; the objective runs in train mode only for autograd
+    for step in range(start_step, cfg.steps):
+        idx = torch.randint(0, ids.shape[0], (cfg.batch_size,), generator=gen)
+        x, w = ids[idx].to(accelerator.device), weight[idx].to(accelerator.device)
+        with accelerator.autocast():
+            loss, parts = objective(x, w)
+        accelerator.backward(loss)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        tokens_done += x.numel()
+        if step % cfg.log_every == 0 or step == cfg.steps - 1:
+            record = {"step": step, "loss": loss.item(), **{k: v.item() for k, v in parts.items()},
+                      "tokens_per_s": tokens_done / max(1e-9, time.time() - t_start)}
+            history.append(record)
+            bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
+        bar.update(1)
+        if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
+            _save_checkpoint(ckpt, step + 1, history, model, streams, optimizer, scheduler)
+        if deadline and time.time() > deadline:
+            log(f"time budget reached after {step + 1} steps")
+            break
+    bar.close()
+    steps_done = step + 1
+    from dataclasses import replace
+
+    streams.cfg = replace(streams.cfg, trained_steps=steps_done)
+    summary = {"config": asdict(cfg), "steps": steps_done, "history": history,
+               "train_seconds": time.time() - t_start,
+               "extra_parameters": sum(p.numel() for p in params)}
+    if eval_data is not None:
+        summary["eval"] = evaluate_streams(model, streams, *eval_data)
+    save(out_dir, model, streams, summary)
+    return summary
+
+
+def save(out_dir: str, model, streams: StreamParams, summary: dict) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    streams.save(out_dir, extra={"eval": summary.get("eval"), "steps": summary.get("steps")})
+    if streams.cfg.mode == "shared":
+        model.save_pretrained(os.path.join(out_dir, LORA_DIR))
+    with open(os.path.join(out_dir, "train_log.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+
+
+def _save_checkpoint(ckpt, step, history, model, streams, optimizer, scheduler) -> None:
+    os.makedirs(ckpt, exist_ok=True)
+    streams.save(ckpt)
+    if streams.cfg.mode == "shared":
+        model.save_pretrained(os.path.join(ckpt, LORA_DIR))
+    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
+               os.path.join(ckpt, "optimizer.pt"))
+    with open(os.path.join(ckpt, "state.json"), "w") as f:
+        json.dump({"step": step, "history": history}, f)
+
+
+def _load_checkpoint(ckpt, model, streams, optimizer, scheduler):
+    from safetensors.torch import load_file
+
+    with open(os.path.join(ckpt, "state.json")) as f:
+        state = json.load(f)
+    tensors = load_file(os.path.join(ckpt, "streams.safetensors"))
+    own = streams.state_tensors()
+    if set(tensors) != set(own):
+        raise SpecstreamError(f"checkpoint {ckpt} does not match the requested stream configuration")
+    with torch.no_grad():
+        streams.embeddings.copy_(tensors["embeddings"])
+        if streams.prune is not None:
+            streams.prune.down.weight.copy_(tensors["prune.down"])
+            streams.prune.up.weight.copy_(tensors["prune.up"])
+        for key, wrapper in streams.adapters.items():
+            wrapper.lora_A.weight.copy_(tensors[f"adapter.{key}.A"])
+            wrapper.lora_B.weight.copy_(tensors[f"adapter.{key}.B"])
+    if streams.cfg.mode == "shared":
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file as lf
+
+        set_peft_model_state_dict(model, lf(os.path.join(ckpt, LORA_DIR, "adapter_model.safetensors")))
+    opt = torch.load(os.path.join(ckpt, "optimizer.pt"), weights_only=True)
+    optimizer.load_state_dict(opt["optimizer"])
+    scheduler.load_state_dict(opt["scheduler"])
+    return int(state["step"]), list(state["history"])
+
