@@ -1,0 +1,30 @@
+"""`python -m specstream_core pretrain --out DIR`: train the bundled base model from offline text."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..pretrain import PRESETS
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", required=True, help="output directory (model + tokenizer)")
+    parser.add_argument("--preset", default="default", choices=sorted(PRESETS),
+                        help="model/data size: tiny (seconds, for tests) or default (the bundled model)")
+    parser.add_argument("--minutes", type=float, default=None, help="training wall-clock budget (default: preset's)")
+    parser.add_argument("--max-steps", type=int, default=None, help="stop after this many optimizer steps")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--resume", action="store_true", help="continue from DIR/checkpoint")
+    parser.add_argument("--bf16", action="store_true",
+                        help="bf16 autocast (only faster on CPUs with AVX512-BF16/AMX; ~15x slower on plain AVX2)")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..pretrain import pretrain
+
+    info = pretrain(args.out, args.preset, minutes=args.minutes, threads=args.threads, resume=args.resume,
+                    max_steps=args.max_steps, bf16=args.bf16, seed=args.seed)
+    print(f"saved {info['parameters'] / 1e6:.2f}M-parameter model to {args.out}: {info['steps']} steps, "
+          f"{info['tokens'] / 1e6:.2f}M tokens, {info['train_seconds'] / 60:.1f} min, final loss {info['final_loss']}")
+    return 0

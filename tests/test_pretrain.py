@@ -1,0 +1,52 @@
+"""The tiny preset trains in seconds, its loss falls, and the output directory loads with Auto* classes."""
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from specstream_core.errors import SpecstreamError
+from specstream_core.pretrain import pretrain
+from specstream_core.tasks import EOS, load_split
+from specstream_core.tasks.evaluate import evaluate
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny")
+    info = pretrain(out, "tiny", minutes=10.0, max_steps=60)
+    return out, info
+
+
+def test_loss_falls(tiny_dir):
+    _, info = tiny_dir
+    losses = [loss for _, loss in info["losses"]]
+    assert info["steps"] == 60
+    assert losses[-1] < losses[0] - 0.5
+
+
+def test_output_loads_and_generates(tiny_dir):
+    out, _ = tiny_dir
+    assert (out / "model.safetensors").is_file()
+    assert not (out / "checkpoint").exists()
+    assert json.loads((out / "training_info.json").read_text())["preset"] == "tiny"
+    tok = AutoTokenizer.from_pretrained(out)
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert tok.eos_token == EOS and tok.eos_token_id == model.config.eos_token_id
+    prompt = load_split("eval", "sql", n=1)[0]["prompt"]
+    ids = tok(prompt, return_tensors="pt")["input_ids"]
+    assert ids[0, 0].item() == tok.bos_token_id
+    assert tok.decode(ids[0], skip_special_tokens=True) == prompt  # byte-level: lossless round trip
+    with torch.inference_mode():
+        out_ids = model.generate(ids, max_new_tokens=5, do_sample=False)
+    assert out_ids.shape[1] <= ids.shape[1] + 5
+    report = evaluate(model, tok, n=1, categories=["sql", "math"], max_new_tokens=4)
+    assert set(report["per_category"]) == {"sql", "math"}
+
+
+def test_resume_requires_checkpoint(tmp_path):
+    with pytest.raises(SpecstreamError):
+        pretrain(tmp_path, "tiny", resume=True)
+    with pytest.raises(SpecstreamError):
+        pretrain(tmp_path, "nope")
