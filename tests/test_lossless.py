@@ -1,0 +1,138 @@
+"""Greedy speculative streaming equals transformers' own generate, token for token."""
+
+import pytest
+import torch
+
+from specstream_core import DecodeConfig, Engine, StreamParams
+from specstream_core.drafters import PromptLookupDrafter
+from tiny_models import hf_greedy, prompts, tiny_model
+
+N_PROMPTS = 20
+NEW = 24
+
+
+def perturbed_streams(model, gamma=4, adapter_rank=4, seed=1):
+    """Streams with random (non-trivial) embeddings, row adapters and pruning head."""
+    streams = StreamParams.fresh(model, gamma=gamma, n_stream_layers=2, adapter_rank=adapter_rank, seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in streams.trainable_parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    return streams
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2", "mistral"])
+def family_model(request):
+    model = tiny_model(request.param, seed=3)
+    refs = [hf_greedy(model, p, NEW) for p in prompts(N_PROMPTS, seed=7)]
+    return request.param, model, refs
+
+
+@pytest.mark.parametrize("streams_kind", ["fresh", "perturbed"])
+def test_ss_equals_transformers_generate(family_model, streams_kind):
+    family, model, refs = family_model
+    streams = (StreamParams.fresh(model, gamma=4, n_stream_layers=2) if streams_kind == "fresh"
+               else perturbed_streams(model))
+    try:
+        engine = Engine(model, None, streams)
+        ss_cfg = DecodeConfig(mode="ss", max_new_tokens=NEW, stop_on_eos=False, tree_topk=(4, 3, 2, 1))
+        ar_cfg = DecodeConfig(mode="ar", max_new_tokens=NEW, stop_on_eos=False)
+        for ids, ref in zip(prompts(N_PROMPTS, seed=7), refs):
+            ss = engine.generate(ids, ss_cfg)
+            assert ss.token_ids == ref, f"{family}/{streams_kind}: prompt {ids}"
+            assert engine.generate(ids, ar_cfg).token_ids == ref
+            assert ss.stats["forward_passes"] <= NEW
+    finally:
+        streams.detach()
+
+
+def test_pruning_and_budget_stay_lossless(family_model):
+    family, model, refs = family_model
+    streams = perturbed_streams(model, seed=5)
+    try:
+        engine = Engine(model, None, streams)
+        for cfg in (DecodeConfig(mode="ss", max_new_tokens=NEW, stop_on_eos=False, prune_threshold=0.05, tree_topk=(4, 4, 2)),
+                    DecodeConfig(mode="ss", max_new_tokens=NEW, stop_on_eos=False, node_budget=6, tree_topk=(3, 3, 3, 3))):
+            for ids, ref in list(zip(prompts(N_PROMPTS, seed=7), refs))[:8]:
+                assert engine.generate(ids, cfg).token_ids == ref
+    finally:
+        streams.detach()
+
+
+def test_drafts_get_accepted_when_streams_are_right():
+    """A stream drafter that knows the answer: τ must rise well above 1 and output stay exact."""
+    model = tiny_model("llama", seed=3)
+    ids = prompts(1, seed=11)[0]
+    ref = hf_greedy(model, ids, NEW)
+    engine = Engine(model, None, None)
+
+    class Oracle(PromptLookupDrafter):  # proposes the true continuation: every draft must be accepted
+        def propose(self, root, history):
+            from specstream_core.tree import chain
+
+            done = len(history) + 1 - len(ids)
+            return chain(root, ref[done:done + 4])
+
+    result = engine.generate(ids, DecodeConfig(mode="ss", max_new_tokens=NEW, stop_on_eos=False), drafter=Oracle())
+    assert result.token_ids == ref
+    assert result.stats["mean_accepted"] >= 4.0
+
+
+def test_branching_tree_paths_are_accepted_and_cached_correctly():
+    """True tokens sit second among their siblings, so accepted paths skip rows: the cache must
+    gather them into place and the output must stay exact."""
+    from specstream_core.drafters import Drafter
+    from specstream_core.tree import from_stream_topk
+
+    model = tiny_model("mistral", seed=3)
+    ids = prompts(1, seed=12)[0]
+    ref = hf_greedy(model, ids, NEW)
+    engine = Engine(model, None, None)
+
+    class Decoy(Drafter):
+        def propose(self, root, history):
+            done = len(history) + 1 - len(ids)
+            truth = ref[done:done + 3]
+            decoys = [[(t + 1) % 128 or 5, t, (t + 2) % 128 or 6] for t in truth]
+            return from_stream_topk(root, decoys, [[0.4, 0.3, 0.3]] * len(decoys), budget=64)
+
+    result = engine.generate(ids, DecodeConfig(mode="ss", max_new_tokens=NEW, stop_on_eos=False), drafter=Decoy())
+    assert result.token_ids == ref
+    assert result.stats["mean_accepted"] >= 3.0
+
+
+def test_prompt_lookup_drafter_is_lossless():
+    model = tiny_model("qwen2", seed=4)
+    engine = Engine(model, None, None)
+    for ids in prompts(6, seed=2):
+        ids = ids + ids  # repeated text gives prompt lookup something to copy
+        ref = hf_greedy(model, ids, NEW)
+        out = engine.generate(ids, DecodeConfig(mode="ss", max_new_tokens=NEW, stop_on_eos=False),
+                              drafter=PromptLookupDrafter())
+        assert out.token_ids == ref
+
+
+def test_nf4_ss_equals_ar():
+    pytest.importorskip("bitsandbytes")
+    from specstream_core.loading import quantize_in_memory
+
+    model = quantize_in_memory(tiny_model("llama", seed=3), "nf4")
+    streams = perturbed_streams(model)
+    engine = Engine(model, None, streams, precision="nf4")
+    for ids in prompts(20, seed=9):
+        ar = engine.generate(ids, DecodeConfig(mode="ar", max_new_tokens=16, stop_on_eos=False))
+        ss = engine.generate(ids, DecodeConfig(mode="ss", max_new_tokens=16, stop_on_eos=False))
+        assert ss.token_ids == ar.token_ids
+
+
+def test_eos_and_max_new_tokens_match_generate():
+    model = tiny_model("llama", seed=3)
+    streams = perturbed_streams(model)
+    engine = Engine(model, None, streams)
+    for ids in prompts(10, seed=13):
+        ref = hf_greedy(model, ids, 30)
+        eos = ref[5]  # pretend the 6th generated token is EOS
+        engine.eos_ids = {eos}
+        out = engine.generate(ids, DecodeConfig(mode="ss", max_new_tokens=30)).token_ids
+        assert out == ref[: ref.index(eos) + 1]
+        assert engine.generate(ids, DecodeConfig(mode="ss", max_new_tokens=7, stop_on_eos=False)).token_ids == ref[:7]
