@@ -212,7 +212,12 @@ def train(model, data: torch.Tensor, preset: Preset, out_dir: Path, minutes: flo
 # ------------------------------------------------------------------------------------- command
 def pretrain(out_dir: str | Path, preset_name: str = "default", minutes: float | None = None,
              threads: int | None = None, resume: bool = False, max_steps: int | None = None,
-             bf16: bool = False, seed: int = 0) -> dict:
+             bf16: bool = False, seed: int = 0, init_from: str | Path | None = None) -> dict:
+    """Train and save a model into ``out_dir``; returns the training summary (also in training_info.json).
+
+    ``init_from`` continues pretraining from a saved model directory (its weights and tokenizer) with a
+    fresh optimizer and a fresh schedule over the new budget; ``resume`` continues an interrupted run.
+    """
     if preset_name not in PRESETS:
         raise SpecstreamError(f"unknown preset {preset_name!r}; choose from {', '.join(PRESETS)}")
     preset = PRESETS[preset_name]
@@ -232,8 +237,13 @@ def pretrain(out_dir: str | Path, preset_name: str = "default", minutes: float |
     t0 = time.time()
     docs = build_corpus(preset, seed)
     tok_dir = out / CHECKPOINT / "tokenizer"
+    if init_from is not None and not (Path(init_from) / "config.json").is_file():
+        raise SpecstreamError(f"--init-from: {init_from} is not a model directory (no config.json)")
     if resume:
         tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+    elif init_from is not None:
+        tokenizer = AutoTokenizer.from_pretrained(init_from)
+        tokenizer.save_pretrained(tok_dir)
     else:
         # The tokenizer is trained on a sample (enough for 4k merges); the corpus order is already shuffled.
         sample = docs[: max(2000, len(docs) // 3)]
@@ -241,6 +251,11 @@ def pretrain(out_dir: str | Path, preset_name: str = "default", minutes: float |
         tokenizer.save_pretrained(tok_dir)
     data = pack(tokenizer, docs, preset.seq_len)
     model = make_model(preset, tokenizer)
+    previous = None
+    if init_from is not None and not resume:
+        model.load_state_dict(LlamaForCausalLM.from_pretrained(init_from, dtype=torch.float32).state_dict())
+        info_file = Path(init_from) / "training_info.json"
+        previous = json.loads(info_file.read_text()) if info_file.is_file() else None
     n_params = count_parameters(model)
     print(f"corpus: {len(docs)} documents, {data.numel() / 1e6:.2f}M tokens in {data.shape[0]} rows of "
           f"{preset.seq_len}; model: {n_params / 1e6:.2f}M parameters; threads {torch.get_num_threads()}; "
@@ -252,7 +267,10 @@ def pretrain(out_dir: str | Path, preset_name: str = "default", minutes: float |
     tokenizer.save_pretrained(out)
     info = {"preset": preset_name, **dataclasses.asdict(preset), "parameters": n_params,
             "corpus_documents": len(docs), "corpus_tokens": int(data.numel()), "threads": torch.get_num_threads(),
-            "bf16_autocast": bf16, **stats}
+            "bf16_autocast": bf16, "seed": seed, **stats}
+    if init_from is not None:
+        info["init_from"] = str(init_from)
+        info["previous_run"] = previous
     (out / "training_info.json").write_text(json.dumps(info, indent=1) + "\n")
     shutil.rmtree(out / CHECKPOINT, ignore_errors=True)
     return info

@@ -50,3 +50,11 @@ def test_resume_requires_checkpoint(tmp_path):
         pretrain(tmp_path, "tiny", resume=True)
     with pytest.raises(SpecstreamError):
         pretrain(tmp_path, "nope")
+
+
+def test_init_from_continues_a_saved_model(tiny_dir, tmp_path):
+    src, first = tiny_dir
+    info = pretrain(tmp_path / "more", "tiny", minutes=10.0, max_steps=5, init_from=src, seed=1)
+    assert info["previous_run"]["steps"] == first["steps"]
+    assert info["losses"][0][1] < first["losses"][0][1] - 0.5  # starts from the trained weights, not from scratch
+    assert AutoTokenizer.from_pretrained(tmp_path / "more").get_vocab() == AutoTokenizer.from_pretrained(src).get_vocab()

@@ -17,14 +17,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true", help="continue from DIR/checkpoint")
     parser.add_argument("--bf16", action="store_true",
                         help="bf16 autocast (only faster on CPUs with AVX512-BF16/AMX; ~15x slower on plain AVX2)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="corpus order and batch order")
+    parser.add_argument("--init-from", default=None, metavar="MODEL_DIR",
+                        help="continue pretraining from a saved model (its weights and tokenizer; new schedule)")
 
 
 def run(args: argparse.Namespace) -> int:
     from ..pretrain import pretrain
 
     info = pretrain(args.out, args.preset, minutes=args.minutes, threads=args.threads, resume=args.resume,
-                    max_steps=args.max_steps, bf16=args.bf16, seed=args.seed)
+                    max_steps=args.max_steps, bf16=args.bf16, seed=args.seed,
+                    init_from=args.init_from)
     print(f"saved {info['parameters'] / 1e6:.2f}M-parameter model to {args.out}: {info['steps']} steps, "
           f"{info['tokens'] / 1e6:.2f}M tokens, {info['train_seconds'] / 60:.1f} min, final loss {info['final_loss']}")
     return 0
