@@ -1,0 +1,19 @@
+"""Hugging Face Spaces / local entry point of the Speculative Streaming lab.
+
+Models: the bundled one (assets/) when present, plus the host's allow-list in SPECSTREAM_MODELS.
+Server: GRADIO_SERVER_NAME (default 127.0.0.1) and GRADIO_SERVER_PORT (default 7860).
+"""
+
+import logging
+import os
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+from app.ui import build_demo, launch  # noqa: E402
+
+logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+demo = build_demo()
+
+if __name__ == "__main__":
+    launch(demo)

@@ -1,0 +1,302 @@
+"""The lab's Gradio wiring. Figures come from app.figures (pure), the race from app.race; this file
+only connects components. Per-session data lives in gr.State; the engine cache is per process.
+
+Stable element ids (tests and embedding rely on them): prompt, run, ar-output, ss-output, speedup,
+equal-badge, tree-plot, accept-plot, attn-plot, trace-download, trace-upload (plus mask-plot,
+step-slider, lab-message, meters, explain).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+
+import gradio as gr
+
+from specstream_core.decode import DecodeConfig, parse_topk
+from specstream_core.errors import SpecstreamError
+from specstream_core.trace import MAX_TRACE_BYTES, load_trace, save_trace
+
+from . import figures
+from .explain import explain_step, most_telling_step
+from .models import EngineCache, ModelSpec, available_specs, gamma_of
+from .presets import presets
+from .race import RaceView, SideView, race, render_badge, render_meters, render_speedup, render_text, view_from_trace
+
+log = logging.getLogger("specstream.lab")
+
+MAX_PROMPT_CHARS = int(os.environ.get("SPECSTREAM_MAX_PROMPT_CHARS", "4000"))
+MAX_NEW_TOKENS = int(os.environ.get("SPECSTREAM_MAX_NEW_TOKENS", "256"))
+CONCURRENCY = int(os.environ.get("SPECSTREAM_CONCURRENCY", "2"))
+
+try:  # ZeroGPU on Hugging Face Spaces: borrow a GPU for the duration of a race
+    import spaces
+
+    gpu = spaces.GPU(duration=120)
+except ImportError:
+    def gpu(fn):
+        return fn
+
+CSS = """
+.lab-text { white-space: pre-wrap; font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 14px;
+  line-height: 1.7; min-height: 7em; max-height: 22em; overflow-y: auto; padding: 10px 12px;
+  border: 1px solid var(--border-color-primary); border-radius: 8px; background: var(--background-fill-primary); }
+.lab-empty { color: #999; }
+.lab-text .tok { border-radius: 3px; color: #111; }
+.lab-meters { width: 100%; border-collapse: collapse; font-size: 14px; }
+.lab-meters th, .lab-meters td { padding: 4px 10px; text-align: right; border-bottom: 1px solid #eee; }
+.lab-meters th:first-child { text-align: left; }
+.lab-note { font-size: 12px; color: #777; margin-top: 4px; }
+.lab-speedup, .lab-badge { padding: 10px 14px; border-radius: 10px; font-size: 18px; min-height: 3.2em; }
+.lab-speedup { background: #eef6ff; }
+.lab-big { font-size: 34px; font-weight: 700; color: #1f5fa8; }
+.lab-badge.equal { background: #e7f7e4; color: #1d6b18; font-weight: 600; }
+.lab-badge.differ { background: #fff1e0; color: #8a4b00; font-weight: 600; }
+.pending { color: #888; background: #f6f6f6; }
+.lab-error { background: #fdecea; color: #8a1c12; padding: 8px 12px; border-radius: 8px; font-weight: 600; }
+.lab-info { background: #eef6ff; color: #1f3f68; padding: 8px 12px; border-radius: 8px; }
+.legend span { padding: 1px 6px; border-radius: 3px; margin-right: 6px; }
+"""
+
+INTRO = """# Speculative Streaming lab
+One model drafts **and** verifies: γ speculative streams in its top layers propose the next tokens while the same
+forward pass verifies the previous proposal. Press **Run**: plain decoding (AR) and speculative streaming (SS) race
+on the same device, interleaved pass by pass, each timed on its own.
+"""
+
+LEGEND = ('<div class="legend lab-note">Speculative output: each background colour is one forward pass; '
+          '<span style="box-shadow:inset 0 -2px 0 #ff9f1c;background:#eee">underlined</span> = that pass\'s bonus '
+          'token after ≥1 accepted draft. Hover a token for its pass.</div>')
+
+
+def message(text: str, kind: str = "error") -> str:
+    import html
+
+    return f'<div class="lab-{kind}">{html.escape(text)}</div>' if text else ""
+
+
+def model_info(spec: ModelSpec | None, mode: str) -> str:
+    if spec is None:
+        return "No model is configured on this host: upload a trace to replay a recorded run."
+    try:
+        gamma = gamma_of(spec, mode)
+    except SpecstreamError as exc:
+        return f"⚠ {exc}"
+    streams = spec.streams.get(mode)
+    trained = "trained" if streams else "fresh, untrained (expect little acceptance)"
+    return f"**γ = {gamma}** speculative streams · {mode} mode · {trained} streams · precision {spec.precision}"
+
+
+def build_config(topk: str, prune: float, budget: float, temperature: float, seed, max_new: float) -> DecodeConfig:
+    if max_new is None or not 1 <= int(max_new) <= MAX_NEW_TOKENS:
+        raise SpecstreamError(f"max new tokens must be between 1 and {MAX_NEW_TOKENS} on this host")
+    seed = None if seed in (None, "") else int(seed)
+    return DecodeConfig(mode="ss", max_new_tokens=int(max_new), temperature=float(temperature or 0.0),
+                        seed=seed, tree_topk=parse_topk(str(topk).replace(" ", "")),
+                        prune_threshold=float(prune or 0.0), node_budget=int(budget), trace=True)
+
+
+def check_prompt(prompt) -> str:
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise SpecstreamError("the prompt is empty")
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise SpecstreamError(f"the prompt has {len(prompt)} characters; the limit here is {MAX_PROMPT_CHARS}")
+    return prompt
+
+
+def build_demo(specs: dict[str, ModelSpec] | None = None) -> gr.Blocks:
+    specs = available_specs() if specs is None else specs
+    cache = EngineCache(specs)
+    names = list(specs)
+    first = specs[names[0]] if names else None
+    preset_map = presets()
+    preset_names = list(preset_map)
+
+    with gr.Blocks(title="Speculative Streaming lab") as demo:
+        trace_state = gr.State(None)  # this session's trace (live run or upload)
+        gr.Markdown(INTRO)
+        with gr.Row():
+            with gr.Column(scale=3):
+                with gr.Row():
+                    model_dd = gr.Dropdown(names, value=names[0] if names else None, label="Model",
+                                           elem_id="model", interactive=bool(names))
+                    mode_radio = gr.Radio(first.modes if first else ["lossless"],
+                                          value=(first.modes[0] if first else "lossless"), label="Stream mode",
+                                          info="lossless: base weights frozen (output = base model's); "
+                                               "shared: LoRA shared by main and streams (a new model)",
+                                          elem_id="mode")
+                preset_dd = gr.Dropdown(preset_names, value=preset_names[0] if preset_names else None,
+                                        label="Task preset", elem_id="preset")
+                prompt = gr.Textbox(preset_map.get(preset_names[0], "") if preset_names else "", lines=6,
+                                    max_lines=14, label="Prompt", elem_id="prompt", max_length=MAX_PROMPT_CHARS)
+                run_btn = gr.Button("Run the race", variant="primary", elem_id="run", interactive=bool(names))
+                msg = gr.HTML(message("" if names else "No model is configured on this host; upload a trace "
+                                      "below to replay a recorded run.", "info"), elem_id="lab-message")
+            with gr.Column(scale=2):
+                with gr.Accordion("Settings", open=True):
+                    info = gr.Markdown(model_info(first, first.modes[0] if first else "lossless"),
+                                       elem_id="model-info")
+                    topk = gr.Textbox("4,3,2,1", label="Per-depth top-k (stream 1, 2, …)", elem_id="topk")
+                    prune = gr.Slider(0.0, 0.5, value=0.0, step=0.01, label="Pruning threshold (0 = off)",
+                                      elem_id="prune")
+                    budget = gr.Slider(1, 128, value=64, step=1, label="Node budget", elem_id="budget")
+                    temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05,
+                                            label="Temperature (0 = greedy, lossless check)", elem_id="temperature")
+                    seed = gr.Number(0, precision=0, label="Seed", elem_id="seed")
+                    max_new = gr.Slider(1, MAX_NEW_TOKENS, value=min(64, MAX_NEW_TOKENS), step=1,
+                                        label="Max new tokens", elem_id="max-new")
+        meters = gr.HTML(render_meters(RaceView(SideView(), SideView())), elem_id="meters")
+        with gr.Row(equal_height=True):
+            with gr.Column():
+                gr.Markdown("### Plain decoding (AR)")
+                ar_out = gr.HTML(render_text(SideView(), False, "press Run"), elem_id="ar-output")
+            with gr.Column():
+                gr.Markdown("### Speculative streaming (SS)")
+                ss_out = gr.HTML(render_text(SideView(), True, "press Run"), elem_id="ss-output")
+                gr.HTML(LEGEND)
+        with gr.Row(equal_height=True):
+            speed = gr.HTML('<div class="lab-speedup pending">speedup appears here</div>', elem_id="speedup")
+            badge = gr.HTML('<div class="lab-badge pending">output check appears here</div>', elem_id="equal-badge")
+
+        gr.Markdown("## Draft tree of one forward pass")
+        step = gr.Slider(0, 1, value=0, step=1, label="Forward pass", elem_id="step-slider", interactive=False)
+        tree_plot = gr.Plot(label="Draft tree", elem_id="tree-plot")
+        gr.Markdown("## Acceptance")
+        accept_plot = gr.Plot(label="Acceptance", elem_id="accept-plot")
+        gr.Markdown("## Stream attention and the multi-stream attention mask")
+        with gr.Row():
+            layer_dd = gr.Dropdown([], label="Layer", elem_id="layer", interactive=True)
+            head_dd = gr.Dropdown([], label="Head", elem_id="head", interactive=True)
+        with gr.Row():
+            attn_plot = gr.Plot(label="Stream attention", elem_id="attn-plot")
+            mask_plot = gr.Plot(label="Attention mask", elem_id="mask-plot")
+        with gr.Accordion("How it works — on a real pass of this run", open=True):
+            explain = gr.Markdown("Run the race (or upload a trace) to see the method explained on one of its passes.",
+                                  elem_id="explain")
+        gr.Markdown("## Traces\nDownload this run as a trace; upload a trace to replay it in every view, "
+                    f"no model needed (JSON, at most {MAX_TRACE_BYTES // 2**20} MB).")
+        with gr.Row():
+            download = gr.DownloadButton("Download trace (JSON)", value=None, elem_id="trace-download",
+                                         interactive=False)
+            upload = gr.File(label="Replay a trace", file_types=[".json"], type="filepath", elem_id="trace-upload")
+
+        step_views = [tree_plot, attn_plot, mask_plot, explain, layer_dd, head_dd]
+        race_views = [ar_out, ss_out, meters, speed, badge]
+
+        # ---- handlers -------------------------------------------------------------------------
+        def views_of_step(trace, index, layer=None, head=None):
+            layers, heads = figures.attention_choices(trace, index)
+            layer = layer if layer in layers else (layers[-1] if layers else None)
+            head = head if head in heads else ("mean" if heads else None)
+            return {tree_plot: figures.tree_figure(trace, index),
+                    attn_plot: figures.attention_figure(trace, index, layer, head),
+                    mask_plot: figures.mask_figure(trace, index), explain: explain_step(trace, index),
+                    layer_dd: gr.Dropdown(choices=layers, value=layer), head_dd: gr.Dropdown(choices=heads, value=head)}
+
+        def race_html(view: RaceView):
+            return {ar_out: render_text(view.ar, False, "…"), ss_out: render_text(view.ss, True, "…"),
+                    meters: render_meters(view), speed: render_speedup(view), badge: render_badge(view)}
+
+        def all_views(trace, view: RaceView, note: str):
+            index = most_telling_step(trace)
+            out = race_html(view)
+            out.update(views_of_step(trace, index))
+            out.update({accept_plot: figures.acceptance_figure(trace), trace_state: trace,
+                        step: gr.Slider(0, max(1, len(trace["steps"]) - 1), value=index, step=1, interactive=True),
+                        msg: note})
+            return out
+
+        @gpu
+        def on_run(model_name, mode, text, topk_v, prune_v, budget_v, temp_v, seed_v, max_new_v):
+            try:
+                check_prompt(text)
+                cfg = build_config(topk_v, prune_v, budget_v, temp_v, seed_v, max_new_v)
+                engine, lock = cache.get(model_name, mode)
+                layers = ()
+                if engine.streams is not None:
+                    layers = tuple(range(engine.streams.cfg.birth_layer, engine.streams.cfg.num_layers))
+                yield {**race_html(RaceView(SideView(), SideView())), msg: "",
+                       download: gr.DownloadButton(value=None, interactive=False)}
+                for view in race(engine, text, cfg, lock, attention_layers=layers):
+                    if not view.finished:
+                        yield race_html(view)
+                        continue
+                    path = os.path.join(tempfile.mkdtemp(prefix="specstream-"),
+                                        f"specstream-trace-{model_name}-{time.strftime('%Y%m%d-%H%M%S')}.json")
+                    save_trace(view.trace, path)
+                    out = all_views(view.trace, view, "")
+                    out[download] = gr.DownloadButton(value=path, interactive=True)
+                    yield out
+            except SpecstreamError as exc:
+                gr.Warning(str(exc))
+                yield {msg: message(str(exc))}
+            except Exception as exc:  # never a stack trace in the page; the log keeps it
+                log.exception("race failed")
+                yield {msg: message(f"internal error ({type(exc).__name__}); see the server log")}
+
+        def on_upload(path):
+            if not path:
+                return {}
+            try:
+                trace = load_trace(path)
+                view = view_from_trace(trace)
+                note = message(f"Replaying a trace of {trace['meta'].get('model', '?')} "
+                               f"({len(trace['steps'])} passes) — no model involved.", "info")
+                out = all_views(trace, view, note)
+                out[download] = gr.DownloadButton(value=path, interactive=True)
+                return out
+            except SpecstreamError as exc:
+                gr.Warning(str(exc))
+                return {msg: message(f"Cannot replay this file: {exc}")}
+            except Exception as exc:
+                log.exception("replay failed")
+                return {msg: message(f"Cannot replay this file: it does not follow the trace schema "
+                                     f"({type(exc).__name__})")}
+
+        def on_step(trace, index, layer, head):
+            if trace is None:
+                return {}
+            try:
+                return views_of_step(trace, int(index), layer, head)
+            except SpecstreamError as exc:
+                return {msg: message(str(exc))}
+
+        def on_attention(trace, index, layer, head):
+            if trace is None:
+                return {}
+            try:
+                return {attn_plot: figures.attention_figure(trace, int(index), layer, head)}
+            except SpecstreamError as exc:
+                return {msg: message(str(exc))}
+
+        def on_model(name):
+            spec = specs.get(name)
+            modes = spec.modes if spec else ["lossless"]
+            return {mode_radio: gr.Radio(choices=modes, value=modes[0]), info: model_info(spec, modes[0])}
+
+        def on_mode(name, mode):
+            return model_info(specs.get(name), mode)
+
+        outputs_all = [*race_views, *step_views, accept_plot, trace_state, step, msg, download]
+        run_btn.click(on_run, [model_dd, mode_radio, prompt, topk, prune, budget, temperature, seed, max_new],
+                      outputs_all, concurrency_limit=CONCURRENCY, concurrency_id="model")
+        upload.upload(on_upload, [upload], outputs_all, concurrency_limit=8)
+        step.release(on_step, [trace_state, step, layer_dd, head_dd], [*step_views, msg])
+        layer_dd.input(on_attention, [trace_state, step, layer_dd, head_dd], [attn_plot, msg])
+        head_dd.input(on_attention, [trace_state, step, layer_dd, head_dd], [attn_plot, msg])
+        preset_dd.input(lambda label: preset_map.get(label, ""), [preset_dd], [prompt])
+        model_dd.input(on_model, [model_dd], [mode_radio, info])
+        mode_radio.input(on_mode, [model_dd, mode_radio], [info])
+    demo.queue(default_concurrency_limit=CONCURRENCY, max_size=64)
+    return demo
+
+
+def launch(demo: gr.Blocks | None = None, **kwargs):
+    demo = demo or build_demo()
+    kwargs.setdefault("server_name", os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
+    kwargs.setdefault("server_port", int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
+    kwargs.setdefault("max_file_size", MAX_TRACE_BYTES + 2**20)
+    kwargs.setdefault("footer_links", [])
+    return demo.launch(css=CSS, theme=gr.themes.Soft(), **kwargs)

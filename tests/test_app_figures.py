@@ -1,0 +1,410 @@
+"""The lab without a browser: figure functions (trace in, figure out) on traces the real engine records
+on a tiny model saved to disk, the race (interleaved AR vs SS), replay from a trace, and bad input."""
+
+import copy
+import json
+import os
+
+import pytest
+
+from specstream_core import DecodeConfig, SpecstreamError, StreamParams
+from specstream_core.trace import load_trace
+from tiny_models import tiny_model
+
+
+def make_lab_model(path: str, seed: int = 5, gamma: int = 3) -> str:
+    """A tiny Llama + byte-level BPE tokenizer + fresh streams saved to `path` (no assets/ needed).
+
+    Tokens that are not printable ASCII get zero LM-head rows, so greedy text is readable, and fresh
+    streams (stream j ≈ the main stream) get drafts accepted whenever the model repeats itself.
+    """
+    import torch
+    from specstream_core.tasks import load_split
+    from specstream_core.tokenizer_build import build_tokenizer
+
+    texts = [e["prompt"] + e["reference"] for e in load_split("eval", n=10)]
+    tok = build_tokenizer(texts, vocab_size=400)
+    tok.save_pretrained(path)
+    model = tiny_model("llama", seed=seed, vocab=len(tok), max_position_embeddings=1024, bos_token_id=0,
+                       eos_token_id=0, pad_token_id=0)
+    with torch.no_grad():
+        for i in range(len(tok)):
+            text = tok.decode([i])
+            if not text or not all(32 <= ord(c) < 127 or c == "\n" for c in text):
+                model.lm_head.weight[i].zero_()
+    model.save_pretrained(path)
+    streams = StreamParams.fresh(model, gamma=gamma, n_stream_layers=2, seed=1)
+    streams.save(os.path.join(path, "streams"))
+    streams.detach()
+    return path
+
+
+def lab_models_env(path: str) -> str:
+    return json.dumps({"tiny": {"base": path, "streams": os.path.join(path, "streams"), "precision": "fp32"}})
+
+
+@pytest.fixture(scope="module")
+def lab_dir(tmp_path_factory):
+    return make_lab_model(str(tmp_path_factory.mktemp("lab-tiny")))
+
+
+@pytest.fixture(scope="module")
+def engine_and_lock(lab_dir):
+    from app.models import EngineCache, parse_specs
+
+    cache = EngineCache(parse_specs(lab_models_env(lab_dir)))
+    return cache.get("tiny", "lossless")
+
+
+PROMPT = "### Task: sql\n### Input:\nCREATE TABLE t (id INTEGER, name TEXT)\nQuestion: names?\n### Output:\n"
+
+
+@pytest.fixture(scope="module")
+def race_view(engine_and_lock):
+    from app.race import race
+
+    engine, lock = engine_and_lock
+    layers = tuple(range(engine.streams.cfg.birth_layer, engine.streams.cfg.num_layers))
+    views = list(race(engine, PROMPT, DecodeConfig(max_new_tokens=40, tree_topk=(3, 2, 1)), lock,
+                      min_interval=0.0, attention_layers=layers))
+    return views
+
+
+@pytest.fixture(scope="module")
+def trace(race_view):
+    return race_view[-1].trace
+
+
+@pytest.fixture(scope="module")
+def pruned_trace(engine_and_lock):
+    engine, _ = engine_and_lock
+    layers = (engine.streams.cfg.num_layers - 1,)
+    cfg = DecodeConfig(max_new_tokens=24, tree_topk=(4, 3, 2), prune_threshold=0.2, trace=True,
+                       attention_layers=layers, attention_heads=(0, 2))
+    return engine.generate(PROMPT, cfg).trace
+
+
+# ---- the race ---------------------------------------------------------------------------------
+def test_race_interleaves_and_outputs_match(race_view, engine_and_lock):
+    from app.race import outputs_equal, render_badge, render_speedup, speedup
+
+    engine, _ = engine_and_lock
+    final = race_view[-1]
+    assert final.finished and not any(v.finished for v in race_view[:-1])
+    assert len(race_view) > 3  # streamed: a view per pair of passes (min_interval=0)
+    # interleaved: while streaming, neither side ever got more than one pass ahead
+    for v in race_view[:-1]:
+        if not v.ss.done and not v.ar.done:
+            assert abs(v.ar.stats["forward_passes"] - v.ss.stats["forward_passes"]) <= 1
+    assert final.ar.text and final.ar.text == final.ss.text
+    ref = engine.generate(PROMPT, DecodeConfig(mode="ar", max_new_tokens=40))
+    assert final.ar.text == ref.text  # pieces concatenate to exactly the tokenizer's text
+    assert outputs_equal(final) and 'data-equal="true"' in render_badge(final)
+    assert speedup(final) > 0 and "×" in render_speedup(final)
+    assert final.ss.stats["forward_passes"] < final.ar.stats["forward_passes"]  # fresh streams do get accepted
+    # tinting: every piece is tagged with the pass that produced it; a pass's last token is its bonus
+    steps = [p.step for p in final.ss.pieces]
+    assert steps == sorted(steps) and any(p.drafts > 0 for p in final.ss.pieces)
+
+
+def test_rendered_text_is_escaped_and_tinted(race_view):
+    from app.race import Piece, SideView, render_text
+
+    html_out = render_text(race_view[-1].ss, True)
+    assert html_out.count('class="tok') == len(race_view[-1].ss.pieces) and "data-step" in html_out
+    evil = SideView([Piece("<script>alert(1)</script>", 1, True, 2)])
+    assert "<script>" not in render_text(evil, True) and "<script>" not in render_text(evil, False)
+
+
+def test_sampling_badge_explains_difference():
+    from app.race import Piece, RaceView, SideView, render_badge
+
+    view = RaceView(SideView([Piece("a", 0)], {"wall_s": 1, "new_tokens": 1}, True),
+                    SideView([Piece("b", 0)], {"wall_s": 1, "new_tokens": 1}, True), sampling=True, finished=True)
+    assert "expected in sampling mode" in render_badge(view)
+    view.sampling = False
+    assert "unexpected" in render_badge(view)
+
+
+def test_race_trace_carries_baseline_and_round_trips(trace, race_view, tmp_path):
+    from app.race import view_from_trace
+
+    assert trace["meta"]["baseline"]["output"]["text"] == race_view[-1].ar.text
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(trace))
+    loaded = load_trace(str(path))
+    replay = view_from_trace(loaded)
+    assert replay.replay and replay.finished
+    assert replay.ss.text == race_view[-1].ss.text and replay.ar.text == race_view[-1].ar.text
+    assert [p.step for p in replay.ss.pieces] == [p.step for p in race_view[-1].ss.pieces]
+
+
+# ---- figures ------------------------------------------------------------------------------------
+def test_tree_figure_marks_statuses_and_bonus(trace):
+    from app.figures import tree_figure
+    from app.explain import most_telling_step
+
+    index = most_telling_step(trace)
+    step = trace["steps"][index]
+    assert len(step["accepted"]) >= 2
+    fig = tree_figure(trace, index)
+    names = {t.name for t in fig.data if t.name}
+    assert {"accepted", "bonus token"} <= names
+    accepted_trace = next(t for t in fig.data if t.name == "accepted")
+    assert len(accepted_trace.x) == len(step["accepted"])
+    assert list(accepted_trace.x) == sorted(step["nodes"][a]["depth"] for a in step["accepted"])
+    marker_points = sum(len(t.x) for t in fig.data if t.mode == "markers+text")
+    assert marker_points == len(step["nodes"]) + 1  # every node plus the bonus star
+    hover = " ".join(h for t in fig.data if t.hovertext is not None for h in t.hovertext)
+    assert "p = " in hover or len(step["nodes"]) == 1
+    json.loads(fig.to_json())  # serialisable for the browser
+
+
+def test_tree_figure_shows_pruned_nodes(pruned_trace):
+    from app.figures import tree_figure
+
+    index = next((i for i, s in enumerate(pruned_trace["steps"]) if any(n["pruned"] for n in s["nodes"])), None)
+    assert index is not None, "threshold 0.2 should prune something on random streams"
+    fig = tree_figure(pruned_trace, index)
+    pruned = next(t for t in fig.data if t.name == "pruned")
+    assert len(pruned.x) == sum(n["pruned"] for n in pruned_trace["steps"][index]["nodes"])
+
+
+def test_tree_layout_centres_parents():
+    from app.figures import tree_layout
+
+    ys = tree_layout([-1, 0, 0, 1, 1, 2])
+    assert ys[3] == 0 and ys[4] == 1 and ys[1] == 0.5 and ys[5] == 2 and ys[2] == 2 and ys[0] == 1.25
+
+
+def test_acceptance_figure_numbers(trace):
+    from app.figures import acceptance_figure, acceptance_stats
+
+    st = acceptance_stats(trace)
+    assert st["passes"] == len(trace["steps"]) == trace["stats"]["forward_passes"]
+    assert st["tokens"] == trace["stats"]["new_tokens"]
+    assert st["tau"][-1] == pytest.approx(trace["stats"]["mean_accepted"])
+    assert len(st["depth_rate"]) == 3 and all(0 <= r <= 1 for r in st["depth_rate"])
+    assert st["depth_rate"] == sorted(st["depth_rate"], reverse=True)  # depth j needs depth j-1
+    assert st["depth_rate"] == pytest.approx(trace["stats"]["depth_acceptance"])
+    fig = acceptance_figure(trace)
+    assert len(fig.data) == 6 and sum(fig.data[0].y) == len(trace["steps"]) - 1
+    json.loads(fig.to_json())
+
+
+def test_attention_figure_rows_are_streams(trace):
+    from app.figures import attention_choices, attention_figure, attention_matrix
+
+    index = 3
+    layers, heads = attention_choices(trace, index)
+    assert layers == ["2", "3"] and heads[0] == "mean" and len(heads) == 5
+    z, columns, context_len = attention_matrix(trace, index, "3", "mean")
+    assert len(z) == 3 and len(z[0]) == len(columns) == context_len + 3
+    for row in z:  # softmax rows over the visible keys (the kept columns are a subset)
+        assert 0 < sum(row) <= 1.0001
+    for j, row in enumerate(z):  # stream j never sees sibling streams after it
+        assert all(w == 0 for w in row[context_len + j + 1:])
+    z0, _, _ = attention_matrix(trace, index, "2", "0")
+    assert z0 == trace["steps"][index]["attention"]["layers"]["2"][0]
+    fig = attention_figure(trace, index, "2", "1")
+    assert fig.data[0].type == "heatmap" and list(fig.data[0].y) == ["s1", "s2", "s3"]
+
+
+def test_attention_figure_selected_heads(pruned_trace):
+    from app.figures import attention_choices, attention_figure
+
+    layers, heads = attention_choices(pruned_trace, 2)
+    assert layers == ["3"] and heads == ["mean", "0", "2"]
+    assert attention_figure(pruned_trace, 2, "3", "2").data[0].z is not None
+    with pytest.raises(SpecstreamError, match="head 1 was not recorded"):
+        attention_figure(pruned_trace, 2, "3", "1")
+    with pytest.raises(SpecstreamError, match="layer 2 was not recorded"):
+        attention_figure(pruned_trace, 2, "2", "mean")
+
+
+def test_mask_follows_msa_rules(trace):
+    from app.figures import mask_figure, step_mask
+
+    index = 2
+    step = trace["steps"][index]
+    mask, rows, columns = step_mask(trace, index)
+    n = len(step["nodes"])
+    gamma = trace["meta"]["gamma"]
+    assert len(rows) == n * (1 + gamma) and len(columns) == len(rows) + 1
+    assert all(r[0] == 1 for r in mask)  # prefix visible to all
+    for i, node in enumerate(step["nodes"]):
+        assert all(mask[i][1 + n + k] == 0 for k in range(n * gamma))  # main rows never see streams
+        assert mask[i][1 + i] == 1
+        if node["parent"] >= 0:
+            assert mask[i][1 + node["parent"]] == 1
+        assert sum(mask[i][1:1 + n]) == node["depth"] + 1  # itself + ancestors
+    for c in range(n):
+        for j in range(gamma):
+            r = n + c * gamma + j
+            assert mask[r][1:1 + n] == mask[c][1:1 + n]  # a stream sees what its carrier sees
+            siblings = mask[r][1 + n + c * gamma: 1 + n + (c + 1) * gamma]
+            assert siblings == [1] * (j + 1) + [0] * (gamma - j - 1)
+            assert sum(mask[r][1 + n:]) == j + 1  # no other carrier's streams
+    fig = mask_figure(trace, index)
+    assert fig.data[0].type == "heatmap" and len(fig.data[0].z) == len(rows)
+
+
+def test_mask_skips_pruned_nodes(pruned_trace):
+    from app.figures import step_mask
+
+    for i, step in enumerate(pruned_trace["steps"]):
+        survivors = sum(not n["pruned"] for n in step["nodes"])
+        mask, rows, _ = step_mask(pruned_trace, i)
+        assert len(rows) == survivors * (1 + pruned_trace["meta"]["gamma"]) or (i == 0 and len(rows) == 1 + 3)
+
+
+def test_plain_trace_figures(engine_and_lock):
+    from app.figures import acceptance_figure, attention_figure, mask_figure, tree_figure
+    from app.explain import explain_step
+    from app.race import view_from_trace
+
+    engine, _ = engine_and_lock
+    tr = engine.generate(PROMPT, DecodeConfig(mode="ar", max_new_tokens=6, trace=True)).trace
+    assert len(tree_figure(tr, 2).data) >= 2
+    assert acceptance_figure(tr).data
+    assert "plain decoding" in attention_figure(tr, 1).layout.annotations[0].text
+    assert len(mask_figure(tr, 1).data[0].z) == 1
+    assert "plain autoregressive" in explain_step(tr, 1)
+    view = view_from_trace(tr)
+    assert view.ar.text and not view.ss.pieces
+
+
+def test_explain_uses_the_real_step(trace):
+    from app.explain import explain_step, most_telling_step
+
+    index = most_telling_step(trace)
+    text = explain_step(trace, index)
+    step = trace["steps"][index]
+    assert f"Pass {index}" in text and f"{len(step['accepted'])} token(s)" in text
+    assert "bonus" in text and f"γ = {trace['meta']['gamma']}" in text
+    assert "prefill" in explain_step(trace, 0)
+
+
+# ---- malformed input ----------------------------------------------------------------------------
+@pytest.mark.parametrize("mutate,needle", [
+    (lambda t: t.update(schema="nope"), "schema"),
+    (lambda t: t.update(version=99), "version 99"),
+    (lambda t: t.update(steps="x"), "steps"),
+    (lambda t: t["steps"][1]["nodes"][1].update(parent=5), "invalid parent"),
+    (lambda t: t["steps"][1].update(accepted=[999]), "out of range"),
+    (lambda t: t["steps"][1].pop("time_ms"), "time_ms"),
+])
+def test_figures_reject_malformed_traces(trace, mutate, needle):
+    from app.figures import acceptance_figure, mask_figure, tree_figure
+
+    bad = copy.deepcopy(trace)
+    mutate(bad)
+    for fn in (lambda: tree_figure(bad, 1), lambda: acceptance_figure(bad), lambda: mask_figure(bad, 1)):
+        with pytest.raises(SpecstreamError, match=needle):
+            fn()
+
+
+def test_figures_reject_bad_indices_and_empty(trace):
+    from app.figures import attention_figure, tree_figure
+
+    with pytest.raises(SpecstreamError, match="out of range"):
+        tree_figure(trace, len(trace["steps"]))
+    with pytest.raises(SpecstreamError, match="integer"):
+        tree_figure(trace, "2")
+    with pytest.raises(SpecstreamError, match="not a valid specstream trace"):
+        tree_figure(None, 0)
+    empty = copy.deepcopy(trace)
+    empty["steps"] = []
+    with pytest.raises(SpecstreamError, match="no steps"):
+        tree_figure(empty, 0)
+    broken = copy.deepcopy(trace)
+    broken["steps"][2]["attention"]["columns"] = ["x"]
+    with pytest.raises(SpecstreamError, match="column labels"):
+        attention_figure(broken, 2)
+    no_att = copy.deepcopy(trace)
+    no_att["steps"][2]["attention"] = None
+    assert "no stream attention" in attention_figure(no_att, 2).layout.annotations[0].text
+
+
+def test_upload_errors_are_clear(tmp_path, trace):
+    from specstream_core.trace import MAX_TRACE_BYTES
+
+    cases = {"garbage.json": b"{not json", "list.json": b"[1, 2]",
+             "v2.json": json.dumps({**trace, "version": 2}).encode()}
+    for name, raw in cases.items():
+        (tmp_path / name).write_bytes(raw)
+    with pytest.raises(SpecstreamError, match="invalid JSON"):
+        load_trace(str(tmp_path / "garbage.json"))
+    with pytest.raises(SpecstreamError, match="schema"):
+        load_trace(str(tmp_path / "list.json"))
+    with pytest.raises(SpecstreamError, match="version 2"):
+        load_trace(str(tmp_path / "v2.json"))
+    big = tmp_path / "big.json"
+    with open(big, "wb") as f:
+        f.truncate(MAX_TRACE_BYTES + 1)
+    with pytest.raises(SpecstreamError, match="limit"):
+        load_trace(str(big))
+
+
+# ---- models and settings -------------------------------------------------------------------------
+def test_model_allow_list(lab_dir, tmp_path):
+    from app.models import available_specs, parse_specs
+
+    specs = parse_specs(lab_models_env(lab_dir))
+    assert specs["tiny"].modes == ["lossless"] and specs["tiny"].streams["lossless"].endswith("streams")
+    cfg_file = tmp_path / "models.json"
+    cfg_file.write_text(lab_models_env(lab_dir))
+    assert parse_specs(str(cfg_file)).keys() == {"tiny"}
+    assert parse_specs(json.dumps({"x": {"base": "org/model"}}))["x"].modes == ["lossless"]
+    for bad, needle in (("{oops", "not valid JSON"), ("/no/such/file.json", "neither JSON"),
+                        ('{"x": {"streams": "/a"}}', "needs a 'base'"),
+                        ('{"x": {"base": "b", "streams": {"fast": "/a"}}}', "streams must be")):
+        with pytest.raises(SpecstreamError, match=needle):
+            parse_specs(bad)
+    assert "tiny" in available_specs({"SPECSTREAM_MODELS": lab_models_env(lab_dir)})
+    assert "x" not in available_specs({"SPECSTREAM_MODELS": "{oops"})  # logged, not fatal
+
+
+def test_engine_cache_refuses_unknown_models(lab_dir):
+    from app.models import EngineCache, parse_specs
+
+    cache = EngineCache(parse_specs(lab_models_env(lab_dir)))
+    with pytest.raises(SpecstreamError, match="unknown model"):
+        cache.get("/etc/passwd", "lossless")
+    with pytest.raises(SpecstreamError, match="no shared streams"):
+        cache.get("tiny", "shared")
+
+
+def test_settings_validation():
+    from app.ui import MAX_PROMPT_CHARS, build_config, check_prompt
+
+    cfg = build_config("3, 2,1", 0.1, 32, 0.0, 7, 16)
+    assert cfg.tree_topk == (3, 2, 1) and cfg.seed == 7 and cfg.trace
+    for args, needle in (((("4,x"), 0, 8, 0, 0, 8), "topk"), (("4", 0, 8, 0, 0, 0), "max new tokens"),
+                         (("4", 1.5, 8, 0, 0, 8), "prune threshold"), (("4", 0, 8, -1, 0, 8), "temperature")):
+        with pytest.raises(SpecstreamError, match=needle):
+            build_config(*args)
+    with pytest.raises(SpecstreamError, match="empty"):
+        check_prompt("  ")
+    with pytest.raises(SpecstreamError, match="limit"):
+        check_prompt("a" * (MAX_PROMPT_CHARS + 1))
+
+
+def test_presets_come_from_the_task_suite():
+    from app.presets import presets
+
+    p = presets()
+    cats = {label.split(" · ")[0] for label in p}
+    assert {"sql", "math", "code", "translation"} <= cats
+    assert all(text.startswith("### Task:") for text in p.values())
+
+
+def test_demo_builds_with_stable_ids(lab_dir):
+    from app.models import parse_specs
+    from app.ui import build_demo
+
+    demo = build_demo(parse_specs(lab_models_env(lab_dir)))
+    ids = {getattr(b, "elem_id", None) for b in demo.blocks.values()}
+    assert {"prompt", "run", "ar-output", "ss-output", "speedup", "equal-badge", "tree-plot", "accept-plot",
+            "attn-plot", "trace-download", "trace-upload"} <= ids
+    build_demo({})  # no model at all: replay-only lab still builds
