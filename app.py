@@ -13,7 +13,7 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 from app.ui import build_demo, launch  # noqa: E402
 
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-demo = build_demo()
+demo = build_demo(preload=True)
 
 if __name__ == "__main__":
     launch(demo)

@@ -190,7 +190,9 @@ def acceptance_stats(trace: dict) -> dict:
     steps = trace["steps"]
     verify = decode_steps(trace)
     lengths = [len(s["accepted"]) for s in verify]  # tokens a pass produced: accepted drafts + bonus
-    max_depth = max([len(trace["meta"].get("topk") or [])] + [n["depth"] for s in verify for n in s["nodes"]] + [0])
+    max_depth = max([n["depth"] for s in verify for n in s["nodes"]] + [0])
+    if gamma_of(trace):
+        max_depth = max(max_depth, min(len(trace["meta"].get("topk") or []), gamma_of(trace)))
     if not is_speculative(trace):
         max_depth = 0
     depth_rate = [sum(1 for L in lengths if L - 1 >= j) / len(lengths) if lengths else 0.0

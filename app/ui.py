@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+import threading
 import time
 
 import gradio as gr
@@ -46,7 +47,8 @@ CSS = """
 .lab-empty { color: #999; }
 .lab-text .tok { border-radius: 3px; color: #111; }
 .lab-meters { width: 100%; border-collapse: collapse; font-size: 14px; }
-.lab-meters th, .lab-meters td { padding: 4px 10px; text-align: right; border-bottom: 1px solid #eee; }
+.lab-meters th, .lab-meters td { padding: 4px 10px; text-align: right; border: none !important;
+  border-bottom: 1px solid #e5e5e5 !important; }
 .lab-meters th:first-child { text-align: left; }
 .lab-note { font-size: 12px; color: #777; margin-top: 4px; }
 .lab-speedup, .lab-badge { padding: 10px 14px; border-radius: 10px; font-size: 18px; min-height: 3.2em; }
@@ -85,7 +87,12 @@ def model_info(spec: ModelSpec | None, mode: str) -> str:
     except SpecstreamError as exc:
         return f"⚠ {exc}"
     streams = spec.streams.get(mode)
-    trained = "trained" if streams else "fresh, untrained (expect little acceptance)"
+    trained = "fresh, untrained"
+    if streams:
+        from specstream_core.streams import read_stream_config
+
+        steps = read_stream_config(streams).trained_steps
+        trained = f"trained ({steps} steps)" if steps else "untrained (fresh)"
     return f"**γ = {gamma}** speculative streams · {mode} mode · {trained} streams · precision {spec.precision}"
 
 
@@ -106,11 +113,20 @@ def check_prompt(prompt) -> str:
     return prompt
 
 
-def build_demo(specs: dict[str, ModelSpec] | None = None) -> gr.Blocks:
+def _preload(cache: EngineCache, name: str, mode: str) -> None:
+    try:
+        cache.get(name, mode)
+    except Exception:  # reported again, as a message, when a visitor runs it
+        log.exception("preloading %s failed", name)
+
+
+def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False) -> gr.Blocks:
     specs = available_specs() if specs is None else specs
     cache = EngineCache(specs)
     names = list(specs)
     first = specs[names[0]] if names else None
+    if preload and first is not None:  # load + warm the default model while the page is being opened
+        threading.Thread(target=_preload, args=(cache, first.name, first.modes[0]), daemon=True).start()
     preset_map = presets()
     preset_names = list(preset_map)
 
@@ -148,7 +164,7 @@ def build_demo(specs: dict[str, ModelSpec] | None = None) -> gr.Blocks:
                     max_new = gr.Slider(1, MAX_NEW_TOKENS, value=min(64, MAX_NEW_TOKENS), step=1,
                                         label="Max new tokens", elem_id="max-new")
         meters = gr.HTML(render_meters(RaceView(SideView(), SideView())), elem_id="meters")
-        with gr.Row(equal_height=True):
+        with gr.Row():
             with gr.Column():
                 gr.Markdown("### Plain decoding (AR)")
                 ar_out = gr.HTML(render_text(SideView(), False, "press Run"), elem_id="ar-output")
@@ -169,9 +185,8 @@ def build_demo(specs: dict[str, ModelSpec] | None = None) -> gr.Blocks:
         with gr.Row():
             layer_dd = gr.Dropdown([], label="Layer", elem_id="layer", interactive=True)
             head_dd = gr.Dropdown([], label="Head", elem_id="head", interactive=True)
-        with gr.Row():
-            attn_plot = gr.Plot(label="Stream attention", elem_id="attn-plot")
-            mask_plot = gr.Plot(label="Attention mask", elem_id="mask-plot")
+        attn_plot = gr.Plot(label="Stream attention", elem_id="attn-plot")
+        mask_plot = gr.Plot(label="Attention mask", elem_id="mask-plot")
         with gr.Accordion("How it works — on a real pass of this run", open=True):
             explain = gr.Markdown("Run the race (or upload a trace) to see the method explained on one of its passes.",
                                   elem_id="explain")

@@ -1,0 +1,193 @@
+"""The lab in a real browser: the real server (app.py, subprocess, 127.0.0.1) on a tiny model saved to a
+temporary directory, driven by headless Chromium through playwright.
+
+Needs /usr/bin/chromium (`apt-get install -y chromium`; scripts/test.sh installs it); skips otherwise.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from test_app_figures import PROMPT, lab_models_env, make_lab_model
+
+CHROMIUM = "/usr/bin/chromium"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+RUN_TIMEOUT_MS = 90_000
+
+if not os.path.exists(CHROMIUM):
+    pytest.skip(f"{CHROMIUM} is missing (install it with: apt-get install -y chromium)", allow_module_level=True)
+sync_playwright = pytest.importorskip("playwright.sync_api", reason="the playwright python package is missing").sync_playwright
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def lab_dir(tmp_path_factory):
+    return make_lab_model(str(tmp_path_factory.mktemp("lab-browser")))
+
+
+@pytest.fixture(scope="module")
+def server(lab_dir, tmp_path_factory):
+    port = free_port()
+    env = dict(os.environ, SPECSTREAM_MODELS=lab_models_env(lab_dir), GRADIO_SERVER_PORT=str(port),
+               GRADIO_SERVER_NAME="127.0.0.1", GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1",
+               HF_HUB_DISABLE_TELEMETRY="1", OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
+    log = open(tmp_path_factory.mktemp("server") / "server.log", "w+")
+    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            log.seek(0)
+            pytest.fail(f"the lab server exited early:\n{log.read()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("the lab server did not start within 120 s")
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        yield b
+        b.close()
+
+
+class Page:
+    """A page with its console errors recorded."""
+
+    def __init__(self, browser, url):
+        self.context = browser.new_context(accept_downloads=True, viewport={"width": 1400, "height": 1000})
+        self.page = self.context.new_page()
+        self.errors = []
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.goto(url)
+        self.page.wait_for_selector("#run")
+
+    def text(self, elem_id: str) -> str:
+        return self.page.inner_text(f"#{elem_id} .lab-text").strip()
+
+    def run(self, prompt: str | None = None):
+        if prompt is not None:
+            self.page.fill("#prompt textarea", prompt)
+        self.page.click("#run button, button#run")
+        self.page.wait_for_selector("#equal-badge .lab-badge.equal, #equal-badge .lab-badge.differ",
+                                    timeout=RUN_TIMEOUT_MS)
+
+    def plot_points(self, elem_id: str) -> int:
+        self.page.wait_for_selector(f"#{elem_id} .js-plotly-plot", timeout=20_000)
+        return self.page.evaluate(
+            """id => { const d = document.querySelector('#' + id + ' .js-plotly-plot');
+                       if (!d || !d.data) return 0;
+                       return d.data.reduce((n, t) => n + ((t.z || t.y || t.x || []).length || 0), 0); }""", elem_id)
+
+    def close(self):
+        self.context.close()
+
+
+def expected_texts(lab_dir, prompts, max_new_tokens=64):
+    from specstream_core import DecodeConfig, Engine
+
+    engine = Engine.load(lab_dir, streams_dir=os.path.join(lab_dir, "streams"))
+    cfg = DecodeConfig(mode="ar", max_new_tokens=max_new_tokens)
+    return [engine.generate(prompt, cfg).text.strip() for prompt in prompts]
+
+
+def test_race_views_download_and_replay(server, browser, tmp_path):
+    a = Page(browser, server)
+    page = a.page
+    # pick a preset from the task suite through the dropdown
+    page.click("#preset input")
+    option = page.get_by_role("option").filter(has_text="math ·").first
+    option.click()
+    page.wait_for_function("() => document.querySelector('#prompt textarea').value.startsWith('### Task: math')")
+    a.run()
+    ar, ss = a.text("ar-output"), a.text("ss-output")
+    assert ar and ss and ar == ss  # lossless greedy: identical
+    assert "identical" in page.inner_text("#equal-badge")
+    assert "×" in page.inner_text("#speedup") and "speedup" in page.inner_text("#speedup")
+    for elem_id in ("tree-plot", "accept-plot", "attn-plot", "mask-plot"):
+        assert a.plot_points(elem_id) > 0, elem_id
+    assert "step by step" in page.inner_text("#explain")
+
+    with page.expect_download() as info:
+        page.click("#trace-download")
+    saved = tmp_path / "trace.json"
+    info.value.save_as(saved)
+    trace = json.loads(saved.read_text())
+    assert trace["schema"] == "specstream-trace" and trace["steps"]
+    assert trace["meta"]["baseline"]["output"]["text"].strip() == ar
+
+    # replay in a fresh session: every view comes back, no model involved
+    b = Page(browser, server)
+    b.page.set_input_files("#trace-upload input[type=file]", str(saved))
+    b.page.wait_for_selector("#lab-message .lab-info", timeout=30_000)
+    assert "Replaying" in b.page.inner_text("#lab-message")
+    b.page.wait_for_selector("#equal-badge .lab-badge.equal", timeout=30_000)
+    assert b.text("ss-output") == ss and b.text("ar-output") == ar
+    for elem_id in ("tree-plot", "accept-plot", "attn-plot", "mask-plot"):
+        assert b.plot_points(elem_id) > 0, elem_id
+    assert not a.errors and not b.errors, a.errors + b.errors
+    a.close()
+    b.close()
+
+
+@pytest.mark.parametrize("name,content,needle", [
+    ("garbage.json", b"{this is not json", "invalid JSON"),
+    ("old.json", json.dumps({"schema": "specstream-trace", "version": 0}).encode(), "version 0"),
+])
+def test_malformed_upload_shows_message(server, browser, tmp_path, name, content, needle):
+    p = Page(browser, server)
+    bad = tmp_path / name
+    bad.write_bytes(content)
+    p.page.set_input_files("#trace-upload input[type=file]", str(bad))
+    p.page.wait_for_selector("#lab-message .lab-error", timeout=30_000)
+    shown = p.page.inner_text("#lab-message")
+    assert "Cannot replay" in shown and needle in shown and "Traceback" not in shown
+    assert "Traceback" not in p.page.content()
+    assert not p.errors, p.errors
+    p.close()
+
+
+def test_two_sessions_at_once_get_their_own_results(server, browser, lab_dir):
+    prompts = [PROMPT, "### Task: math\n### Input:\nTom has 3 apples and buys 4 more. How many?\n### Output:\n"]
+    pages = [Page(browser, server) for _ in prompts]
+    for p, prompt in zip(pages, prompts):
+        p.page.fill("#prompt textarea", prompt)
+    for p in pages:  # both click before either finishes
+        p.page.click("#run button, button#run")
+    for p in pages:
+        p.page.wait_for_selector("#equal-badge .lab-badge.equal, #equal-badge .lab-badge.differ",
+                                 timeout=RUN_TIMEOUT_MS)
+    texts = [p.text("ss-output") for p in pages]
+    for p, text, expected in zip(pages, texts, expected_texts(lab_dir, prompts)):
+        assert p.text("ar-output") == text and "identical" in p.page.inner_text("#equal-badge")
+        assert text == expected
+        assert not p.errors, p.errors
+        p.close()
+    assert texts[0] != texts[1]
