@@ -26,7 +26,7 @@ from tqdm import tqdm
 from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 from .errors import SpecstreamError
-from .tasks import format_example, load_split
+from .tasks import load_split
 from .tasks.offline_text import documents
 from .tokenizer_build import build_tokenizer
 
@@ -65,23 +65,37 @@ CHECKPOINT = "checkpoint"
 
 
 # --------------------------------------------------------------------------------------- data
-def build_corpus(preset: Preset, seed: int = 0) -> list[str]:
-    """Documents: every train example as prompt + reference + EOS, plus general text, shuffled."""
-    tasks = [format_example(ex) for ex in load_split("train", n=preset.examples_per_category)]
-    task_chars = sum(map(len, tasks))
+def build_corpus(preset: Preset, seed: int = 0) -> list[tuple[str, ...]]:
+    """Documents as tuples of segments, shuffled: (prompt, reference) per train example, (text,) for general text.
+
+    Segments are tokenized separately, exactly as at inference time, where the prompt is encoded on
+    its own and the model continues it. (Tokenizing prompt + reference as one string would let BPE merge
+    across the boundary, e.g. the prompt's final newline with a code answer's indentation, and the
+    model would never see the token sequence it gets at inference.)
+    """
+    tasks = [(ex["prompt"], ex["reference"]) for ex in load_split("train", n=preset.examples_per_category)]
+    task_chars = sum(len(p) + len(r) for p, r in tasks)
     general_chars = int(task_chars * preset.general_fraction / (1 - preset.general_fraction))
-    docs = tasks + documents(general_chars)
+    docs = tasks + [(text,) for text in documents(general_chars)]
     random.Random(seed).shuffle(docs)
     return docs
 
 
-def pack(tokenizer, docs: list[str], seq_len: int) -> torch.Tensor:
-    """Concatenate documents, each preceded by EOS, and cut into rows of ``seq_len`` tokens: [rows, seq_len]."""
+def pack(tokenizer, docs: list[tuple[str, ...]], seq_len: int) -> torch.Tensor:
+    """Concatenate documents, each preceded by EOS, and cut into rows of ``seq_len`` tokens: [rows, seq_len].
+
+    The EOS before each document is also the end marker of the previous one: a task example is
+    ``EOS prompt reference`` followed by the next document's EOS, and inference prompts start with EOS
+    (the tokenizer's BOS), so training and generation see the same token sequences.
+    """
     eos = tokenizer.eos_token_id
+    flat = [seg for doc in docs for seg in doc]
+    encoded = iter(tokenizer.backend_tokenizer.encode_batch(flat, add_special_tokens=False))
     ids: list[int] = []
-    for enc in tokenizer.backend_tokenizer.encode_batch(docs, add_special_tokens=False):
+    for doc in docs:
         ids.append(eos)
-        ids.extend(enc.ids)
+        for _ in doc:
+            ids.extend(next(encoded).ids)
     n_rows = len(ids) // seq_len
     return torch.tensor(ids[: n_rows * seq_len], dtype=torch.long).view(n_rows, seq_len)
 
@@ -246,7 +260,7 @@ def pretrain(out_dir: str | Path, preset_name: str = "default", minutes: float |
         tokenizer.save_pretrained(tok_dir)
     else:
         # The tokenizer is trained on a sample (enough for 4k merges); the corpus order is already shuffled.
-        sample = docs[: max(2000, len(docs) // 3)]
+        sample = ["".join(doc) for doc in docs[: max(2000, len(docs) // 3)]]
         tokenizer = build_tokenizer(sample, vocab_size=preset.vocab_size)
         tokenizer.save_pretrained(tok_dir)
     data = pack(tokenizer, docs, preset.seq_len)

@@ -58,3 +58,15 @@ def test_init_from_continues_a_saved_model(tiny_dir, tmp_path):
     assert info["previous_run"]["steps"] == first["steps"]
     assert info["losses"][0][1] < first["losses"][0][1] - 0.5  # starts from the trained weights, not from scratch
     assert AutoTokenizer.from_pretrained(tmp_path / "more").get_vocab() == AutoTokenizer.from_pretrained(src).get_vocab()
+
+
+def test_packing_matches_inference_tokenization(tiny_dir):
+    from specstream_core.pretrain import pack
+
+    out, _ = tiny_dir
+    tok = AutoTokenizer.from_pretrained(out)
+    ex = load_split("train", "code", n=1)[0]  # the answer starts with indentation: the risky boundary
+    row = pack(tok, [(ex["prompt"], ex["reference"]), ("next",)], seq_len=1)[:, 0].tolist()
+    prompt_ids = tok(ex["prompt"])["input_ids"]  # starts with BOS (= EOS), as at inference
+    answer_ids = tok(ex["reference"], add_special_tokens=False)["input_ids"]
+    assert row[: len(prompt_ids) + len(answer_ids) + 1] == prompt_ids + answer_ids + [tok.eos_token_id]
