@@ -306,16 +306,17 @@ def attention_figure(trace: dict, index: int, layer=None, head="mean") -> go.Fig
 
 
 # ---- multi-stream attention mask ----------------------------------------------------------------
-def step_mask(trace: dict, index: int) -> tuple[list[list[int]], list[str], list[str]]:
+def step_mask(trace: dict, index: int, max_nodes: int | None = None) -> tuple[list[list[int]], list[str], list[str]]:
     """The multi-stream attention mask of one pass (top, stream-carrying layers), derived from the
     recorded tree and γ: 1 = may attend. Rows: surviving tree nodes (main rows), then γ stream rows per
     carrier. Columns: the cached prefix (one column), then the same rows as keys.
 
     Main row i sees the prefix and its ancestors-or-self, never a stream; stream j of carrier c sees
-    the prefix, the main rows c sees and streams 1..j of c (SPECSTREAM.md §2)."""
+    the prefix, the main rows c sees and streams 1..j of c (SPECSTREAM.md §2).
+    `max_nodes` keeps the first surviving nodes only (breadth-first, so still a tree) for legibility."""
     step = step_of(trace, index)
     gamma = gamma_of(trace) if is_speculative(trace) else 0
-    nodes = [n for n in step["nodes"] if not n.get("pruned")]
+    nodes = [n for n in step["nodes"] if not n.get("pruned")][:max_nodes]
     old_to_new = {n["id"]: i for i, n in enumerate(nodes)}
     parents = [old_to_new.get(n["parent"], -1) for n in nodes]
     n = len(nodes)
@@ -344,8 +345,10 @@ def step_mask(trace: dict, index: int) -> tuple[list[list[int]], list[str], list
     return mask, labels, columns
 
 
-def mask_figure(trace: dict, index: int) -> go.Figure:
-    mask, rows, columns = step_mask(trace, index)
+def mask_figure(trace: dict, index: int, max_nodes: int | None = 10) -> go.Figure:
+    """The mask of `step_mask`, drawn for the first `max_nodes` surviving nodes (None = all)."""
+    survivors = sum(1 for n in step_of(trace, index)["nodes"] if not n.get("pruned"))
+    mask, rows, columns = step_mask(trace, index, max_nodes)
     gamma = gamma_of(trace) if is_speculative(trace) else 0
     n_main = len(rows) // (1 + gamma) if gamma else len(rows)
     ys, xs = list(range(len(rows))), list(range(len(columns)))
@@ -356,9 +359,11 @@ def mask_figure(trace: dict, index: int) -> go.Figure:
     if gamma:
         fig.add_hline(y=n_main - 0.5, line=dict(color=BONUS, width=2))
         fig.add_vline(x=n_main + 0.5, line=dict(color=BONUS, width=2))
-    dense = len(rows) > 40
+    dense = len(rows) > 60
     sub = (f"{n_main} main rows + {len(rows) - n_main} stream rows (γ = {gamma}) · blue = may attend"
            if gamma else f"{n_main} main row(s) · plain causal attention")
+    if n_main < survivors:
+        sub += f" · first {n_main} of {survivors} tree nodes shown"
     size = max(360, min(1000, 14 * len(rows) + 220))
     fig.update_layout(
         title=dict(text=f"Multi-stream attention mask · pass {index} (stream layers)<br><sup>{sub}</sup>"),

@@ -245,8 +245,11 @@ def test_mask_follows_msa_rules(trace):
             siblings = mask[r][1 + n + c * gamma: 1 + n + (c + 1) * gamma]
             assert siblings == [1] * (j + 1) + [0] * (gamma - j - 1)
             assert sum(mask[r][1 + n:]) == j + 1  # no other carrier's streams
-    fig = mask_figure(trace, index)
+    fig = mask_figure(trace, index, max_nodes=None)
     assert fig.data[0].type == "heatmap" and len(fig.data[0].z) == len(rows)
+    small, small_rows, _ = step_mask(trace, index, max_nodes=4)  # a legible corner: still a valid tree
+    assert len(small_rows) == 4 * (1 + gamma) and all(small[i][1:5] == mask[i][1:5] for i in range(4))
+    assert "first 4 of" in mask_figure(trace, index, max_nodes=4).layout.title.text
 
 
 def test_mask_skips_pruned_nodes(pruned_trace):
@@ -408,3 +411,16 @@ def test_demo_builds_with_stable_ids(lab_dir):
     assert {"prompt", "run", "ar-output", "ss-output", "speedup", "equal-badge", "tree-plot", "accept-plot",
             "attn-plot", "trace-download", "trace-upload"} <= ids
     build_demo({})  # no model at all: replay-only lab still builds
+
+
+def test_sampling_race_runs_and_explains(engine_and_lock):
+    from app.figures import acceptance_figure, tree_figure
+    from app.race import race, render_badge
+
+    engine, lock = engine_and_lock
+    cfg = DecodeConfig(max_new_tokens=16, temperature=0.9, top_k=20, seed=3, tree_topk=(2, 2), prune_threshold=0.05)
+    final = list(race(engine, PROMPT, cfg, lock, attention_layers=(3,)))[-1]
+    assert final.sampling and final.ss.text and final.ar.text
+    badge = render_badge(final)
+    assert "identical" in badge or "expected in sampling mode" in badge
+    assert acceptance_figure(final.trace).data and tree_figure(final.trace, len(final.trace["steps"]) - 1).data
