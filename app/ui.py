@@ -298,7 +298,7 @@ def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False)
         run_btn.click(on_run, [model_dd, mode_radio, prompt, topk, prune, budget, temperature, seed, max_new],
                       outputs_all, concurrency_limit=CONCURRENCY, concurrency_id="model")
         upload.upload(on_upload, [upload], outputs_all, concurrency_limit=8)
-        step.release(on_step, [trace_state, step, layer_dd, head_dd], [*step_views, msg])
+        step.input(on_step, [trace_state, step, layer_dd, head_dd], [*step_views, msg], trigger_mode="always_last")
         layer_dd.input(on_attention, [trace_state, step, layer_dd, head_dd], [attn_plot, msg])
         head_dd.input(on_attention, [trace_state, step, layer_dd, head_dd], [attn_plot, msg])
         preset_dd.input(lambda label: preset_map.get(label, ""), [preset_dd], [prompt])

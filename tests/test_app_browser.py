@@ -21,6 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
 RUN_TIMEOUT_MS = 90_000
+MAX_NEW = 32  # keeps each race to a second or two on the tiny model
 
 if not os.path.exists(CHROMIUM):
     pytest.skip(f"{CHROMIUM} is missing (install it with: apt-get install -y chromium)", allow_module_level=True)
@@ -88,6 +89,8 @@ class Page:
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
         self.page.goto(url)
         self.page.wait_for_selector("#run")
+        self.page.fill("#max-new input[type=number]", str(MAX_NEW))
+        self.page.press("#max-new input[type=number]", "Enter")
 
     def text(self, elem_id: str) -> str:
         return self.page.inner_text(f"#{elem_id} .lab-text").strip()
@@ -110,7 +113,7 @@ class Page:
         self.context.close()
 
 
-def expected_texts(lab_dir, prompts, max_new_tokens=64):
+def expected_texts(lab_dir, prompts, max_new_tokens=MAX_NEW):
     from specstream_core import DecodeConfig, Engine
 
     engine = Engine.load(lab_dir, streams_dir=os.path.join(lab_dir, "streams"))
@@ -134,6 +137,12 @@ def test_race_views_download_and_replay(server, browser, tmp_path):
     for elem_id in ("tree-plot", "accept-plot", "attn-plot", "mask-plot"):
         assert a.plot_points(elem_id) > 0, elem_id
     assert "step by step" in page.inner_text("#explain")
+    # the step slider moves the tree, attention, mask and explanation to another pass
+    page.fill("#step-slider input[type=number]", "1")
+    page.press("#step-slider input[type=number]", "Enter")
+    page.wait_for_function("() => document.querySelector('#tree-plot .js-plotly-plot').layout.title.text"
+                           ".includes('pass 1<')", timeout=20_000)
+    assert "Pass 1, step by step" in page.inner_text("#explain")
 
     with page.expect_download() as info:
         page.click("#trace-download")
@@ -170,6 +179,21 @@ def test_malformed_upload_shows_message(server, browser, tmp_path, name, content
     shown = p.page.inner_text("#lab-message")
     assert "Cannot replay" in shown and needle in shown and "Traceback" not in shown
     assert "Traceback" not in p.page.content()
+    assert not p.errors, p.errors
+    p.close()
+
+
+def test_bad_settings_show_a_message(server, browser):
+    p = Page(browser, server)
+    p.page.fill("#prompt textarea", "   ")
+    p.page.click("#run button, button#run")
+    p.page.wait_for_selector("#lab-message .lab-error", timeout=30_000)
+    assert "empty" in p.page.inner_text("#lab-message")
+    p.page.fill("#prompt textarea", "hello")
+    p.page.fill("#topk textarea, #topk input", "4,x")
+    p.page.click("#run button, button#run")
+    p.page.wait_for_function("() => document.querySelector('#lab-message').innerText.includes('topk')",
+                             timeout=30_000)
     assert not p.errors, p.errors
     p.close()
 
