@@ -48,7 +48,7 @@ class TrainConfig:
     alpha_main: float = 1.0
     alpha_stream: float = 0.1
     alpha_prune: float = 0.1
-    precision: str = "bf16"  # bf16 | fp32 (autocast)
+    precision: str = "fp32"  # fp32 | bf16 autocast (bf16 is far slower on CPUs without AMX)
     seed: int = 0
     checkpoint_every: int = 100
     log_every: int = 10
@@ -98,33 +98,59 @@ class StreamObjective(nn.Module):
 
     def forward(self, ids: torch.Tensor, weight: torch.Tensor):
         B, T = ids.shape
+        gamma = self.streams.cfg.gamma
         positions = torch.arange(T, device=ids.device).expand(B, T)
         visible = masks.causal_visibility(T, B, ids.device)
-        carriers = positions  # every position carries γ streams
+        # only positions with a stream target carry streams: fewer rows in the (1+γ)-wide layers
+        carriers, pad = stream_carriers(weight, gamma)
         out = msa.forward(self.model, ids, positions, visible, streams=self.streams, carriers=carriers,
                           frozen_bottom=self.cfg.mode == "lossless")
         head = compat.lm_head(self.model)
         parts = {}
         loss = ids.new_zeros((), dtype=torch.float32)
         if self.cfg.mode == "shared" and self.cfg.alpha_main:
-            main = _ce(head(out.main), shifted_targets(ids, weight, 1))
+            main = _ce(head, out.main, shifted_targets(ids, weight, 1))
             loss = loss + self.cfg.alpha_main * main
             parts["main"] = main.detach()
-        for j in range(1, self.streams.cfg.gamma + 1):
+        for j in range(1, gamma + 1):
             # stream j at t predicts y_{t+j}, the token j places after the main stream's next token
-            lj = _ce(head(out.streams[:, :, j - 1]), shifted_targets(ids, weight, 1 + j))
+            targets = torch.gather(shifted_targets(ids, weight, 1 + j), 1, carriers).masked_fill(pad, IGNORE)
+            lj = _ce(head, out.streams[:, :, j - 1], targets)
             loss = loss + self.cfg.alpha_stream * lj
             parts[f"s{j}"] = lj.detach()
         if self.streams.prune is not None and self.cfg.alpha_prune:
-            early = head(msa.prune_hidden(self.model, self.streams, out.birth))
-            lp = _ce(early, shifted_targets(ids, weight, 1))
+            early = msa.prune_hidden(self.model, self.streams, out.birth)
+            lp = _ce(head, early, shifted_targets(ids, weight, 1))
             loss = loss + self.cfg.alpha_prune * lp
             parts["prune"] = lp.detach()
         return loss, parts
 
 
-def _ce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE)
+def stream_carriers(weight: torch.Tensor, gamma: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Positions t whose streams have at least one weighted target (t+2 .. t+1+γ), per row.
+
+    Returns carriers [B, s] (rows padded by repeating their last carrier) and pad [B, s] (True = padding).
+    """
+    B, T = weight.shape
+    useful = torch.zeros_like(weight)
+    for j in range(1, gamma + 1):
+        useful[:, : max(0, T - 1 - j)] |= weight[:, 1 + j:]
+    counts = useful.sum(dim=1)
+    s = max(1, int(counts.max()))
+    order = torch.argsort((~useful).to(torch.int8), dim=1, stable=True)[:, :s]  # useful positions first, in order
+    pad = torch.arange(s, device=weight.device)[None] >= counts[:, None]
+    last = order.gather(1, (counts.clamp(min=1) - 1)[:, None])
+    carriers = torch.where(pad, last, order)
+    return carriers, pad
+
+
+def _ce(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of the LM head on the rows that have a target (the head is the costly part)."""
+    valid = targets != IGNORE  # [B, T]
+    if not bool(valid.any()):
+        return hidden.sum() * 0.0
+    logits = head(hidden[valid])  # [rows, V]
+    return F.cross_entropy(logits.float(), targets[valid])
 
 
 # ---- evaluation ----------------------------------------------------------------------------------

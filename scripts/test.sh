@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Set up (if needed) and run the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh requirements-dev.txt
+command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
+export GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TRANSFORMERS_VERBOSITY=error
+exec .venv/bin/python -m pytest -q tests "$@"
