@@ -18,6 +18,7 @@ from .errors import SpecstreamError
 COMMANDS = {
     "generate": ("specstream_core.commands.generate", "decode one prompt (plain or speculative)"),
     "train": ("specstream_core.commands.train", "train stream parameters (lossless or shared mode)"),
+    "bench": ("specstream_core.commands.bench", "benchmark speculative streaming against other methods per category"),
     "pretrain": ("specstream_core.commands.pretrain", "pretrain the bundled base model from offline text"),
     "eval-tasks": ("specstream_core.commands.eval_tasks", "score a model on the task suite (plain greedy)"),
 }

@@ -248,7 +248,7 @@ def trainable(model, streams: StreamParams) -> list[torch.Tensor]:
 
 def train(model, cfg: TrainConfig, train_data: tuple[torch.Tensor, torch.Tensor], out_dir: str,
           eval_data: tuple[torch.Tensor, torch.Tensor] | None = None, resume: bool = False,
-          progress: bool = True, log=print) -> dict:
+          progress: bool = True, log=print, extra: dict | None = None) -> dict:
     """Train streams on packed data; writes `out_dir` (streams, lora/ in shared mode, train_log.json)."""
     from accelerate import Accelerator
     from tqdm.auto import tqdm
@@ -312,13 +312,13 @@ def train(model, cfg: TrainConfig, train_data: tuple[torch.Tensor, torch.Tensor]
                "extra_parameters": sum(p.numel() for p in params)}
     if eval_data is not None:
         summary["eval"] = evaluate_streams(model, streams, *eval_data)
-    save(out_dir, model, streams, summary)
+    save(out_dir, model, streams, summary, extra)
     return summary
 
 
-def save(out_dir: str, model, streams: StreamParams, summary: dict) -> None:
+def save(out_dir: str, model, streams: StreamParams, summary: dict, extra: dict | None = None) -> None:
     os.makedirs(out_dir, exist_ok=True)
-    streams.save(out_dir, extra={"eval": summary.get("eval"), "steps": summary.get("steps")})
+    streams.save(out_dir, extra={"eval": summary.get("eval"), "steps": summary.get("steps"), **(extra or {})})
     if streams.cfg.mode == "shared":
         model.save_pretrained(os.path.join(out_dir, LORA_DIR))
     with open(os.path.join(out_dir, "train_log.json"), "w") as f:

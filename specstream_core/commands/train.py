@@ -34,6 +34,9 @@ def add_arguments(p) -> None:
     p.add_argument("--threads", type=int, default=0, help="CPU threads (0 = torch default)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--recommend-topk", default="", help="store a recommended draft tree (e.g. 3,2,1,1) with the streams")
+    p.add_argument("--recommend-prune", type=float, default=None, help="store a recommended pruning threshold")
+    p.add_argument("--recommend-budget", type=int, default=None, help="store a recommended node budget")
 
 
 def load_examples(data: str, tokenizer, per_category: int, split: str) -> list[tuple[list[int], list[int]]]:
@@ -91,7 +94,17 @@ def run(args) -> int:
     eval_data = pack(eval_pairs, cfg.seq_len)
     print(f"training {cfg.mode} streams on {train_data[0].numel():,} tokens "
           f"({int(train_data[1].sum()):,} answer tokens); eval {eval_data[0].numel():,} tokens")
-    summary = train(model, cfg, train_data, args.out, eval_data=eval_data, resume=args.resume)
+    decode = {}
+    if args.recommend_topk:
+        from ..decode import parse_topk
+
+        decode["topk"] = list(parse_topk(args.recommend_topk))
+    if args.recommend_prune is not None:
+        decode["prune_threshold"] = args.recommend_prune
+    if args.recommend_budget is not None:
+        decode["node_budget"] = args.recommend_budget
+    summary = train(model, cfg, train_data, args.out, eval_data=eval_data, resume=args.resume,
+                    extra={"decode": decode} if decode else None)
     ev = summary.get("eval", {})
     print(json.dumps({"out": args.out, "steps": summary["steps"], "train_seconds": round(summary["train_seconds"], 1),
                       "extra_parameters": summary["extra_parameters"], "eval": ev}, indent=1))
