@@ -144,3 +144,25 @@ def test_bad_traces(tmp_path):
     big.write_bytes(b" " * (21 * 1024 * 1024))
     with pytest.raises(SpecstreamError, match="limit"):
         load_trace(str(big))
+
+
+def test_stop_strings_cut_the_output(model_dir):
+    engine = Engine.load(model_dir, gamma=3)
+    full = engine.generate("abc", DecodeConfig(mode="ar", max_new_tokens=20, stop_on_eos=False))
+    assert len(full.text) >= 6
+    stop = full.text[3:5]
+    for mode in ("ar", "ss"):
+        out = engine.generate("abc", DecodeConfig(mode=mode, max_new_tokens=20, stop_on_eos=False, stop_strings=(stop,)))
+        assert out.text.endswith(stop) and stop not in out.text[:-len(stop)]
+        assert full.text.startswith(out.text)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "nf4", "int8"])
+def test_precisions_load_and_decode(model_dir, precision):
+    pytest.importorskip("bitsandbytes")
+    engine = Engine.load(model_dir, precision=precision, gamma=2)
+    out = engine.generate("abc", DecodeConfig(mode="ss", max_new_tokens=6, stop_on_eos=False))
+    assert len(out.token_ids) == 6
+    if precision == "nf4":  # the exact CPU path: speculative output equals plain output
+        ar = engine.generate("abc", DecodeConfig(mode="ar", max_new_tokens=6, stop_on_eos=False))
+        assert ar.token_ids == out.token_ids
