@@ -73,7 +73,7 @@ class KVCache:
         return k_buf[:, :, :end], v_buf[:, :, :end]
 
     # ---- called by the engine --------------------------------------------------------------
-    def commit(self, keep: list[list[torch.Tensor]] | list[torch.Tensor], counts: list[int] | None = None) -> None:
+    def commit(self, keep: list[list[torch.Tensor]] | list[torch.Tensor]) -> None:
         """Move accepted scratch rows into place and advance the lengths.
 
         keep[layer] is a LongTensor [B, m] of scratch-row indices (ascending) to keep in that layer, or a
@@ -88,7 +88,7 @@ class KVCache:
             for b, row_idx in enumerate(rows):
                 m = row_idx.numel()
                 start = self.lengths[b]
-                if m and not _is_identity_prefix(row_idx, counts):
+                if m and not _already_in_place(row_idx):
                     # gather first (advanced indexing copies), then write: safe although ranges overlap
                     src = start + row_idx
                     k_buf[b, :, start:start + m] = k_buf[b, :, src]
@@ -115,9 +115,9 @@ class KVCache:
         return sum(t.numel() * t.element_size() for t in self.keys + self.values)
 
 
-def _is_identity_prefix(row_idx: torch.Tensor, counts) -> bool:
-    # indices 0..m-1 are already in place; checking needs a host read, so only do it for tiny tensors on CPU
+def _already_in_place(row_idx: torch.Tensor) -> bool:
+    """Ascending distinct indices ending at m-1 are exactly 0..m-1: nothing to move (checked on CPU only,
+    where reading one element costs no device sync)."""
     if row_idx.device.type != "cpu":
         return False
-    m = row_idx.numel()
-    return bool(row_idx[-1].item() == m - 1)
+    return bool(row_idx[-1].item() == row_idx.numel() - 1)

@@ -103,7 +103,8 @@ class StreamRowLoRA(nn.Module):
             return y
         xs = x[..., n:, :].to(self.lora_A.weight.dtype)
         delta = self.lora_B(self.lora_A(xs)).to(y.dtype)
-        return torch.cat([y[..., :n, :], y[..., n:, :] + delta], dim=-2)
+        y[..., n:, :] += delta  # in place: y is a fresh output the base layer's backward does not need
+        return y
 
 
 class PruneHead(nn.Module):
