@@ -314,7 +314,6 @@ class SpeculativeDecoding(Decoding):
         idx_rows = torch.tensor([row_of[p] for p in tree.parents[1:]], device=logp.device)
         idx_toks = torch.tensor(tree.tokens[1:], device=logp.device)
         trans = [1.0] + logp[idx_rows, idx_toks].exp().tolist()  # host sync: the kept set sizes the pass
-        self._transition = trans
         return torch.tensor(prune_by_threshold(tree, trans, self.cfg.prune_threshold), device=h_birth.device)
 
     def _accept(self, log: _StepLog) -> list[int]:
