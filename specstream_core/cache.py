@@ -21,9 +21,11 @@ import torch
 class KVCache:
     def __init__(self, num_layers: int, batch: int, kv_heads: int, head_dim: int, capacity: int,
                  dtype: torch.dtype, device: torch.device | str):
-        shape = (batch, kv_heads, capacity, head_dim)
-        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        # one buffer for every layer's keys and values: [L, 2, B, H_kv, capacity, D], so accepting a
+        # path is one gather per group of layers that saw the same rows, not one per layer and tensor
+        self.buffer = torch.zeros(num_layers, 2, batch, kv_heads, capacity, head_dim, dtype=dtype, device=device)
+        self.keys = [self.buffer[i, 0] for i in range(num_layers)]
+        self.values = [self.buffer[i, 1] for i in range(num_layers)]
         self.lengths = [0] * batch  # host-side ints: no device sync to read them
         self.capacity = capacity
         self.scratch = [0] * num_layers  # rows written by the current step, per layer
@@ -73,26 +75,24 @@ class KVCache:
         return k_buf[:, :, :end], v_buf[:, :, :end]
 
     # ---- called by the engine --------------------------------------------------------------
-    def commit(self, keep: list[list[torch.Tensor]] | list[torch.Tensor]) -> None:
+    def commit(self, groups: list[tuple[int, int, torch.Tensor | list[torch.Tensor]]]) -> None:
         """Move accepted scratch rows into place and advance the lengths.
 
-        keep[layer] is a LongTensor [B, m] of scratch-row indices (ascending) to keep in that layer, or a
-        list of B such 1-D tensors when rows keep different numbers of tokens. Every layer keeps the same
-        count per row (the accepted tokens); the indices differ because layers see different row sets.
+        groups: (first layer, end layer, keep) for runs of layers that saw the same rows; keep is a
+        LongTensor [B, m] of scratch-row indices (ascending) or a list of B 1-D tensors when sequences
+        keep different numbers of tokens. Every layer keeps the same count per sequence (the accepted
+        tokens); indices differ between groups because pruning changes which rows a layer saw.
         """
-        batch = self.batch
         new_lengths = list(self.lengths)
-        for layer_idx, idx in enumerate(keep):
-            k_buf, v_buf = self.keys[layer_idx], self.values[layer_idx]
-            rows = idx if isinstance(idx, list) else [idx[b] for b in range(batch)]
+        for lo, hi, keep in groups:
+            rows = keep if isinstance(keep, list) else [keep[b] for b in range(self.batch)]
             for b, row_idx in enumerate(rows):
                 m = row_idx.numel()
                 start = self.lengths[b]
                 if m and not _already_in_place(row_idx):
                     # gather first (advanced indexing copies), then write: safe although ranges overlap
-                    src = start + row_idx
-                    k_buf[b, :, start:start + m] = k_buf[b, :, src]
-                    v_buf[b, :, start:start + m] = v_buf[b, :, src]
+                    block = self.buffer[lo:hi, :, b]  # [layers, 2, H, cap, D]
+                    block[:, :, :, start:start + m] = block[:, :, :, start + row_idx]
                 new_lengths[b] = start + m
         self.lengths = new_lengths
         self.scratch = [0] * len(self.keys)
@@ -112,7 +112,7 @@ class KVCache:
         return self.keys[layer_idx][b, :, :n], self.values[layer_idx][b, :, :n]
 
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.keys + self.values)
+        return self.buffer.numel() * self.buffer.element_size()
 
 
 def _already_in_place(row_idx: torch.Tensor) -> bool:

@@ -297,7 +297,7 @@ class SpeculativeDecoding(Decoding):
         birth = self.streams.cfg.birth_layer if use_streams else len(self.cache.keys)
         top_idx = torch.tensor(verdict.path, device=engine.device)
         bottom_idx = torch.tensor([keep[i] for i in verdict.path], device=engine.device)
-        self.cache.commit([bottom_idx[None]] * birth + [top_idx[None]] * (len(self.cache.keys) - birth))
+        self.cache.commit([(0, birth, bottom_idx[None]), (birth, len(self.cache.keys), top_idx[None])])
         log = _StepLog(tree, keep, [keep[i] for i in verdict.path], verdict.bonus, (out.rows_bottom, out.rows_top),
                        {"verify": (t1 - t0) * 1e3, "draft": (t2 - t1) * 1e3})
         if capture:
