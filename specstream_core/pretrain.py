@@ -281,7 +281,7 @@ def pretrain(out_dir: str | Path, preset_name: str = "default", minutes: float |
     tokenizer.save_pretrained(out)
     info = {"preset": preset_name, **dataclasses.asdict(preset), "parameters": n_params,
             "corpus_documents": len(docs), "corpus_tokens": int(data.numel()), "threads": torch.get_num_threads(),
-            "bf16_autocast": bf16, "seed": seed, **stats}
+            "bf16_autocast": bf16, "seed": seed, "budget_minutes": minutes, "budget_max_steps": max_steps, **stats}
     if init_from is not None:
         info["init_from"] = str(init_from)
         info["previous_run"] = previous
