@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import warnings
 from dataclasses import asdict
@@ -32,6 +33,16 @@ def add_arguments(p) -> None:
     p.add_argument("--quick", action="store_true", help="2 categories × 3 prompts × 48 tokens (a smoke test)")
     p.add_argument("--json", metavar="FILE", help="write rows as JSON")
     p.add_argument("--markdown", metavar="FILE", help="write the Markdown table")
+
+
+def lora_parameter_count(streams_dir: str) -> int:
+    from safetensors import safe_open
+
+    path = os.path.join(streams_dir, "lora", "adapter_model.safetensors")
+    if not os.path.isfile(path):
+        return 0
+    with safe_open(path, "pt") as f:
+        return sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
 
 
 def recommended(streams_dir: str | None) -> dict:
@@ -111,7 +122,7 @@ def run(args) -> int:
             scfg = DecodeConfig(mode="ss", max_new_tokens=max_new, tree_topk=tuple(srec.get("topk", topk)),
                                 prune_threshold=srec.get("prune_threshold", prune), node_budget=srec.get("node_budget", budget))
             built.append(engine_method("ar-shared", shared_engine, ar_cfg))
-            lora = sum(p.numel() for n_, p in shared_engine.model.named_parameters() if "lora" in n_)
+            lora = lora_parameter_count(shared)  # merged into the weights on load, so count the adapter file
             built.append(engine_method("ss-shared", shared_engine, scfg, reference="ar-shared",
                                        extra_params=shared_engine.streams.extra_parameter_count() + lora))
     print(f"bench: {len(categories)} categories × {n} prompts × ≤{max_new} tokens; methods: "
