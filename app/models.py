@@ -88,7 +88,8 @@ def bundled_spec() -> ModelSpec | None:
 
 
 def available_specs(env=None) -> dict[str, ModelSpec]:
-    """Bundled model first, then the host's allow-list. A broken allow-list is logged, not fatal."""
+    """Bundled model first, then the host's allow-list (SPECSTREAM_DEFAULT_MODEL may name another to put
+    first). A broken allow-list is logged, not fatal."""
     env = os.environ if env is None else env
     specs = {}
     bundled = bundled_spec()
@@ -98,6 +99,9 @@ def available_specs(env=None) -> dict[str, ModelSpec]:
         specs.update(parse_specs(env.get("SPECSTREAM_MODELS", "")))
     except SpecstreamError as exc:
         log.error("ignoring SPECSTREAM_MODELS: %s", exc)
+    first = env.get("SPECSTREAM_DEFAULT_MODEL", "")
+    if first in specs:  # the host may pick which model the page opens with
+        specs = {first: specs[first], **{k: v for k, v in specs.items() if k != first}}
     return specs
 
 

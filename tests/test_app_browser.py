@@ -43,6 +43,7 @@ def lab_dir(tmp_path_factory):
 def server(lab_dir, tmp_path_factory):
     port = free_port()
     env = dict(os.environ, SPECSTREAM_MODELS=lab_models_env(lab_dir), GRADIO_SERVER_PORT=str(port),
+               SPECSTREAM_DEFAULT_MODEL=next(iter(json.loads(lab_models_env(lab_dir)))),
                GRADIO_SERVER_NAME="127.0.0.1", GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1",
                HF_HUB_DISABLE_TELEMETRY="1", OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
     log = open(tmp_path_factory.mktemp("server") / "server.log", "w+")
