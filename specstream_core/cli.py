@@ -35,10 +35,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    pass
-
-
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     parser = build_parser()

@@ -18,7 +18,7 @@ import json
 import os
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -226,17 +226,10 @@ def build_streams(model, cfg: TrainConfig):
                                  adapter_rank=cfg.adapter_rank if cfg.mode == "lossless" else 0,
                                  prune_rank=cfg.prune_rank, mode=cfg.mode, seed=cfg.seed)
     if cfg.mode == "shared":
-        streams = _with_lora_rank(streams, cfg.lora_rank, model)
+        streams.cfg = replace(streams.cfg, lora_rank=cfg.lora_rank)
     for p in streams.trainable_parameters():
         p.requires_grad_(True)
     return model, streams
-
-
-def _with_lora_rank(streams: StreamParams, rank: int, model) -> StreamParams:
-    from dataclasses import replace
-
-    streams.cfg = replace(streams.cfg, lora_rank=rank)
-    return streams
 
 
 def trainable(model, streams: StreamParams) -> list[torch.Tensor]:
@@ -304,8 +297,6 @@ def train(model, cfg: TrainConfig, train_data: tuple[torch.Tensor, torch.Tensor]
             break
     bar.close()
     steps_done = step + 1
-    from dataclasses import replace
-
     streams.cfg = replace(streams.cfg, trained_steps=steps_done)
     summary = {"config": asdict(cfg), "steps": steps_done, "history": history,
                "train_seconds": time.time() - t_start,
