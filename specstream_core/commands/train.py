@@ -34,6 +34,11 @@ def add_arguments(p) -> None:
     p.add_argument("--threads", type=int, default=0, help="CPU threads (0 = torch default)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--distill", action="store_true",
+                   help="train on the base model's own greedy answers to the prompts (self-distillation: "
+                        "what lossless streams must predict to be accepted)")
+    p.add_argument("--distill-max-new-tokens", type=int, default=128, help="cap on each distilled answer")
+    p.add_argument("--distill-cache", default="", help="JSONL file that keeps distilled answers between runs")
     p.add_argument("--recommend-topk", default="", help="store a recommended draft tree (e.g. 3,2,1,1) with the streams")
     p.add_argument("--recommend-prune", type=float, default=None, help="store a recommended pruning threshold")
     p.add_argument("--recommend-budget", type=int, default=None, help="store a recommended node budget")
@@ -90,11 +95,18 @@ def run(args) -> int:
     model = load_model(LoadConfig(base, precision="fp32", device=args.device))
     train_pairs = load_examples(args.data, tokenizer, args.examples_per_category, "train")
     eval_pairs = load_examples(args.data, tokenizer, max(20, args.examples_per_category // 20), "eval")
+    if args.distill:
+        from ..distill import distilled_pairs
+
+        cache = args.distill_cache or None
+        train_pairs = distilled_pairs(model, tokenizer, train_pairs, args.distill_max_new_tokens, cache_file=cache)
+        eval_pairs = distilled_pairs(model, tokenizer, eval_pairs, args.distill_max_new_tokens, cache_file=cache)
     train_data = pack(train_pairs, cfg.seq_len)
     eval_data = pack(eval_pairs, cfg.seq_len)
     print(f"training {cfg.mode} streams on {train_data[0].numel():,} tokens "
           f"({int(train_data[1].sum()):,} answer tokens); eval {eval_data[0].numel():,} tokens")
     decode = {}
+    extra = {"targets": "self-distilled (base greedy answers)" if args.distill else "data"}
     if args.recommend_topk:
         from ..decode import parse_topk
 
@@ -104,7 +116,7 @@ def run(args) -> int:
     if args.recommend_budget is not None:
         decode["node_budget"] = args.recommend_budget
     summary = train(model, cfg, train_data, args.out, eval_data=eval_data, resume=args.resume,
-                    extra={"decode": decode} if decode else None)
+                    extra={**extra, "decode": decode} if decode else extra)
     ev = summary.get("eval", {})
     print(json.dumps({"out": args.out, "steps": summary["steps"], "train_seconds": round(summary["train_seconds"], 1),
                       "extra_parameters": summary["extra_parameters"], "eval": ev}, indent=1))
