@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import compat, msa, trace as tracing
+from . import compat, msa, processors, trace as tracing
 from .cache import KVCache
 from .drafters import Drafter, StreamDrafter
 from .errors import SpecstreamError
@@ -47,6 +47,8 @@ class DecodeConfig:
     attention_layers: tuple[int, ...] = ()  # capture stream attention in these layers (trace only)
     attention_heads: tuple[int, ...] = ()  # () = all heads
     attention_context: int = 48  # most context columns kept per attention map
+    no_repeat_ngram_size: int = 0  # ban any n-gram already in the context (0 = off), per tree node
+    repetition_penalty: float = 1.0  # transformers' repetition penalty (1 = off), per tree node
 
     def __post_init__(self):
         if self.mode not in ("ar", "ss"):
@@ -65,6 +67,14 @@ class DecodeConfig:
             raise SpecstreamError(f"prune threshold must be in [0, 1), got {self.prune_threshold}")
         if not 1 <= self.node_budget <= 512:
             raise SpecstreamError(f"node budget must be between 1 and 512, got {self.node_budget}")
+        if isinstance(self.no_repeat_ngram_size, bool) or not isinstance(self.no_repeat_ngram_size, int) \
+                or not 0 <= self.no_repeat_ngram_size <= MAX_NEW_TOKENS:
+            raise SpecstreamError(f"no_repeat_ngram_size must be an integer between 0 (off) and {MAX_NEW_TOKENS}, "
+                                  f"got {self.no_repeat_ngram_size!r}")
+        if not isinstance(self.repetition_penalty, (int, float)) or isinstance(self.repetition_penalty, bool) \
+                or not 0.0 < self.repetition_penalty <= 100.0:
+            raise SpecstreamError(f"repetition_penalty must be in (0, 100] (1 = off, > 1 penalizes repeats), "
+                                  f"got {self.repetition_penalty!r}")
 
     @property
     def sampling(self) -> SamplingConfig:
@@ -210,6 +220,8 @@ class PlainDecoding(Decoding):
                           cache=self.cache, window=self.engine.window)
         self.cache.advance(n)
         logits = self.engine.logits(out.main[0, -1])
+        if processors.active(self.cfg):  # n-gram blocking / repetition penalty over the whole context
+            logits = processors.apply(self.cfg, logits, self.prompt_ids + self.output)
         self.pending = sample_token(logits, self.cfg.sampling, self.generator)
         self.rows_total += n
         emitted = self._emit([self.pending])
@@ -280,11 +292,15 @@ class SpeculativeDecoding(Decoding):
         keep = out.keep.tolist() if out.keep is not None else list(range(n))
         survivors = tree.subset(keep) if out.keep is not None else tree
         if prefill:  # only the last row's logits matter
-            logits = engine.logits(out.main[0, -1:])
-            verdict = Verdict(path=list(range(n)), bonus=sample_token(logits[0], cfg.sampling, self.generator))
+            logits = engine.logits(out.main[0, -1])
+            if processors.active(cfg):
+                logits = processors.apply(cfg, logits, self.prompt_ids)
+            verdict = Verdict(path=list(range(n)), bonus=sample_token(logits, cfg.sampling, self.generator))
             last = n - 1
         else:
             logits = engine.logits(out.main[0])  # [m, V] verification rows
+            if processors.active(cfg):  # row i sees the context before the root (output[-1]) + its own path
+                logits = processors.apply(cfg, logits, self.prompt_ids + self.output[:-1], survivors)
             verdict = (verify_greedy(survivors, logits) if cfg.sampling.greedy
                        else verify_sampling(survivors, logits, cfg.sampling, self.generator))
             last = verdict.path[-1]
@@ -292,6 +308,8 @@ class SpeculativeDecoding(Decoding):
         if use_streams:  # 5. the accepted node's streams are the next draft
             carrier_idx = 0 if prefill else last
             self.drafter.observe_streams(engine.logits(out.streams[0, carrier_idx]))
+        if self.drafter.uses_main_hidden:  # heads on the accepted node's final main hidden state (Medusa)
+            self.drafter.observe_main_hidden(out.main[0, last])
         t2 = time.perf_counter()
         # cache rows to keep: bottom layers saw the whole tree, the top layers only the survivors
         birth = self.streams.cfg.birth_layer if use_streams else len(self.cache.keys)

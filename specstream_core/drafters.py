@@ -16,12 +16,16 @@ from .tree import Tree, chain, from_stream_topk
 
 class Drafter:
     uses_streams = False  # True: the verifier must run stream rows and hand back their hidden states
+    uses_main_hidden = False  # True: the verifier hands over the accepted node's final main hidden state
 
     def propose(self, root: int, history: list[int]) -> Tree:
         raise NotImplementedError
 
     def observe_streams(self, stream_logits: torch.Tensor) -> None:
         """Receive the accepted node's stream logits [γ, V] (stream drafters only)."""
+
+    def observe_main_hidden(self, hidden: torch.Tensor) -> None:
+        """Receive the accepted node's final-normed main hidden state [d] (head drafters such as Medusa)."""
 
 
 class StreamDrafter(Drafter):

@@ -13,58 +13,85 @@ from ..loading import QUANTIZE_CHOICES, precision_from_flags
 
 
 def add_arguments(p) -> None:
+    add_model_arguments(p)
+    p.add_argument("--prompt", required=True, help="prompt text")
+    add_decode_arguments(p)
+    p.add_argument("--trace", metavar="FILE", help="write the per-step trace (JSON) here")
+    p.add_argument("--attention-layers", default="", help="capture stream attention in these layers, e.g. 6,7")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def add_model_arguments(p) -> None:
+    """Which model and streams to load, and how (shared with generate-batch)."""
     p.add_argument("--base", help="base model: local directory or hub id (default: the bundled model)")
     p.add_argument("--streams", help="stream-adapter directory (default with --base: fresh streams)")
-    p.add_argument("--prompt", required=True, help="prompt text")
+    p.add_argument("--gamma", type=int, default=4, help="number of fresh streams (ignored with --streams)")
+    p.add_argument("--n-stream-layers", type=int, default=None, help="Ns for fresh streams (default: N/4)")
+    p.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none")
+    p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+
+
+def add_decode_arguments(p) -> None:
+    """Decoding settings, turned into a DecodeConfig by build_config (shared with generate-batch)."""
     p.add_argument("--mode", choices=("ar", "ss"), default="ss", help="ar: plain decoding; ss: speculative streaming")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--sample-top-k", type=int, default=0, help="sampling: keep the k most likely tokens (0 = off)")
     p.add_argument("--top-p", type=float, default=1.0, help="sampling: nucleus mass (1 = off)")
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--gamma", type=int, default=4, help="number of fresh streams (ignored with --streams)")
-    p.add_argument("--n-stream-layers", type=int, default=None, help="Ns for fresh streams (default: N/4)")
     p.add_argument("--topk", default="4,3,2,1", help="draft-tree candidates per depth, e.g. 4,3,2,1")
     p.add_argument("--prune-threshold", type=float, default=0.0, help="drop tree branches below this transition probability")
     p.add_argument("--node-budget", type=int, default=64, help="most tree nodes per step")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    p.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none")
-    p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
-    p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--trace", metavar="FILE", help="write the per-step trace (JSON) here")
-    p.add_argument("--attention-layers", default="", help="capture stream attention in these layers, e.g. 6,7")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--no-repeat-ngram-size", type=int, default=0,
+                   help="never repeat an n-gram of this size already in prompt or output (0 = off; as transformers)")
+    p.add_argument("--repetition-penalty", type=float, default=1.0,
+                   help="divide logits of tokens already seen by this (1 = off, 1.2 is typical; as transformers)")
 
 
 def build_config(args) -> DecodeConfig:
     layers = ()
-    if args.attention_layers:
+    attention = getattr(args, "attention_layers", "")
+    if attention:
         try:
-            layers = tuple(int(x) for x in args.attention_layers.split(","))
+            layers = tuple(int(x) for x in attention.split(","))
         except ValueError:
-            raise SpecstreamError(f"--attention-layers must be comma-separated integers, got {args.attention_layers!r}") from None
+            raise SpecstreamError(f"--attention-layers must be comma-separated integers, got {attention!r}") from None
     return DecodeConfig(mode=args.mode, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                         top_k=args.sample_top_k, top_p=args.top_p, seed=args.seed, tree_topk=parse_topk(args.topk),
                         prune_threshold=args.prune_threshold, node_budget=args.node_budget,
-                        stop_strings=tuple(args.stop), trace=bool(args.trace), attention_layers=layers)
+                        stop_strings=tuple(args.stop), trace=bool(getattr(args, "trace", None)),
+                        attention_layers=layers, no_repeat_ngram_size=args.no_repeat_ngram_size,
+                        repetition_penalty=args.repetition_penalty)
 
 
-def run(args) -> int:
-    from ..engine import Engine
-    from ..trace import save_trace
-
-    cfg = build_config(args)  # validate settings before loading anything
+def check_model_arguments(args) -> None:
     if not 1 <= args.gamma <= 8:
         raise SpecstreamError(f"--gamma must be between 1 and 8, got {args.gamma}")
-    if not args.prompt.strip():
-        raise SpecstreamError("the prompt is empty")
+
+
+def load_engine(args, quiet: bool = False):
+    """The engine named by --base/--streams (the bundled model when none is named)."""
+    from ..engine import Engine
+
     base, streams = defaults.resolve(args.base, args.streams)
     precision = precision_from_flags(args.quantize, args.dtype)
     with warnings.catch_warnings():
-        if args.json:
+        if quiet:
             warnings.simplefilter("ignore")
-        engine = Engine.load(base, streams, precision=precision, device=args.device, gamma=args.gamma,
-                             n_stream_layers=args.n_stream_layers)
+        return Engine.load(base, streams, precision=precision, device=args.device, gamma=args.gamma,
+                           n_stream_layers=args.n_stream_layers)
+
+
+def run(args) -> int:
+    from ..trace import save_trace
+
+    cfg = build_config(args)  # validate settings before loading anything
+    check_model_arguments(args)
+    if not args.prompt.strip():
+        raise SpecstreamError("the prompt is empty")
+    engine = load_engine(args, quiet=args.json)
     result = engine.generate(args.prompt, cfg)
     if args.trace:
         save_trace(result.trace, args.trace)
