@@ -29,6 +29,7 @@ class KVCache:
         self.lengths = [0] * batch  # host-side ints: no device sync to read them
         self.capacity = capacity
         self.scratch = [0] * num_layers  # rows written by the current step, per layer
+        self._slots_key = None  # (lengths, q) of the cached ragged-write indices
 
     @classmethod
     def for_model(cls, model, batch: int, capacity: int) -> "KVCache":
@@ -67,12 +68,22 @@ class KVCache:
             start = self.lengths[0]
             k_buf[:, :, start:start + q] = key_states
             v_buf[:, :, start:start + q] = value_states
-        else:  # ragged batch: each row writes after its own prefix
-            for b, start in enumerate(self.lengths):
-                k_buf[b, :, start:start + q] = key_states[b]
-                v_buf[b, :, start:start + q] = value_states[b]
+        else:  # ragged batch: each row writes after its own prefix, one indexed write per tensor
+            rows, slots = self._ragged_slots(q)  # [B, 1], [B, q]
+            k_buf.transpose(1, 2)[rows, slots] = key_states.transpose(1, 2)  # [B, q, H_kv, D] into [B, cap, H_kv, D]
+            v_buf.transpose(1, 2)[rows, slots] = value_states.transpose(1, 2)
         self.scratch[layer_idx] = q
         return k_buf[:, :, :end], v_buf[:, :, :end]
+
+    def _ragged_slots(self, q: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Row and slot indices of this step's writes ([B, 1], [B, q]); built once per step, not per layer."""
+        key = (tuple(self.lengths), q)
+        if self._slots_key != key:
+            device = self.buffer.device
+            starts = torch.tensor(self.lengths, device=device)[:, None]
+            self._slots = (torch.arange(self.batch, device=device)[:, None], starts + torch.arange(q, device=device))
+            self._slots_key = key
+        return self._slots
 
     # ---- called by the engine --------------------------------------------------------------
     def commit(self, groups: list[tuple[int, int, torch.Tensor | list[torch.Tensor]]]) -> None:
@@ -102,6 +113,20 @@ class KVCache:
         self.lengths = [length + n for length in self.lengths]
         self.scratch = [0] * len(self.keys)
 
+    def retain(self, rows: list[int]) -> None:
+        """Keep only these rows, in this order (finished sequences leave a batch). The kept rows move to
+        the front of the buffer once per change, not per step; no row is padded or re-allocated."""
+        if rows == list(range(self.batch)):
+            return
+        used = self.max_length
+        index = torch.tensor(rows, dtype=torch.long, device=self.buffer.device)
+        kept = self.buffer[..., :used, :].index_select(2, index)  # [L, 2, k, H_kv, used, D]
+        self.buffer = self.buffer[:, :, :len(rows)]  # a view: the same storage, fewer rows
+        self.buffer[..., :used, :] = kept
+        self.keys = [self.buffer[i, 0] for i in range(len(self.keys))]
+        self.values = [self.buffer[i, 1] for i in range(len(self.values))]
+        self.lengths = [self.lengths[r] for r in rows]
+
     def crop(self, b: int, length: int) -> None:
         """Forget everything of row b past `length` (e.g. tokens accepted beyond a stop)."""
         self.lengths[b] = min(self.lengths[b], length)
@@ -112,7 +137,64 @@ class KVCache:
         return self.keys[layer_idx][b, :, :n], self.values[layer_idx][b, :, :n]
 
     def nbytes(self) -> int:
-        return self.buffer.numel() * self.buffer.element_size()
+        """Bytes of the storage this cache holds (all rows it was allocated with)."""
+        return self.buffer.untyped_storage().nbytes()
+
+
+class SharedPrefixCache:
+    """n continuations of one prompt: the prompt's K/V stored once, plus one suffix buffer per row.
+
+    prefix: `[L, 2, 1, H_kv, P, D]` (filled by a batch-1 prefill, then frozen); suffix: a `KVCache`
+    of B rows holding each row's own tokens after the prompt. `lengths` count the prefix too, so
+    positions and masks are built exactly as for `KVCache` (key columns `[prefix | suffix]`), but
+    `update` returns only the suffix: the shared-prefix attention (`compat.shared_prefix_attention`)
+    reads `prefix_kv(layer)` and attends over both with one softmax. Nothing of the prefix is copied
+    per row, per layer or per step.
+    """
+
+    def __init__(self, prefill: KVCache, batch: int, capacity: int):
+        if prefill.batch != 1:
+            raise ValueError("the shared prefix comes from a batch-1 prefill")
+        self.prefix_len = prefill.lengths[0]
+        # one compact copy of the prompt's K/V; the prefill cache (with its scratch slots) can go
+        self.prefix = prefill.buffer[..., :self.prefix_len, :].clone()  # [L, 2, 1, H_kv, P, D]
+        L, _, _, kv_heads, _, head_dim = self.prefix.shape
+        self.suffix = KVCache(L, batch, kv_heads, head_dim, capacity, self.prefix.dtype, self.prefix.device)
+        self.keys = self.suffix.keys  # layer count for callers that use len(cache.keys)
+
+    @property
+    def lengths(self) -> list[int]:
+        return [self.prefix_len + n for n in self.suffix.lengths]
+
+    @property
+    def batch(self) -> int:
+        return self.suffix.batch
+
+    @property
+    def max_length(self) -> int:
+        return max(self.lengths)
+
+    def prefix_kv(self, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(keys, values) of the shared prompt in one layer: [H_kv, P, D] each."""
+        return self.prefix[layer_idx, 0, 0], self.prefix[layer_idx, 1, 0]
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        return self.suffix.update(key_states, value_states, layer_idx)  # [B, H_kv, suffix + q, D]
+
+    def commit(self, groups) -> None:
+        self.suffix.commit(groups)  # scratch-row indices are relative to each row's own writes
+
+    def advance(self, n: int) -> None:
+        self.suffix.advance(n)
+
+    def retain(self, rows: list[int]) -> None:
+        self.suffix.retain(rows)
+
+    def crop(self, b: int, length: int) -> None:
+        self.suffix.crop(b, max(0, length - self.prefix_len))
+
+    def nbytes(self) -> int:
+        return self.prefix.untyped_storage().nbytes() + self.suffix.nbytes()
 
 
 def _already_in_place(row_idx: torch.Tensor) -> bool:

@@ -7,6 +7,8 @@ signatures of those modules.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 from torch import nn
 
@@ -80,3 +82,70 @@ def set_attention_implementation(layer: nn.Module, impl: str) -> None:
     cfg = copy.copy(attn.config)
     cfg._attn_implementation = impl
     attn.config = cfg
+
+
+# ---- shared-prefix attention (n continuations of one prompt, its K/V stored once) ----------------
+SHARED_PREFIX_ATTENTION = "specstream_shared_prefix"
+_shared_prefix = None  # set by `shared_prefix_attention`: layer_idx -> (keys, values) [H_kv, P, D]
+
+
+def _shared_prefix_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """Exact attention over [shared prefix | per-row suffix]: scores of both concatenated, one softmax.
+
+    query [B, Hq, q, D]; key/value: each row's suffix [B, H_kv, S, D] (what the cache returned); the
+    prefix [H_kv, P, D] is shared by all rows and never expanded: every row's queries meet it in one
+    GEMM. attention_mask: additive [B, 1, q, P + S]. Returns [B, q, Hq, D] like transformers' sdpa.
+    """
+    if _shared_prefix is None:  # not inside a shared-prefix decoding: plain sdpa
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    pk, pv = _shared_prefix(module.layer_idx)  # [H_kv, P, D]
+    B, Hq, q, D = query.shape
+    kv_heads, P = pk.shape[0], pk.shape[1]
+    S = key.shape[2]
+    g = Hq // kv_heads  # query heads per key/value head (head h uses kv head h // g, as repeat_kv)
+    scaling = scaling if scaling is not None else D ** -0.5
+    qg = query.reshape(B, kv_heads, g * q, D)
+    # prefix scores: all rows' queries against the one prefix, [H_kv, B*g*q, D] @ [H_kv, D, P]
+    q_rows = qg.transpose(0, 1).reshape(kv_heads, B * g * q, D)
+    s_prefix = torch.matmul(q_rows, pk.transpose(-1, -2)).reshape(kv_heads, B, g * q, P).transpose(0, 1)
+    s_suffix = torch.matmul(qg, key.transpose(-1, -2))  # [B, H_kv, g*q, S]
+    scores = torch.cat([s_prefix, s_suffix], dim=-1).reshape(B, kv_heads, g, q, P + S) * scaling
+    if attention_mask is not None:
+        scores = scores + attention_mask[:, :, None, :, : P + S]  # [B, 1, 1, q, P+S]
+    probs = scores.softmax(dim=-1, dtype=torch.float32).to(query.dtype).reshape(B, kv_heads, g * q, P + S)
+    p_rows = probs[..., :P].transpose(0, 1).reshape(kv_heads, B * g * q, P)
+    out = torch.matmul(p_rows, pv).reshape(kv_heads, B, g * q, D).transpose(0, 1)  # [B, H_kv, g*q, D]
+    out = out + torch.matmul(probs[..., P:], value)
+    return out.reshape(B, Hq, q, D).transpose(1, 2).contiguous(), None
+
+
+def register_shared_prefix_attention() -> str:
+    """Register the shared-prefix attention with transformers' `AttentionInterface` (idempotent)."""
+    from transformers import AttentionInterface
+
+    if SHARED_PREFIX_ATTENTION not in AttentionInterface._global_mapping:
+        AttentionInterface.register(SHARED_PREFIX_ATTENTION, _shared_prefix_forward)
+    return SHARED_PREFIX_ATTENTION
+
+
+@contextmanager
+def shared_prefix_attention(model: nn.Module, prefix_kv):
+    """Every decoder layer attends over [prefix_kv(layer) | what the cache returns] while inside.
+
+    prefix_kv: layer_idx -> (keys, values) [H_kv, P, D] (`SharedPrefixCache.prefix_kv`). The layers'
+    attention configs are swapped for copies naming the registered backend and restored on exit.
+    """
+    global _shared_prefix
+    name = register_shared_prefix_attention()
+    saved = [(layer, layer.self_attn.config) for layer in decoder_layers(model)]
+    for layer, _ in saved:
+        set_attention_implementation(layer, name)
+    previous, _shared_prefix = _shared_prefix, prefix_kv
+    try:
+        yield
+    finally:
+        _shared_prefix = previous
+        for layer, cfg in saved:
+            layer.self_attn.config = cfg

@@ -120,6 +120,28 @@ class Engine:
     def generate(self, prompt: str | list[int], cfg: DecodeConfig, drafter: Drafter | None = None) -> Result:
         return self.start(prompt, cfg, drafter).run()
 
+    def start_batch(self, prompts: list[str | list[int]], cfg: DecodeConfig, share_prefix: bool | None = None,
+                    drafter_factory=None):
+        """A step-wise batched decoding (`specstream_core.batch`): one forward pass per step for all rows."""
+        from .batch import start_batch
+
+        return start_batch(self, prompts, cfg, share_prefix, drafter_factory)
+
+    def generate_batch(self, prompts: list[str | list[int]], cfg: DecodeConfig,
+                       share_prefix: bool | None = None, drafter_factory=None) -> list[Result]:
+        """Decode several prompts together; results in input order, per-sequence stats.
+
+        Greedy rows equal `generate(prompt, cfg)`; with sampling, row i uses seed (cfg.seed or 0) + i.
+        share_prefix (None = when all prompts are the same): store the common prompt's K/V once.
+        """
+        return self.start_batch(prompts, cfg, share_prefix, drafter_factory).run()
+
+    def generate_n(self, prompt: str | list[int], n: int, cfg: DecodeConfig) -> list[Result]:
+        """n continuations of one prompt (samples with seeds seed, seed+1, ...), the prompt's K/V stored once."""
+        if not isinstance(n, int) or n < 1:
+            raise SpecstreamError(f"n must be a positive integer, got {n!r}")
+        return self.generate_batch([prompt] * n, cfg, share_prefix=n > 1)
+
 
 def compat_check(model) -> None:
     from .loading import check_architecture

@@ -36,12 +36,14 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Te
             streams: StreamParams | None = None, carriers: torch.Tensor | None = None, cache=None,
             select: Callable[[torch.Tensor], torch.Tensor] | None = None,
             capture_layers: tuple[int, ...] = (), window: int | None = None,
-            frozen_bottom: bool = False) -> ForwardOutput:
+            frozen_bottom: bool = False, num_streams: int | None = None) -> ForwardOutput:
     """ids, positions: [B, n]; visible: [B, n, n] main-row visibility inside this step.
 
     carriers: [B, s] main rows that carry streams (indices before pruning), or None for a plain pass.
     select(h_birth [B, n, d]) -> LongTensor [m] of main rows to keep (B == 1), applied at layer N−Ns.
     frozen_bottom: run layers below N−Ns without autograd (lossless training: nothing there trains).
+    num_streams: run only streams 1..k (k <= γ) — a draft tree k deep needs no more, and stream j sees
+    only streams 1..j, so the streams that run are unchanged.
     """
     layers = compat.decoder_layers(model)
     prefix = cache.lengths if cache is not None else [0] * ids.shape[0]
@@ -68,11 +70,11 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Te
             visible = visible[:, keep][:, :, keep]
             carriers = _remap(carriers, keep)
         # 2. streams are born: S_j = M + P_j, laid out after the main rows
-        gamma = streams.cfg.gamma
+        gamma = min(num_streams or streams.cfg.gamma, streams.cfg.gamma)
         B, n, d = h.shape
         s = carriers.shape[1]
         born = torch.gather(h, 1, carriers[:, :, None].expand(B, s, d))  # [B, s, d]
-        stream_rows = (born[:, :, None, :] + streams.embeddings.to(h.dtype)).reshape(B, s * gamma, d)
+        stream_rows = (born[:, :, None, :] + streams.embeddings[:gamma].to(h.dtype)).reshape(B, s * gamma, d)
         h = torch.cat([h, stream_rows], dim=1)  # [B, n + s*γ, d]
         q_pos = torch.cat([positions, masks.stream_positions(positions, carriers, gamma)], dim=1)
         local = masks.local_visibility(visible, carriers, gamma)
