@@ -251,6 +251,8 @@ class SpeculativeDecoding(Decoding):
             drafter = StreamDrafter(cfg.tree_topk[:depth], cfg.node_budget)
         super().__init__(engine, prompt_ids, cfg, drafter)
         self.streams: StreamParams | None = engine.streams if drafter.uses_streams else None
+        # a draft k deep needs streams 1..k only (stream j sees streams 1..j, so the rest change nothing)
+        self.num_streams = min(len(cfg.tree_topk), self.streams.cfg.gamma) if self.streams is not None else None
         self.depth_hits = [0] * (len(cfg.tree_topk) if drafter.uses_streams else 16)
         if cfg.attention_layers and self.streams is not None:
             lo, hi = self.streams.cfg.birth_layer, self.streams.cfg.num_layers
@@ -288,7 +290,7 @@ class SpeculativeDecoding(Decoding):
         capture = cfg.attention_layers if (cfg.trace and use_streams) else ()
         out = msa.forward(engine.model, self._tensor(tree.tokens), positions, visible, streams=self.streams,
                           carriers=carriers, cache=self.cache, select=select, capture_layers=capture,
-                          window=engine.window)
+                          window=engine.window, num_streams=self.num_streams)
         keep = out.keep.tolist() if out.keep is not None else list(range(n))
         survivors = tree.subset(keep) if out.keep is not None else tree
         if prefill:  # only the last row's logits matter
@@ -381,7 +383,7 @@ class SpeculativeDecoding(Decoding):
         Key columns: the latest `attention_context` tokens the node sees (cached prefix, then the
         accepted path's main rows), then its γ streams.
         """
-        gamma = self.streams.cfg.gamma
+        gamma = out.streams.shape[2]  # the streams this pass ran
         m = out.main.shape[1]
         rows = [m + carrier * gamma + j for j in range(gamma)]
         context = self.prompt_ids + self.output[:-1]
