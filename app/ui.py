@@ -3,7 +3,8 @@ only connects components. Per-session data lives in gr.State; the engine cache i
 
 Stable element ids (tests and embedding rely on them): prompt, run, ar-output, ss-output, speedup,
 equal-badge, tree-plot, accept-plot, attn-plot, trace-download, trace-upload (plus mask-plot,
-step-slider, lab-message, meters, explain).
+step-slider, lab-message, meters, explain; the Benchmarks panel: bench-panel, bench-precision,
+bench-reload, bench-summary, bench-plot-0..6, filled from app/bench_view.py).
 """
 
 from __future__ import annotations
@@ -196,6 +197,7 @@ def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False)
             download = gr.DownloadButton("Download trace (JSON)", value=None, elem_id="trace-download",
                                          interactive=False)
             upload = gr.File(label="Replay a trace", file_types=[".json"], type="filepath", elem_id="trace-upload")
+        bench_parts = _bench_panel()
 
         step_views = [tree_plot, attn_plot, mask_plot, explain, layer_dd, head_dd]
         race_views = [ar_out, ss_out, meters, speed, badge]
@@ -304,8 +306,49 @@ def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False)
         preset_dd.input(lambda label: preset_map.get(label, ""), [preset_dd], [prompt])
         model_dd.input(on_model, [model_dd], [mode_radio, info])
         mode_radio.input(on_mode, [model_dd, mode_radio], [info])
+        _wire_bench_panel(*bench_parts)
     demo.queue(default_concurrency_limit=CONCURRENCY, max_size=64)
     return demo
+
+
+BENCH_PLOTS = 7  # speedup, τ, speedup÷τ + up to four ablations
+
+
+def _bench_state(precision=None):
+    """(summary Markdown, precision choices, chosen precision, figures) for the Benchmarks panel."""
+    from . import bench_view
+
+    data, text = bench_view.latest()
+    choices = bench_view.precisions(data) if data else []
+    value = precision if precision in choices else (choices[0] if choices else None)
+    return text, choices, value, bench_view.figures(data, value)
+
+
+def _bench_panel():
+    """The Benchmarks accordion: the latest `bench --json` results (a message when there are none)."""
+    text, choices, value, figs = _bench_state()
+    with gr.Accordion("Benchmarks — latest results of `python -m specstream_core bench`", open=False,
+                      elem_id="bench-panel"):
+        with gr.Row():
+            precision = gr.Dropdown(choices, value=value, label="Precision", elem_id="bench-precision",
+                                    interactive=bool(choices))
+            reload_btn = gr.Button("Reload results", elem_id="bench-reload")
+        summary = gr.Markdown(text, elem_id="bench-summary")
+        slots = [gr.Plot(figs[i] if i < len(figs) else None, label="Benchmark", elem_id=f"bench-plot-{i}",
+                         visible=i < len(figs)) for i in range(BENCH_PLOTS)]
+    return precision, reload_btn, summary, slots
+
+
+def _wire_bench_panel(precision, reload_btn, summary, slots):
+    def refresh(p=None):
+        text, choices, value, figs = _bench_state(p)
+        plots = [gr.Plot(value=figs[i], visible=True) if i < len(figs) else gr.Plot(value=None, visible=False)
+                 for i in range(BENCH_PLOTS)]
+        return [text, gr.Dropdown(choices=choices, value=value, interactive=bool(choices)), *plots]
+
+    outputs = [summary, precision, *slots]
+    reload_btn.click(refresh, [precision], outputs)
+    precision.input(refresh, [precision], outputs)
 
 
 def launch(demo: gr.Blocks | None = None, **kwargs):

@@ -17,10 +17,15 @@ from .errors import SpecstreamError
 # command name -> (module, one-line help)
 COMMANDS = {
     "generate": ("specstream_core.commands.generate", "decode one prompt (plain or speculative)"),
+    "generate-batch": ("specstream_core.commands.generate_batch",
+                       "decode a JSONL file of prompts to a JSONL file (batched, resumable)"),
     "train": ("specstream_core.commands.train", "train stream parameters (lossless or shared mode)"),
     "bench": ("specstream_core.commands.bench", "benchmark speculative streaming against other methods per category"),
+    "distill": ("specstream_core.commands.distill", "write the base model's greedy answers (self-distillation targets)"),
     "pretrain": ("specstream_core.commands.pretrain", "pretrain the bundled base model from offline text"),
+    "bench-batch": ("specstream_core.commands.bench_batch", "batched decoding throughput (samples/s) and the shared-prompt cache"),
     "eval-tasks": ("specstream_core.commands.eval_tasks", "score a model on the task suite (plain greedy)"),
+    "train-medusa": ("specstream_core.commands.train_medusa", "train Medusa-style heads (a benchmark baseline)"),
 }
 
 

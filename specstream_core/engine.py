@@ -105,7 +105,8 @@ class Engine:
                 "num_layers": self.model.config.num_hidden_layers, "stream_mode": s.mode if s else None,
                 "topk": list(cfg.tree_topk), "prune_threshold": cfg.prune_threshold, "node_budget": cfg.node_budget,
                 "temperature": cfg.temperature, "top_k": cfg.top_k, "top_p": cfg.top_p, "seed": cfg.seed,
-                "max_new_tokens": cfg.max_new_tokens}
+                "max_new_tokens": cfg.max_new_tokens, "no_repeat_ngram_size": cfg.no_repeat_ngram_size,
+                "repetition_penalty": cfg.repetition_penalty}
 
     # ---- decoding ------------------------------------------------------------------------------
     def start(self, prompt: str | list[int], cfg: DecodeConfig, drafter: Drafter | None = None):

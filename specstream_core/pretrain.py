@@ -224,17 +224,40 @@ def train(model, data: torch.Tensor, preset: Preset, out_dir: Path, minutes: flo
 
 
 # ------------------------------------------------------------------------------------- command
+def sized(preset: Preset, layers: int | None = None, hidden: int | None = None, heads: int | None = None,
+          intermediate: int | None = None) -> Preset:
+    """The preset with some dimensions replaced (e.g. a small draft model for assisted generation).
+
+    Heads default to hidden/64 (head_dim 64) and the MLP to 4x hidden when only ``hidden`` is given.
+    """
+    if not any(v is not None for v in (layers, hidden, heads, intermediate)):
+        return preset
+    hidden = hidden or preset.hidden_size
+    heads = heads or (max(1, hidden // 64) if hidden != preset.hidden_size else preset.num_heads)
+    intermediate = intermediate or (4 * hidden if hidden != preset.hidden_size else preset.intermediate_size)
+    layers = layers or preset.num_layers
+    if min(layers, hidden, heads, intermediate) < 1 or hidden % heads:
+        raise SpecstreamError(f"bad model size: layers {layers}, hidden {hidden}, heads {heads}, "
+                              f"intermediate {intermediate} (hidden must be divisible by heads)")
+    return dataclasses.replace(preset, num_layers=layers, hidden_size=hidden, num_heads=heads,
+                               intermediate_size=intermediate)
+
+
 def pretrain(out_dir: str | Path, preset_name: str = "default", minutes: float | None = None,
              threads: int | None = None, resume: bool = False, max_steps: int | None = None,
-             bf16: bool = False, seed: int = 0, init_from: str | Path | None = None) -> dict:
+             bf16: bool = False, seed: int = 0, init_from: str | Path | None = None,
+             tokenizer_from: str | Path | None = None, layers: int | None = None, hidden: int | None = None,
+             heads: int | None = None, intermediate: int | None = None) -> dict:
     """Train and save a model into ``out_dir``; returns the training summary (also in training_info.json).
 
     ``init_from`` continues pretraining from a saved model directory (its weights and tokenizer) with a
     fresh optimizer and a fresh schedule over the new budget; ``resume`` continues an interrupted run.
+    ``tokenizer_from`` reuses another model's tokenizer (a draft model must share its target's), and
+    ``layers``/``hidden``/``heads``/``intermediate`` override the preset's size.
     """
     if preset_name not in PRESETS:
         raise SpecstreamError(f"unknown preset {preset_name!r}; choose from {', '.join(PRESETS)}")
-    preset = PRESETS[preset_name]
+    preset = sized(PRESETS[preset_name], layers, hidden, heads, intermediate)
     out = Path(out_dir)
     if threads:
         torch.set_num_threads(threads)
@@ -255,8 +278,8 @@ def pretrain(out_dir: str | Path, preset_name: str = "default", minutes: float |
         raise SpecstreamError(f"--init-from: {init_from} is not a model directory (no config.json)")
     if resume:
         tokenizer = AutoTokenizer.from_pretrained(tok_dir)
-    elif init_from is not None:
-        tokenizer = AutoTokenizer.from_pretrained(init_from)
+    elif init_from is not None or tokenizer_from is not None:
+        tokenizer = AutoTokenizer.from_pretrained(init_from if init_from is not None else tokenizer_from)
         tokenizer.save_pretrained(tok_dir)
     else:
         # The tokenizer is trained on a sample (enough for 4k merges); the corpus order is already shuffled.
@@ -282,6 +305,8 @@ def pretrain(out_dir: str | Path, preset_name: str = "default", minutes: float |
     info = {"preset": preset_name, **dataclasses.asdict(preset), "parameters": n_params,
             "corpus_documents": len(docs), "corpus_tokens": int(data.numel()), "threads": torch.get_num_threads(),
             "bf16_autocast": bf16, "seed": seed, "budget_minutes": minutes, "budget_max_steps": max_steps, **stats}
+    if tokenizer_from is not None:
+        info["tokenizer_from"] = str(tokenizer_from)
     if init_from is not None:
         info["init_from"] = str(init_from)
         info["previous_run"] = previous

@@ -29,3 +29,41 @@ def test_benchmark_rows():
     assert "ss-lossless" in markdown_table(rows, "hf-greedy")
     assert summarize(rows)["ss-lossless"]["identical"]
     streams.detach()
+
+
+def test_bench_command_quick_on_a_tiny_model(tmp_path):
+    """The CLI end to end on a tiny model saved to disk: every method (draft model, Medusa heads, streams),
+    ablations, JSON rows with the required keys, Markdown and figures."""
+    import json
+
+    from specstream_core.cli import main
+    from specstream_core.medusa import MedusaHeads
+    from test_app_figures import make_lab_model
+
+    base = make_lab_model(str(tmp_path / "base"))
+    model = tiny_model("llama", seed=9, vocab=len(__import__("transformers").AutoTokenizer.from_pretrained(base)),
+                       layers=1, max_position_embeddings=1024, bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    model.save_pretrained(tmp_path / "draft")
+    MedusaHeads.fresh(model, 4).save(str(tmp_path / "medusa"))
+    out = tmp_path / "out"
+    rc = main(["bench", "--base", base, "--streams", f"{base}/streams", "--draft", str(tmp_path / "draft"),
+               "--medusa", str(tmp_path / "medusa"), "--quick", "--n", "1", "--max-new-tokens", "8",
+               "--categories", "sql,math", "--ablations", "gamma,topk,prune", "--ablation-n", "1", "--threads", "1",
+               "--json", str(out / "b.json"), "--markdown", str(out / "b.md"), "--plots", str(out),
+               "--doc", str(tmp_path / "BENCH.md")])
+    assert rc == 0
+    data = json.loads((out / "b.json").read_text())
+    methods = {r["method"] for r in data["rows"]}
+    assert {"ar", "hf-greedy", "hf-pld", "hf-assisted", "pld", "medusa", "ss-lossless"} <= methods
+    for r in data["rows"]:
+        assert {"category", "method", "speedup", "tau", "call_reduction", "identical", "extra_params",
+                "precision"} <= set(r)
+        if r["method"] in ("ar", "pld", "medusa", "ss-lossless", "hf-pld"):
+            assert r["identical"], r
+    assert {r["ablation"] for r in data["ablations"]} == {"gamma", "topk", "prune"}
+    assert next(r for r in data["rows"] if r["method"] == "medusa")["extra_params"] == 4 * (64 * 64 + 64)
+    assert "medusa" in (out / "b.md").read_text()
+    assert (out / "speedup-fp32.svg").is_file() and (out / "ablation-gamma.html").is_file()
+    doc = (tmp_path / "BENCH.md").read_text()
+    assert "<!-- bench:begin -->" in doc and "Where speculative streaming is not ahead" in doc
+    assert "](out/speedup-fp32.svg)" in doc and "### Ablations" in doc

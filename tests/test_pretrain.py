@@ -70,3 +70,14 @@ def test_packing_matches_inference_tokenization(tiny_dir):
     prompt_ids = tok(ex["prompt"])["input_ids"]  # starts with BOS (= EOS), as at inference
     answer_ids = tok(ex["reference"], add_special_tokens=False)["input_ids"]
     assert row[: len(prompt_ids) + len(answer_ids) + 1] == prompt_ids + answer_ids + [tok.eos_token_id]
+
+
+def test_draft_model_shares_the_tokenizer(tiny_dir, tmp_path):
+    """--tokenizer-from + size overrides: a small draft model for assisted generation."""
+    out, _ = tiny_dir
+    info = pretrain(tmp_path / "draft", "tiny", minutes=10.0, max_steps=3, tokenizer_from=out, layers=1, hidden=128)
+    assert info["num_layers"] == 1 and info["hidden_size"] == 128 and info["num_heads"] == 2
+    assert info["intermediate_size"] == 512 and info["tokenizer_from"] == str(out)
+    assert (tmp_path / "draft" / "tokenizer.json").read_text() == (out / "tokenizer.json").read_text()
+    with pytest.raises(SpecstreamError, match="divisible"):
+        pretrain(tmp_path / "bad", "tiny", max_steps=1, hidden=100, heads=3)

@@ -1,0 +1,67 @@
+"""The lab's Benchmarks panel: the latest `bench --json` results as a table and figures (pure: JSON in,
+Markdown / Plotly out; no model involved).
+
+The results file is SPECSTREAM_BENCH_JSON when set, else docs/bench/latest.json in the repository.
+"""
+
+from __future__ import annotations
+
+import os
+
+from specstream_core import defaults
+from specstream_core.bench_plots import (ablation_figure, ablation_params, baseline, bound_figure, load_results,
+                                         method_summary, precisions, speedup_figure, tau_figure)
+from specstream_core.errors import SpecstreamError
+
+DEFAULT_PATH = os.path.join(defaults.ROOT, "docs", "bench", "latest.json")
+COMMAND = "python -m specstream_core bench --json docs/bench/latest.json --markdown docs/bench/latest.md --plots docs/bench/"
+NONE_YET = ("No benchmark results yet. Run\n\n```bash\n" + COMMAND + "\n```\n\n"
+            "and reload: the lab shows the latest results file ({path}).")
+
+
+def results_path() -> str:
+    return os.environ.get("SPECSTREAM_BENCH_JSON", "") or DEFAULT_PATH
+
+
+def latest(path: str | None = None) -> tuple[dict | None, str]:
+    """(results or None, a Markdown message describing them or why there are none)."""
+    path = path or results_path()
+    try:
+        data = load_results(path)
+    except SpecstreamError as exc:
+        return None, f"**Cannot show benchmark results:** {exc}"
+    if data is None:
+        return None, NONE_YET.format(path=path)
+    return data, summary_markdown(data)
+
+
+def _fmt(x, suffix=""):
+    return f"{x:.2f}{suffix}" if isinstance(x, (int, float)) and x == x else "–"
+
+
+def summary_markdown(data: dict) -> str:
+    s = data.get("settings", {})
+    head = (f"**Latest benchmark** ({s.get('date', '?')}, {s.get('device_name') or s.get('device', '?')}, "
+            f"{s.get('threads', '?')} threads): {len(s.get('categories', []))} categories × {s.get('n', '?')} prompts × "
+            f"≤ {s.get('max_new_tokens', '?')} tokens, greedy; speedup = median over prompts of "
+            f"{baseline(data)} time ÷ method time.\n\n")
+    extra = {(r["method"], r.get("precision", "fp32")): r for r in data["rows"]}
+    lines = [f"| method | precision | median speedup vs {baseline(data)} | mean τ | speedup ÷ τ | identical to greedy | extra params |",
+             "|---|---|---|---|---|---|---|"]
+    for m in method_summary(data):
+        rows = [r for r in data["rows"] if r["method"] == m["method"] and r.get("precision", "fp32") == m["precision"]]
+        same = sum(r["identical_count"] for r in rows), sum(r["prompts"] for r in rows)
+        lines.append(f"| {m['method']} | {m['precision']} | {_fmt(m['speedup'], '×')} | {_fmt(m['tau'])} | "
+                     f"{_fmt(m['bound'])} | {same[0]}/{same[1]} | "
+                     f"{extra[(m['method'], m['precision'])].get('extra_params', 0):,} |")
+    return head + "\n".join(lines)
+
+
+def figures(data: dict | None, precision: str | None = None) -> list:
+    """[speedup, τ, speedup÷τ, ablations…] figures; empty when there are no results."""
+    if data is None:
+        return []
+    precision = precision if precision in precisions(data) else precisions(data)[0]
+    out = [speedup_figure(data, precision), tau_figure(data, precision), bound_figure(data)]
+    out += [ablation_figure(data, p) for p in ablation_params(data)]
+    return out

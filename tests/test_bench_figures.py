@@ -1,0 +1,75 @@
+"""Benchmark figures and the lab's Benchmarks panel, from a results file (no model involved)."""
+
+import json
+import xml.dom.minidom
+from dataclasses import asdict
+
+import pytest
+
+from specstream_core.bench import Row
+from specstream_core.bench_plots import (ablation_figure, ablation_series, load_results, speedup_figure, tau_figure,
+                                         write_plots)
+from specstream_core.errors import SpecstreamError
+
+
+def _row(category, method, speedup, tau, precision="fp32", **kw):
+    return asdict(Row(category, method, tau=tau, call_reduction=tau, speedup=speedup, speedup_vs_ar=speedup,
+                      identical=True, identical_count=2, prompts=2, tokens=64, extra_params=10, tokens_per_s=1.0,
+                      precision=precision, speedup_per_tau=speedup / tau, **kw))
+
+
+@pytest.fixture()
+def results():
+    rows = [_row(c, m, s, t, p) for p in ("fp32", "nf4") for c in ("sql", "math")
+            for m, s, t in (("ar", 1.0, 1.0), ("hf-greedy", 1.0, 1.0), ("ss-lossless", 1.4, 2.0), ("medusa", 1.2, 1.5))]
+    abl = [_row(c, f"ss γ={g}", 1 + g / 10, 1 + g / 4, ablation="gamma", value=str(g)) for c in ("sql", "math")
+           for g in (1, 2, 3)]
+    return {"rows": rows, "ablations": abl, "settings": {"baseline": "hf-greedy", "categories": ["sql", "math"], "n": 2}}
+
+
+def test_figures_from_results(results, tmp_path):
+    fig = speedup_figure(results, "nf4")
+    assert [t.name for t in fig.data] == ["ar", "hf-greedy", "ss-lossless", "medusa"]
+    assert list(fig.data[2].y) == [1.4, 1.4] and "nf4" in fig.layout.title.text
+    assert list(tau_figure(results, "fp32").data[3].y) == [1.5, 1.5]
+    pts = ablation_series(results, "gamma")
+    assert [p["value"] for p in pts] == ["1", "2", "3"] and abs(pts[1]["tau"] - 1.5) < 1e-9
+    assert len(ablation_figure(results, "gamma").data) == 2
+    with pytest.raises(SpecstreamError):
+        ablation_figure(results, "prune")
+    written = write_plots(results, str(tmp_path))
+    svgs = [p for p in written if p.endswith(".svg")]
+    assert {"speedup-fp32.svg", "tau-nf4.svg", "bound.svg", "ablation-gamma.svg"} <= {p.split("/")[-1] for p in svgs}
+    for p in svgs:
+        xml.dom.minidom.parse(p)  # well-formed
+
+
+def test_results_file_errors(tmp_path):
+    assert load_results(str(tmp_path / "none.json")) is None
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(SpecstreamError, match="cannot read"):
+        load_results(str(bad))
+    bad.write_text(json.dumps({"x": 1}))
+    with pytest.raises(SpecstreamError, match="not a benchmark result"):
+        load_results(str(bad))
+
+
+def test_lab_panel(results, tmp_path, monkeypatch):
+    from app import bench_view
+    from app.ui import build_demo
+
+    monkeypatch.setenv("SPECSTREAM_BENCH_JSON", str(tmp_path / "missing.json"))
+    data, text = bench_view.latest()
+    assert data is None and "No benchmark results yet" in text and "bench --json" in text
+    assert bench_view.figures(None) == []
+    path = tmp_path / "latest.json"
+    path.write_text(json.dumps(results))
+    monkeypatch.setenv("SPECSTREAM_BENCH_JSON", str(path))
+    data, text = bench_view.latest()
+    assert "| ss-lossless | fp32 | 1.40× | 2.00 | 0.70 | 4/4 | 10 |" in text
+    figs = bench_view.figures(data, "nf4")
+    assert len(figs) == 4 and "nf4" in figs[0].layout.title.text
+    demo = build_demo({})
+    ids = {getattr(b, "elem_id", None) for b in demo.blocks.values()}
+    assert {"bench-panel", "bench-summary", "bench-precision", "bench-reload", "bench-plot-0"} <= ids
