@@ -10,16 +10,31 @@ start=$(date +%s)
 # 1. tokenizer + base model from offline text and the task suite's train split
 # (the bundled base was made in two stages, see assets/base/README.md; this is the one-stage equivalent)
 $PY -m specstream_core pretrain --out assets/base --minutes "$PRETRAIN_MINUTES" --threads 2
-# 2. streams in both modes, one thread each, side by side
-COMMON="--batch-size 4 --seq-len 192 --threads 1 --n-stream-layers 4
+# 2. self-distillation targets: the base model's greedy answers to 500 train prompts per category
+#    (shared by both stream trainings through the cache file; ~5 minutes)
+DISTILL="--distill --distill-cache build/distill.jsonl --examples-per-category 500"
+$PY -m specstream_core distill --base assets/base --out build/distill.jsonl --examples-per-category 500 --threads 1
+# 3. streams in both modes, one thread each, side by side
+COMMON="--batch-size 4 --seq-len 192 --threads 1 --n-stream-layers 4 $DISTILL
         --recommend-topk ${TOPK:-1,1,1,1} --recommend-prune ${PRUNE:-0} --recommend-budget ${BUDGET:-64}"
 $PY -m specstream_core train --base assets/base --out assets/streams-lossless --mode lossless \
-    --lr 4e-3 --adapter-rank 32 --steps 150 --examples-per-category 400 $COMMON &
+    --lr 3e-3 --adapter-rank 32 --steps 650 $COMMON &
 $PY -m specstream_core train --base assets/base --out assets/streams-shared --mode shared \
-    --lr 5e-3 --lora-rank 16 --steps 320 --examples-per-category 1500 $COMMON &
+    --lr 5e-3 --lora-rank 16 --steps 550 $COMMON &
+wait
+# benchmark baselines (docs/BENCHMARKS.md): a draft model with the base's tokenizer for transformers
+# assisted generation (11 min), and Medusa-style heads on the same self-distilled targets (<= 10 min),
+# side by side
+$PY -m specstream_core pretrain --out assets/draft --tokenizer-from assets/base --layers 2 --hidden 128 \
+    --minutes 11 --threads 1 &
+$PY -m specstream_core train-medusa --base assets/base --out assets/medusa --examples-per-category 500 \
+    --distill-cache build/distill.jsonl --steps 400 --minutes 9 --lr 3e-3 --threads 1 &
 wait
 rm -rf assets/base/checkpoint assets/streams-lossless/checkpoint assets/streams-shared/checkpoint
 echo "build took $(( ($(date +%s) - start) / 60 )) minutes"
-# 3. the model card's numbers
-$PY -m specstream_core bench --methods ar,ss-lossless,ss-shared --baseline ar --n 20 --max-new-tokens 96 \
-    --json assets/bench.json --markdown assets/bench.md
+# 4. the model card's numbers
+$PY -m specstream_core bench --methods ar,hf-greedy,ss-lossless,ss-shared --baseline ar --n 20 --max-new-tokens 96 \
+    --threads 1 --ablations none --precisions fp32 --json assets/bench.json --markdown assets/bench.md
+# 5. the benchmark page: all methods, fp32 + nf4, ablations (docs/BENCHMARKS.md, docs/bench/; ~8 min)
+$PY -m specstream_core bench --threads 1 --json docs/bench/latest.json --markdown docs/bench/latest.md \
+    --plots docs/bench/ --doc docs/BENCHMARKS.md

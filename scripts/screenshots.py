@@ -1,0 +1,105 @@
+"""Screenshots of the lab on the bundled model for docs/LAB.md (and the README).
+
+    .venv/bin/python scripts/screenshots.py [--preset math] [--max-new 64] [--out docs/screenshots]
+
+Starts `app.py` on a free port (bundled model, telemetry off), runs one race from a task-suite preset
+in headless Chromium (the system's, never a downloaded one) and saves the race, the draft tree, the
+acceptance plot, the stream attention and mask views, and the benchmark panel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(port: int) -> subprocess.Popen:
+    env = dict(os.environ, GRADIO_SERVER_PORT=str(port), GRADIO_SERVER_NAME="127.0.0.1",
+               GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1",
+               OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), PYTHONPATH=ROOT)
+    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit("the lab server exited early")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return proc
+        except OSError:
+            time.sleep(0.5)
+    proc.kill()
+    raise SystemExit("the lab server did not start within 180 s")
+
+
+def main() -> int:
+    from playwright.sync_api import sync_playwright
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="math", help="task category of the preset prompt")
+    ap.add_argument("--max-new", type=int, default=64)
+    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "screenshots"))
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    port = free_port()
+    server = start_server(port)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+            page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+            page.goto(f"http://127.0.0.1:{port}/")
+            page.wait_for_selector("#run")
+            page.fill("#max-new input[type=number]", str(args.max_new))
+            page.press("#max-new input[type=number]", "Enter")
+            page.click("#preset input")
+            page.get_by_role("option").filter(has_text=f"{args.preset} ·").first.click()
+            page.wait_for_function(
+                f"() => document.querySelector('#prompt textarea').value.startsWith('### Task: {args.preset}')")
+            page.click("#run button, button#run")
+            page.wait_for_selector("#equal-badge .lab-badge.equal, #equal-badge .lab-badge.differ", timeout=300_000)
+            page.wait_for_timeout(1500)
+            shots = {"lab-race.png": None, "lab-tree.png": "#tree-plot", "lab-acceptance.png": "#accept-plot",
+                     "lab-attention.png": "#attn-plot", "lab-mask.png": "#mask-plot", "lab-bench.png": "#bench-panel"}
+            for name, selector in shots.items():
+                path = os.path.join(args.out, name)
+                if selector is None:
+                    page.screenshot(path=path, full_page=False)
+                else:
+                    elem = page.query_selector(selector)
+                    if elem is None:
+                        print(f"skipped {name}: {selector} not on the page")
+                        continue
+                    elem.scroll_into_view_if_needed()
+                    page.wait_for_timeout(500)
+                    elem.screenshot(path=path)
+                print(f"wrote {path}")
+            browser.close()
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
