@@ -76,8 +76,23 @@ def main() -> int:
             page.click("#run button, button#run")
             page.wait_for_selector("#equal-badge .lab-badge.equal, #equal-badge .lab-badge.differ", timeout=300_000)
             page.wait_for_timeout(1500)
+            # the race: meters, both outputs, the speedup and the output check
+            top = page.query_selector("#meters").bounding_box()
+            bottom = page.query_selector("#equal-badge").bounding_box()
+            scroll = page.evaluate("() => window.scrollY")
+            page.screenshot(path=os.path.join(args.out, "lab-race-bundled.png"), full_page=True,
+                            clip={"x": 0, "y": top["y"] + scroll - 10, "width": 1400,
+                                  "height": bottom["y"] + bottom["height"] - top["y"] + 20})
+            print(f"wrote {os.path.join(args.out, 'lab-race-bundled.png')}")
             shots = {"lab-race.png": None, "lab-tree.png": "#tree-plot", "lab-acceptance.png": "#accept-plot",
                      "lab-attention.png": "#attn-plot", "lab-mask.png": "#mask-plot", "lab-bench.png": "#bench-panel"}
+            panel = page.query_selector("#bench-panel")
+            if panel is not None:  # the Benchmarks accordion starts closed: open it
+                panel.query_selector("button, .label-wrap").click()
+                try:
+                    page.wait_for_selector("#bench-plot-0 .js-plotly-plot", timeout=20_000)
+                except Exception:  # no results yet: the panel shows its message instead
+                    pass
             for name, selector in shots.items():
                 path = os.path.join(args.out, name)
                 if selector is None:
