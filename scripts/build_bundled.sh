@@ -22,19 +22,23 @@ $PY -m specstream_core train --base assets/base --out assets/streams-lossless --
 $PY -m specstream_core train --base assets/base --out assets/streams-shared --mode shared \
     --lr 5e-3 --lora-rank 16 --steps 550 $COMMON &
 wait
-# benchmark baselines (docs/BENCHMARKS.md): a draft model with the base's tokenizer for transformers
-# assisted generation (11 min), and Medusa-style heads on the same self-distilled targets (<= 10 min),
-# side by side
+rm -rf assets/base/checkpoint assets/streams-lossless/checkpoint assets/streams-shared/checkpoint
+echo "model build took $(( ($(date +%s) - start) / 60 )) minutes"
+# 4. the model card's numbers (~5 min)
+$PY -m specstream_core bench --methods ar,hf-greedy,ss-lossless,ss-shared --baseline ar --n 20 --max-new-tokens 96 \
+    --threads 1 --ablations none --precisions fp32 --json assets/bench.json --markdown assets/bench.md
+[ "${SKIP_BASELINES:-0}" = 1 ] && exit 0
+# 5. benchmark extras (~25 min more; SKIP_BASELINES=1 stops above): the Ns ablation's second lossless
+# stream set (Ns = 2, same recipe), a draft model with the base's tokenizer for transformers assisted
+# generation, and Medusa-style heads on the same self-distilled targets, side by side
+$PY -m specstream_core train --base assets/base --out assets/ablation/streams-lossless-ns2 --mode lossless \
+    --lr 3e-3 --adapter-rank 32 --steps 650 $COMMON --n-stream-layers 2 &
 $PY -m specstream_core pretrain --out assets/draft --tokenizer-from assets/base --layers 2 --hidden 128 \
     --minutes 11 --threads 1 &
 $PY -m specstream_core train-medusa --base assets/base --out assets/medusa --examples-per-category 500 \
     --distill-cache build/distill.jsonl --steps 400 --minutes 9 --lr 3e-3 --threads 1 &
 wait
-rm -rf assets/base/checkpoint assets/streams-lossless/checkpoint assets/streams-shared/checkpoint
-echo "build took $(( ($(date +%s) - start) / 60 )) minutes"
-# 4. the model card's numbers
-$PY -m specstream_core bench --methods ar,hf-greedy,ss-lossless,ss-shared --baseline ar --n 20 --max-new-tokens 96 \
-    --threads 1 --ablations none --precisions fp32 --json assets/bench.json --markdown assets/bench.md
-# 5. the benchmark page: all methods, fp32 + nf4, ablations (docs/BENCHMARKS.md, docs/bench/; ~8 min)
+rm -rf assets/ablation/streams-lossless-ns2/checkpoint assets/draft/checkpoint assets/medusa/checkpoint
+# 6. the benchmark page: all methods, fp32 + nf4, ablations (docs/BENCHMARKS.md, docs/bench/; ~8 min)
 $PY -m specstream_core bench --threads 1 --json docs/bench/latest.json --markdown docs/bench/latest.md \
     --plots docs/bench/ --doc docs/BENCHMARKS.md

@@ -9,6 +9,7 @@ ASSETS = os.path.join(ROOT, "assets")
 BASE_DIR = os.path.join(ASSETS, "base")
 LOSSLESS_DIR = os.path.join(ASSETS, "streams-lossless")
 SHARED_DIR = os.path.join(ASSETS, "streams-shared")
+NS2_DIR = os.path.join(ASSETS, "ablation", "streams-lossless-ns2")  # the Ns ablation's second stream set
 
 
 def bundled_available() -> bool:

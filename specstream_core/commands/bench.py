@@ -140,6 +140,9 @@ def plan(args) -> dict:
     bad = [a for a in ablations if a not in ABLATIONS]
     if bad:
         raise SpecstreamError(f"unknown ablations {bad}; choose from {', '.join(ABLATIONS)} or 'none'")
+    if "ns" in ablations and not args.ablation_streams and not args.base and os.path.isdir(defaults.NS2_DIR):
+        # the bundled model ships a second lossless stream set with Ns = 2 for this ablation
+        args.ablation_streams = f"{defaults.NS2_DIR},{defaults.LOSSLESS_DIR}"
     if "ns" in ablations and not args.ablation_streams:
         ablations.remove("ns")  # only with stream sets of different Ns
     if n < 1 or max_new < 1:
