@@ -37,7 +37,7 @@ import torch
 
 from . import compat, msa, processors
 from .cache import KVCache, SharedPrefixCache
-from .decode import DecodeConfig, Result
+from .decode import DecodeConfig, Result, decode_stats
 from .drafters import Drafter, StreamDrafter
 from .errors import SpecstreamError
 from .tree import Tree, chain
@@ -241,19 +241,7 @@ class BatchedDecoding:
             self.cache.retain(keep)
 
     def _stats(self, seq: Sequence) -> dict:
-        n = len(seq.output)
-        steps = max(1, seq.forward_passes - 1)
-        return {
-            "forward_passes": seq.forward_passes,
-            "new_tokens": n,
-            "mean_accepted": n / seq.forward_passes if seq.forward_passes else 0.0,
-            "wall_s": seq.wall_s,
-            "tokens_per_s": n / seq.wall_s if seq.wall_s else 0.0,
-            "depth_acceptance": [h / steps for h in seq.depth_hits],
-            "rows_processed": seq.rows_total,
-            "batch_size": len(self.sequences),
-            "shared_prefix": self.share_prefix,
-        }
+        return {**decode_stats(seq), "batch_size": len(self.sequences), "shared_prefix": self.share_prefix}
 
 
 class BatchedPlainDecoding(BatchedDecoding):

@@ -112,6 +112,22 @@ class _StepLog:
     attention: dict | None = None
 
 
+def decode_stats(seq) -> dict:
+    """Per-sequence statistics of a decoding (single or one row of a batch): anything with `output`,
+    `forward_passes`, `wall_s`, `depth_hits` and `rows_total`."""
+    n = len(seq.output)
+    steps = max(1, seq.forward_passes - 1)
+    return {
+        "forward_passes": seq.forward_passes,
+        "new_tokens": n,
+        "mean_accepted": n / seq.forward_passes if seq.forward_passes else 0.0,
+        "wall_s": seq.wall_s,
+        "tokens_per_s": n / seq.wall_s if seq.wall_s else 0.0,
+        "depth_acceptance": [h / steps for h in seq.depth_hits],
+        "rows_processed": seq.rows_total,
+    }
+
+
 class Decoding:
     """One sequence being decoded. `step()` runs one forward pass and returns the tokens it emitted."""
 
@@ -183,17 +199,7 @@ class Decoding:
         return self.result()
 
     def stats(self) -> dict:
-        n = len(self.output)
-        steps = max(1, self.forward_passes - 1)
-        return {
-            "forward_passes": self.forward_passes,
-            "new_tokens": n,
-            "mean_accepted": n / self.forward_passes if self.forward_passes else 0.0,
-            "wall_s": self.wall_s,
-            "tokens_per_s": n / self.wall_s if self.wall_s else 0.0,
-            "depth_acceptance": [h / steps for h in self.depth_hits],
-            "rows_processed": self.rows_total,
-        }
+        return decode_stats(self)
 
     def result(self) -> Result:
         return Result(list(self.output), self.engine.decode_text(self.output), self.stats(), self.trace)

@@ -28,17 +28,17 @@ class Drafter:
         """Receive the accepted node's final-normed main hidden state [d] (head drafters such as Medusa)."""
 
 
-class StreamDrafter(Drafter):
-    uses_streams = True
+class TopkDrafter(Drafter):
+    """A tree from per-depth top-k of a [depth, V] logits block (the streams' or Medusa heads')."""
 
     def __init__(self, topk: tuple[int, ...], budget: int):
-        self.topk = topk  # k per depth; len(topk) <= γ depths are drafted
+        self.topk = topk  # k per depth
         self.budget = budget
         self._top: tuple[list[list[int]], list[list[float]]] = ([], [])
 
-    def observe_streams(self, stream_logits: torch.Tensor) -> None:
+    def _observe_logits(self, logits: torch.Tensor) -> None:
         depth = len(self.topk)
-        probs = stream_logits[:depth].float().softmax(dim=-1)  # [depth, V]
+        probs = logits[:depth].float().softmax(dim=-1)  # [depth, V]
         top = torch.topk(probs, max(self.topk), dim=-1)
         # one host sync per step: the tree is built on the host
         values, indices = top.values.tolist(), top.indices.tolist()
@@ -48,6 +48,13 @@ class StreamDrafter(Drafter):
     def propose(self, root: int, history: list[int]) -> Tree:
         tokens, probs = self._top
         return from_stream_topk(root, tokens, probs, self.budget)
+
+
+class StreamDrafter(TopkDrafter):
+    uses_streams = True  # len(topk) <= γ depths are drafted
+
+    def observe_streams(self, stream_logits: torch.Tensor) -> None:
+        self._observe_logits(stream_logits)
 
 
 class PromptLookupDrafter(Drafter):

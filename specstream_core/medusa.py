@@ -25,9 +25,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import compat, masks, msa
-from .drafters import Drafter
+from .drafters import TopkDrafter
 from .errors import SpecstreamError
-from .tree import Tree, from_stream_topk
 
 CONFIG_NAME = "medusa_config.json"
 WEIGHTS_NAME = "medusa.safetensors"
@@ -113,29 +112,18 @@ def recommended_topk(directory: str) -> tuple[int, ...] | None:
         return None
 
 
-class MedusaDrafter(Drafter):
+class MedusaDrafter(TopkDrafter):
     """Drafts from the heads applied to the accepted node's final main hidden state."""
 
     uses_main_hidden = True
 
     def __init__(self, heads: MedusaHeads, lm_head, topk: tuple[int, ...] = (1, 1, 1, 1), budget: int = 64):
+        super().__init__(tuple(topk[: heads.cfg.num_heads]), budget)
         self.heads, self.lm_head = heads, lm_head
-        self.topk = tuple(topk[: heads.cfg.num_heads])
-        self.budget = budget
-        self._top: tuple[list[list[int]], list[list[float]]] = ([], [])
 
     def observe_main_hidden(self, hidden: torch.Tensor) -> None:
-        depth = len(self.topk)
         h = hidden.to(next(self.heads.parameters()).dtype)
-        logits = self.lm_head(self.heads(h)[:depth].to(hidden.dtype))  # [depth, V]
-        top = torch.topk(logits.float().softmax(dim=-1), max(self.topk), dim=-1)
-        values, indices = top.values.tolist(), top.indices.tolist()
-        self._top = ([indices[j][:k] for j, k in enumerate(self.topk)],
-                     [values[j][:k] for j, k in enumerate(self.topk)])
-
-    def propose(self, root: int, history: list[int]) -> Tree:
-        tokens, probs = self._top
-        return from_stream_topk(root, tokens, probs, self.budget)
+        self._observe_logits(self.lm_head(self.heads(h)[: len(self.topk)].to(hidden.dtype)))  # [depth, V]
 
 
 # ---- training ---------------------------------------------------------------------------------

@@ -10,26 +10,14 @@ import pytest
 from specstream_core import DecodeConfig, Engine, SpecstreamError
 from specstream_core.decode import parse_topk
 from specstream_core.trace import load_trace
-from tiny_models import tiny_model
+from tiny_models import save_tiny_model_dir, tiny_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    """A tiny Llama with a tokenizer saved to disk, as a user would pass with --base."""
-    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    path = tmp_path_factory.mktemp("tiny-llama")
-    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{chr(97 + i): 3 + i for i in range(26)}, " ": 29}
-    vocab.update({f"w{i}": 30 + i for i in range(98)})
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), "isolated")
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
-    fast.save_pretrained(path)
-    tiny_model("llama", seed=3, max_position_embeddings=64).save_pretrained(path)
-    return str(path)
+    return save_tiny_model_dir(tmp_path_factory.mktemp("tiny-llama"))
 
 
 def cli(*args, timeout=180):

@@ -7,7 +7,7 @@ import pytest
 
 from specstream_core import DecodeConfig, Engine, SpecstreamError, pipeline
 from specstream_core.cli import main
-from tiny_models import tiny_model
+from tiny_models import save_tiny_model_dir
 
 PROMPTS = ["abc", "hello world", "z", "the quick brown fox", "ab ab ab", "qrstuv", "mn", "lorem ipsum dolor"]
 CFG = DecodeConfig(mode="ss", max_new_tokens=6, tree_topk=(3, 2, 1))
@@ -15,19 +15,7 @@ CFG = DecodeConfig(mode="ss", max_new_tokens=6, tree_topk=(3, 2, 1))
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    """A tiny Llama with a character-level tokenizer saved to disk (as test_errors builds it)."""
-    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    path = tmp_path_factory.mktemp("tiny-llama")
-    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{chr(97 + i): 3 + i for i in range(26)}, " ": 29}
-    vocab.update({f"w{i}": 30 + i for i in range(98)})
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), "isolated")
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
-    fast.save_pretrained(path)
-    tiny_model("llama", seed=3, max_position_embeddings=64).save_pretrained(path)
-    return str(path)
+    return save_tiny_model_dir(tmp_path_factory.mktemp("tiny-llama"))
 
 
 @pytest.fixture(scope="module")

@@ -56,3 +56,18 @@ def hf_greedy(model, ids: list[int], max_new_tokens: int, **kw) -> list[int]:
     out = model.generate(inp, attention_mask=torch.ones_like(inp), do_sample=False, max_new_tokens=max_new_tokens,
                          min_new_tokens=max_new_tokens, **kw)
     return out[0, len(ids):].tolist()
+
+
+def save_tiny_model_dir(path) -> str:
+    """A tiny Llama with a character-level tokenizer saved to `path`, as a user would pass with --base."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{chr(97 + i): 3 + i for i in range(26)}, " ": 29}
+    vocab.update({f"w{i}": 30 + i for i in range(98)})
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), "isolated")
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    fast.save_pretrained(path)
+    tiny_model("llama", seed=3, max_position_embeddings=64).save_pretrained(path)
+    return str(path)
