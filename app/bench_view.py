@@ -1,7 +1,8 @@
 """The lab's Benchmarks panel: the latest `bench --json` results as a table and figures (pure: JSON in,
 Markdown / Plotly out; no model involved).
 
-The results file is SPECSTREAM_BENCH_JSON when set, else docs/bench/latest.json in the repository.
+The results file is SPECSTREAM_BENCH_JSON when set, else docs/bench/latest.json in the repository; the
+pass-cost file (`pass-cost --json`) is SPECSTREAM_PASS_COST_JSON, else docs/bench/pass-cost.json.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from specstream_core.bench_plots import (ablation_figure, ablation_params, basel
 from specstream_core.errors import SpecstreamError
 
 DEFAULT_PATH = os.path.join(defaults.ROOT, "docs", "bench", "latest.json")
+PASS_COST_PATH = os.path.join(defaults.ROOT, "docs", "bench", "pass-cost.json")
+PASS_COST_COMMAND = "python -m specstream_core pass-cost --precisions fp32,nf4 --json docs/bench/pass-cost.json"
 COMMAND = "python -m specstream_core bench --json docs/bench/latest.json --markdown docs/bench/latest.md --plots docs/bench/"
 NONE_YET = ("No benchmark results yet. Run\n\n```bash\n" + COMMAND + "\n```\n\n"
             "and reload: the lab shows the latest results file ({path}).")
@@ -65,3 +68,29 @@ def figures(data: dict | None, precision: str | None = None) -> list:
     out = [speedup_figure(data, precision), tau_figure(data, precision), bound_figure(data)]
     out += [ablation_figure(data, p) for p in ablation_params(data)]
     return out
+
+
+def pass_cost(path: str | None = None) -> tuple[object | None, str]:
+    """(figure or None, Markdown): what one pass costs here, and the τ a method needs (speedup ≈ τ ÷ cost)."""
+    from specstream_core.bench_plots import pass_cost_figure
+    from specstream_core.pass_cost import load_runs
+
+    path = path or os.environ.get("SPECSTREAM_PASS_COST_JSON", "") or PASS_COST_PATH
+    try:
+        runs = load_runs(path)
+    except SpecstreamError as exc:
+        return None, f"**Cannot show pass costs:** {exc}"
+    if runs is None:
+        return None, f"No pass-cost measurement yet: `{PASS_COST_COMMAND}`"
+    lines = ["**Why speedup is below τ.** Every speculative pass carries more rows than a plain one and costs "
+             "more; speedup ≈ τ ÷ (speculative pass ÷ plain pass). Measured by "
+             f"`{PASS_COST_COMMAND}`:", "",
+             "| run | Speculative Streaming pass (γ 4) | τ needed for 2× | verification-only pass (5 rows) |",
+             "|---|---|---|---|"]
+    for run in runs:
+        by = {p["label"]: p for p in run["passes"]}
+        ss = max((p for p in run["passes"] if p.get("kind") == "ss"), key=lambda p: p.get("nodes", 0), default=None)
+        v5 = by.get("verify 5")
+        lines.append(f"| {run['label']} | {_fmt(ss['ratio'], '×') if ss else '–'} | "
+                     f"{_fmt(2 * ss['ratio']) if ss else '–'} | {_fmt(v5['ratio'], '×') if v5 else '–'} |")
+    return pass_cost_figure(runs), "\n".join(lines)

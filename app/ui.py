@@ -4,7 +4,8 @@ only connects components. Per-session data lives in gr.State; the engine cache i
 Stable element ids (tests and embedding rely on them): prompt, run, ar-output, ss-output, speedup,
 equal-badge, tree-plot, accept-plot, attn-plot, trace-download, trace-upload (plus mask-plot,
 step-slider, lab-message, meters, explain; the Benchmarks panel: bench-panel, bench-precision,
-bench-reload, bench-summary, bench-plot-0..6, filled from app/bench_view.py).
+bench-reload, bench-summary, bench-plot-0..6, bench-pass-cost-text, bench-pass-cost, filled from
+app/bench_view.py).
 """
 
 from __future__ import annotations
@@ -325,7 +326,10 @@ def _bench_state(precision=None):
 
 
 def _bench_panel():
-    """The Benchmarks accordion: the latest `bench --json` results (a message when there are none)."""
+    """The Benchmarks accordion: the latest `bench --json` results (a message when there are none) and
+    what one pass costs here (`pass-cost --json`)."""
+    from . import bench_view
+
     text, choices, value, figs = _bench_state()
     with gr.Accordion("Benchmarks — latest results of `python -m specstream_core bench`", open=False,
                       elem_id="bench-panel"):
@@ -336,6 +340,9 @@ def _bench_panel():
         summary = gr.Markdown(text, elem_id="bench-summary")
         slots = [gr.Plot(figs[i] if i < len(figs) else None, label="Benchmark", elem_id=f"bench-plot-{i}",
                          visible=i < len(figs)) for i in range(BENCH_PLOTS)]
+        cost_fig, cost_text = bench_view.pass_cost()
+        gr.Markdown(cost_text, elem_id="bench-pass-cost-text")
+        gr.Plot(cost_fig, label="Pass cost", elem_id="bench-pass-cost", visible=cost_fig is not None)
     return precision, reload_btn, summary, slots
 
 

@@ -6,10 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PY:-.venv/bin/python}"
 PRETRAIN_MINUTES="${PRETRAIN_MINUTES:-75}"
+PRETRAIN_THREADS="${PRETRAIN_THREADS:-2}"  # 1 when something else runs beside it (two threads then stall)
 start=$(date +%s)
 # 1. tokenizer + base model from offline text and the task suite's train split
 # (the bundled base was made in two stages, see assets/base/README.md; this is the one-stage equivalent)
-$PY -m specstream_core pretrain --out assets/base --minutes "$PRETRAIN_MINUTES" --threads 2
+$PY -m specstream_core pretrain --out assets/base --minutes "$PRETRAIN_MINUTES" --threads "$PRETRAIN_THREADS"
 # 2. self-distillation targets: the base model's greedy answers to 500 train prompts per category
 #    (shared by both stream trainings through the cache file; ~5 minutes)
 DISTILL="--distill --distill-cache build/distill.jsonl --examples-per-category 500"

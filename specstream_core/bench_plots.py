@@ -238,3 +238,17 @@ def write_plots(data: dict, out_dir: str) -> list[str]:
     for param in ablation_params(data):
         put(f"ablation-{param}", svg_ablation(data, param), ablation_figure(data, param))
     return written
+
+
+def pass_cost_figure(runs: list[dict]):
+    """`pass-cost` runs: each pass kind's cost relative to a plain pass (Plotly), one bar colour per run."""
+    from .pass_cost import figure_series
+
+    labels, series = figure_series(runs)
+    fig = _bars("Cost of one forward pass ÷ a plain pass (speedup ≈ τ ÷ this)", labels, series, "× plain pass")
+    fig.update_traces(hovertemplate="%{fullData.name}<br>%{x}: %{y:.2f}× a plain pass<br>"
+                                    "τ needed for 2×: %{customdata:.2f}<extra></extra>",
+                      selector=dict(type="bar"))
+    for trace, ys in zip(fig.data, series.values()):
+        trace.customdata = [2 * y if y is not None else None for y in ys]
+    return fig

@@ -72,4 +72,27 @@ def test_lab_panel(results, tmp_path, monkeypatch):
     assert len(figs) == 4 and "nf4" in figs[0].layout.title.text
     demo = build_demo({})
     ids = {getattr(b, "elem_id", None) for b in demo.blocks.values()}
-    assert {"bench-panel", "bench-summary", "bench-precision", "bench-reload", "bench-plot-0"} <= ids
+    assert {"bench-panel", "bench-summary", "bench-precision", "bench-reload", "bench-plot-0", "bench-pass-cost"} <= ids
+
+
+def test_lab_pass_cost_panel(tmp_path, monkeypatch):
+    from app import bench_view
+
+    monkeypatch.setenv("SPECSTREAM_PASS_COST_JSON", str(tmp_path / "missing.json"))
+    fig, text = bench_view.pass_cost()
+    assert fig is None and "No pass-cost measurement yet" in text and "pass-cost" in text
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"runs": [{"label": "x"}]}))
+    monkeypatch.setenv("SPECSTREAM_PASS_COST_JSON", str(bad))
+    fig, text = bench_view.pass_cost()
+    assert fig is None and "is not a pass-cost result" in text
+    passes = [{"label": "plain", "kind": "plain", "nodes": 1, "ratio": 1.0},
+              {"label": "verify 5", "kind": "verify", "nodes": 5, "ratio": 1.4},
+              {"label": "ss γ=1", "kind": "ss", "nodes": 2, "ratio": 1.5},
+              {"label": "ss γ=4", "kind": "ss", "nodes": 5, "ratio": 2.0}]
+    good = tmp_path / "pc.json"
+    good.write_text(json.dumps({"runs": [{"label": "fp32 · streams", "settings": {}, "passes": passes}]}))
+    monkeypatch.setenv("SPECSTREAM_PASS_COST_JSON", str(good))
+    fig, text = bench_view.pass_cost()
+    assert "| fp32 · streams | 2.00× | 4.00 | 1.40× |" in text  # the deepest ss pass, τ for 2× = 2 × its cost
+    assert list(fig.data[0].x) == ["plain", "verify 5", "ss γ=1", "ss γ=4"] and list(fig.data[0].y) == [1.0, 1.4, 1.5, 2.0]

@@ -1,0 +1,69 @@
+"""`pass-cost`: every pass kind runs on a real (tiny) model, rows match the tree shapes, the cached
+prefix is left as it was, and bad settings get one clear message."""
+
+import json
+
+import pytest
+
+from specstream_core.cli import main
+from specstream_core.engine import Engine
+from specstream_core.errors import SpecstreamError
+from specstream_core.bench_plots import pass_cost_figure
+from specstream_core.pass_cost import markdown, measure, to_json
+from tiny_models import save_tiny_model_dir
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return save_tiny_model_dir(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_dir):
+    with pytest.warns(UserWarning, match="fresh"):
+        return Engine.load(tiny_dir, gamma=3, n_stream_layers=1)
+
+
+def test_measure_kinds_rows_and_ratios(engine):
+    costs = measure(engine, context=12, verify_rows=(2, 4), repeats=2, progress=False)
+    assert [c.label for c in costs] == ["plain", "verify 2", "verify 4", "ss γ=1", "ss γ=2", "ss γ=3"]
+    by = {c.label: c for c in costs}
+    assert by["plain"].ratio == 1.0 and (by["plain"].rows_bottom, by["plain"].rows_top) == (1, 1)
+    assert (by["verify 4"].rows_bottom, by["verify 4"].rows_top) == (4, 4)
+    for g in (1, 2, 3):  # g+1 chain nodes, each carrying streams 1..g in the multi-stream layers
+        c = by[f"ss γ={g}"]
+        assert (c.nodes, c.rows_bottom, c.rows_top) == (g + 1, g + 1, (g + 1) * (1 + g))
+        assert c.tau_for_2x == pytest.approx(2 * c.ratio, abs=0.011) and c.max_tau == g + 1
+    assert all(c.median_ms > 0 for c in costs)
+    run = to_json("fp32 · fresh", costs, {"context": 12, "device": "cpu", "threads": 1, "repeats": 2})
+    table = markdown([run])
+    assert table.count("\n| ") == len(costs) + 1 and "| ss γ=3 | 4 | 4 / 16 |" in table
+    fig = pass_cost_figure([run, to_json("again", costs[:2], run["settings"])])
+    assert [t.name for t in fig.data] == ["fp32 · fresh", "again"]
+    assert list(fig.data[1].y) == [1.0, by["verify 2"].ratio] + [None] * 4  # missing kinds stay empty
+
+
+def test_measure_rejects_bad_settings(engine):
+    with pytest.raises(SpecstreamError, match="context length"):
+        measure(engine, context=64, repeats=1, progress=False)
+    with pytest.raises(SpecstreamError, match="verify rows"):
+        measure(engine, context=8, verify_rows=(1,), repeats=1, progress=False)
+    with pytest.raises(SpecstreamError, match="repeats"):
+        measure(engine, context=8, repeats=0, progress=False)
+
+
+def test_cli_writes_json_and_reports_errors(tiny_dir, tmp_path, capsys):
+    out = tmp_path / "pc.json"
+    rc = main(["pass-cost", "--base", tiny_dir, "--gamma", "2", "--n-stream-layers", "1", "--context", "8",
+               "--repeats", "1", "--verify-rows", "3", "--no-progress", "--json", str(out), "--plots", str(tmp_path)])
+    assert rc == 0
+    (run,) = json.loads(out.read_text())["runs"]
+    assert [p["label"] for p in run["passes"]] == ["plain", "verify 3", "ss γ=1", "ss γ=2"]
+    assert run["settings"]["gamma"] == 2 and run["settings"]["context"] == 8 and run["label"].startswith("fp32")
+    assert "| plain | 1 | 1 / 1 |" in capsys.readouterr().out
+    assert (tmp_path / "pass-cost.svg").read_text().startswith("<svg") and (tmp_path / "pass-cost.html").is_file()
+    for argv, message in ((["--verify-rows", "two"], "--verify-rows must be comma-separated integers"),
+                          (["--precisions", "fp8"], "--precisions must list"),
+                          (["--streams", str(tmp_path)], "is not a stream directory")):
+        assert main(["pass-cost", "--base", tiny_dir, "--no-progress", *argv]) == 2
+        assert message in capsys.readouterr().err
