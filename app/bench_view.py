@@ -16,7 +16,8 @@ from specstream_core.errors import SpecstreamError
 
 DEFAULT_PATH = os.path.join(defaults.ROOT, "docs", "bench", "latest.json")
 PASS_COST_PATH = os.path.join(defaults.ROOT, "docs", "bench", "pass-cost.json")
-PASS_COST_COMMAND = "python -m specstream_core pass-cost --precisions fp32,nf4 --json docs/bench/pass-cost.json"
+PASS_COST_COMMAND = ("python -m specstream_core pass-cost --precisions fp32,nf4 "
+                     "--streams assets/streams-lossless,assets/streams-shared --json docs/bench/pass-cost.json")
 COMMAND = "python -m specstream_core bench --json docs/bench/latest.json --markdown docs/bench/latest.md --plots docs/bench/"
 NONE_YET = ("No benchmark results yet. Run\n\n```bash\n" + COMMAND + "\n```\n\n"
             "and reload: the lab shows the latest results file ({path}).")

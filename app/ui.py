@@ -4,7 +4,7 @@ only connects components. Per-session data lives in gr.State; the engine cache i
 Stable element ids (tests and embedding rely on them): prompt, run, ar-output, ss-output, speedup,
 equal-badge, tree-plot, accept-plot, attn-plot, trace-download, trace-upload (plus mask-plot,
 step-slider, lab-message, meters, explain; the Benchmarks panel: bench-panel, bench-precision,
-bench-reload, bench-summary, bench-plot-0..6, bench-pass-cost-text, bench-pass-cost, filled from
+bench-reload, bench-summary, bench-plot-0..6, bench-pass-cost-panel (-text, the plot bench-pass-cost), filled from
 app/bench_view.py).
 """
 
@@ -341,8 +341,9 @@ def _bench_panel():
         slots = [gr.Plot(figs[i] if i < len(figs) else None, label="Benchmark", elem_id=f"bench-plot-{i}",
                          visible=i < len(figs)) for i in range(BENCH_PLOTS)]
         cost_fig, cost_text = bench_view.pass_cost()
-        gr.Markdown(cost_text, elem_id="bench-pass-cost-text")
-        gr.Plot(cost_fig, label="Pass cost", elem_id="bench-pass-cost", visible=cost_fig is not None)
+        with gr.Column(elem_id="bench-pass-cost-panel"):
+            gr.Markdown(cost_text, elem_id="bench-pass-cost-text")
+            gr.Plot(cost_fig, label="Pass cost", elem_id="bench-pass-cost", visible=cost_fig is not None)
     return precision, reload_btn, summary, slots
 
 

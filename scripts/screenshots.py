@@ -85,7 +85,8 @@ def main() -> int:
                                   "height": bottom["y"] + bottom["height"] - top["y"] + 20})
             print(f"wrote {os.path.join(args.out, 'lab-race-bundled.png')}")
             shots = {"lab-race.png": None, "lab-tree.png": "#tree-plot", "lab-acceptance.png": "#accept-plot",
-                     "lab-attention.png": "#attn-plot", "lab-mask.png": "#mask-plot", "lab-bench.png": "#bench-panel"}
+                     "lab-attention.png": "#attn-plot", "lab-mask.png": "#mask-plot", "lab-bench.png": "#bench-panel",
+                     "lab-pass-cost.png": "#bench-pass-cost-panel"}
             panel = page.query_selector("#bench-panel")
             if panel is not None:  # the Benchmarks accordion starts closed: open it
                 panel.query_selector("button, .label-wrap").click()
