@@ -75,6 +75,7 @@ def measure(engine, context: int = 256, verify_rows=(2, 3, 5, 9), repeats: int =
         raise SpecstreamError(f"repeats must be >= 1, got {repeats}")
     if context < 1:
         raise SpecstreamError(f"context must be >= 1 token, got {context}")
+    verify_rows = tuple(dict.fromkeys(verify_rows))  # each kind once
     streams = engine.streams
     gamma = streams.cfg.gamma if streams is not None else 0
     widest = max([1, *verify_rows, gamma + 1])
