@@ -89,9 +89,8 @@ def pass_cost(path: str | None = None) -> tuple[object | None, str]:
              "| run | Speculative Streaming pass (γ 4) | τ needed for 2× | verification-only pass (5 rows) |",
              "|---|---|---|---|"]
     for run in runs:
-        by = {p["label"]: p for p in run["passes"]}
         ss = max((p for p in run["passes"] if p.get("kind") == "ss"), key=lambda p: p.get("nodes", 0), default=None)
-        v5 = by.get("verify 5")
+        v5 = next((p for p in run["passes"] if p["label"] == "verify 5"), None)
         lines.append(f"| {run['label']} | {_fmt(ss['ratio'], '×') if ss else '–'} | "
                      f"{_fmt(2 * ss['ratio']) if ss else '–'} | {_fmt(v5['ratio'], '×') if v5 else '–'} |")
     return pass_cost_figure(runs), "\n".join(lines)

@@ -21,15 +21,22 @@ ABLATION_TITLES = {"gamma": "draft depth γ (first g streams)", "topk": "per-dep
                    "ns": "Ns (stream sets)", "prune": "pruning threshold"}
 
 
-def load_results(path: str) -> dict | None:
-    """The benchmark JSON, or None when there is none yet; SpecstreamError when it is unreadable."""
+def read_json(path: str, what: str):
+    """A results file's JSON, or None when there is none yet; SpecstreamError when it is unreadable."""
     if not path or not os.path.isfile(path):
         return None
     try:
         with open(path) as f:
-            data = json.load(f)
+            return json.load(f)
     except (OSError, ValueError) as exc:
-        raise SpecstreamError(f"cannot read benchmark results {path}: {exc}") from None
+        raise SpecstreamError(f"cannot read {what} {path}: {exc}") from None
+
+
+def load_results(path: str) -> dict | None:
+    """The benchmark JSON, or None when there is none yet; SpecstreamError when it is unreadable."""
+    data = read_json(path, "benchmark results")
+    if data is None:
+        return None
     if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
         raise SpecstreamError(f"{path} is not a benchmark result (no 'rows')")
     return data

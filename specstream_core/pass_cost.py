@@ -78,10 +78,10 @@ def measure(engine, context: int = 256, verify_rows=(2, 3, 5, 9), repeats: int =
     verify_rows = tuple(dict.fromkeys(verify_rows))  # each kind once
     streams = engine.streams
     gamma = streams.cfg.gamma if streams is not None else 0
-    widest = max([1, *verify_rows, gamma + 1])
-    engine.check_length(context, widest)
     if any(k < 2 or k > 64 for k in verify_rows):
         raise SpecstreamError(f"verify rows must be between 2 and 64, got {list(verify_rows)}")
+    widest = max([1, *verify_rows, gamma + 1])
+    engine.check_length(context, widest)
     ids = _context_ids(engine, context)
     cache = KVCache.for_model(engine.model, batch=1, capacity=context + widest * (1 + gamma) + 8)
     device = engine.device
@@ -171,16 +171,11 @@ def figure_series(runs: list[dict]) -> tuple[list[str], dict[str, list]]:
 
 def load_runs(path: str) -> list[dict] | None:
     """Runs of a `pass-cost --json` file; None when the file does not exist; a clear error when it is not one."""
-    import json
-    import os
+    from .bench_plots import read_json
 
-    if not os.path.isfile(path):
+    data = read_json(path, "pass costs")
+    if data is None:
         return None
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise SpecstreamError(f"cannot read {path}: {exc}") from None
     runs = data.get("runs") if isinstance(data, dict) else None
     ok = isinstance(runs, list) and runs and all(
         isinstance(r, dict) and isinstance(r.get("label"), str) and isinstance(r.get("passes"), list)

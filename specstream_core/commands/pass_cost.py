@@ -19,8 +19,6 @@ import warnings
 from .. import defaults
 from ..errors import SpecstreamError
 
-PRECISIONS = ("fp32", "bf16", "nf4", "int8")
-
 
 def add_arguments(p) -> None:
     p.add_argument("--base", help="base model directory or hub id (default: the bundled one)")
@@ -28,7 +26,7 @@ def add_arguments(p) -> None:
                    "bundled lossless streams; with --base: fresh streams)")
     p.add_argument("--gamma", type=int, default=4, help="streams of fresh (untrained) stream parameters")
     p.add_argument("--n-stream-layers", type=int, default=None, help="multi-stream layers of fresh streams")
-    p.add_argument("--precisions", default="fp32", help=f"comma-separated subset of {', '.join(PRECISIONS)}")
+    p.add_argument("--precisions", default="fp32", help="comma-separated subset of fp32, bf16, nf4, int8")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--context", type=int, default=256, help="tokens already in the KV cache")
@@ -41,6 +39,8 @@ def add_arguments(p) -> None:
 
 
 def _plan(args) -> tuple[tuple[int, ...], list[str], list[str | None]]:
+    from ..loading import PRECISIONS
+
     try:
         verify_rows = tuple(int(x) for x in args.verify_rows.split(",") if x.strip())
     except ValueError:
