@@ -1,6 +1,6 @@
 """Hugging Face Spaces / local entry point of the Speculative Streaming lab.
 
-Models: the bundled one (assets/) when present, plus the host's allow-list in SPECSTREAM_MODELS.
+Models: the default SmolLM2-135M-Instruct (with its streams from assets/smollm2/), plus the host's allow-list in SPECSTREAM_MODELS.
 Server: GRADIO_SERVER_NAME (default 127.0.0.1) and GRADIO_SERVER_PORT (default 7860).
 """
 

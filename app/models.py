@@ -1,7 +1,8 @@
 """Which models the lab offers, and one loaded engine per (model, stream mode).
 
 Visitors pick a model by name; paths and hub ids come only from the host:
-  - the bundled model (assets/base + assets/streams-lossless / assets/streams-shared) when present;
+  - the default model, SmolLM2-135M-Instruct (`specstream_core.default_model`), with the stream sets
+    in assets/smollm2/ when present;
   - SPECSTREAM_MODELS: JSON, or a path to a JSON file, mapping name -> spec:
         {"tiny": {"base": "/models/tiny", "streams": "/models/tiny/streams", "precision": "fp32"},
          "qwen-nf4": {"base": "Qwen/Qwen2.5-0.5B", "streams": {"lossless": "/adapters/qwen-ll"},
@@ -80,11 +81,17 @@ def parse_specs(raw: str) -> dict[str, ModelSpec]:
 
 
 def bundled_spec() -> ModelSpec | None:
-    if not defaults.bundled_available():
+    """The default model (SmolLM2-135M-Instruct, converted once from its package) with the stream sets
+    the project trained for it; None when it cannot be found (then the allow-list alone is offered)."""
+    from specstream_core import default_model
+
+    try:
+        base = default_model.resolve_default_base(progress=log.info)
+    except SpecstreamError as exc:
+        log.error("the default model is unavailable: %s", exc)
         return None
-    streams = {m: d for m, d in (("lossless", defaults.LOSSLESS_DIR), ("shared", defaults.SHARED_DIR))
-               if os.path.isdir(d)}
-    return ModelSpec("bundled", defaults.BASE_DIR, streams)
+    streams = {m: d for m in MODES if (d := defaults.default_streams(m)) is not None}
+    return ModelSpec(default_model.NAME, base, streams)
 
 
 def available_specs(env=None) -> dict[str, ModelSpec]:

@@ -309,7 +309,7 @@ class BatchedSpeculativeDecoding(BatchedDecoding):
         out = msa.forward(self.engine.model, ids, positions, visible, streams=self.streams, carriers=carriers,
                           cache=self.cache, window=self.engine.window, num_streams=self.num_streams)
         logits = self.engine.logits(out.main[torch.arange(len(prompts)), last[:, 0]])  # [B or 1, V]
-        stream_logits = self.engine.logits(out.streams[:, 0]) if self.streams is not None else None  # [B or 1, k, V]
+        stream_logits = self.engine.draft_logits(out.streams[:, 0]) if self.streams is not None else None  # [B or 1, k, V]
         self._finish_prefill(prompts)
         if self.share_prefix:
             logits = logits.expand(len(self.live), -1)
@@ -330,7 +330,7 @@ class BatchedSpeculativeDecoding(BatchedDecoding):
         self.cache.commit([(0, self.num_layers, [torch.tensor(v.path) for v in verdicts])])  # 4. K/V into place
         if self.streams is not None:  # 5. each row's accepted node's streams: its next draft
             last = torch.tensor([v.path[-1] for v in verdicts], device=logits.device)
-            stream_logits = self.engine.logits(out.streams[torch.arange(len(live)), last])  # [B, k, V]
+            stream_logits = self.engine.draft_logits(out.streams[torch.arange(len(live)), last])  # [B, k, V]
             for seq, rows in zip(live, stream_logits):
                 seq.drafter.observe_streams(rows)
         for seq, tree, verdict in zip(live, trees, verdicts):

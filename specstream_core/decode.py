@@ -315,7 +315,7 @@ class SpeculativeDecoding(Decoding):
         t1 = time.perf_counter()
         if use_streams:  # 5. the accepted node's streams are the next draft
             carrier_idx = 0 if prefill else last
-            self.drafter.observe_streams(engine.logits(out.streams[0, carrier_idx]))
+            self.drafter.observe_streams(engine.draft_logits(out.streams[0, carrier_idx]))
         if self.drafter.uses_main_hidden:  # heads on the accepted node's final main hidden state (Medusa)
             self.drafter.observe_main_hidden(out.main[0, last])
         t2 = time.perf_counter()

@@ -31,7 +31,11 @@ def greedy_answers(model, tokenizer, prompts: list[list[int]], max_new_tokens: i
     if pad is None:
         raise SpecstreamError("self-distillation needs a pad or EOS token in the tokenizer")
     device = next(model.parameters()).device
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))  # similar lengths share a batch
+    # similar lengths share a batch, sorted within chunks so that a run stopped early has covered a
+    # prefix of the input (a balanced one, when the input interleaves categories)
+    chunk = batch_size * 8
+    order = [i for lo in range(0, len(prompts), chunk)
+             for i in sorted(range(lo, min(lo + chunk, len(prompts))), key=lambda i: len(prompts[i]))]
     answers: list[list[int] | None] = [None] * len(prompts)
     bar = tqdm(total=len(prompts), disable=not progress, desc="self-distill", unit="answer")
     with torch.inference_mode():

@@ -15,6 +15,7 @@ import torch
 from . import compat
 from .decode import DecodeConfig, PlainDecoding, Result, SpeculativeDecoding
 from .drafters import Drafter
+from .chat import encode_prompt
 from .errors import SpecstreamError
 from .loading import LoadConfig, load_model, load_tokenizer
 from .streams import LORA_DIR, StreamParams, read_stream_config, warn_fresh
@@ -22,8 +23,9 @@ from .streams import LORA_DIR, StreamParams, read_stream_config, warn_fresh
 
 class Engine:
     def __init__(self, model, tokenizer=None, streams: StreamParams | None = None, name: str = "model",
-                 precision: str = "fp32"):
+                 precision: str = "fp32", chat: bool = True):
         compat_check(model)
+        self.chat = chat  # wrap text prompts in the tokenizer's chat template, when it has one
         self.model = model
         self.tokenizer = tokenizer
         self.streams = streams
@@ -44,8 +46,10 @@ class Engine:
     @classmethod
     def load(cls, base: str, streams_dir: str | None = None, precision: str = "fp32", device: str = "cpu",
              gamma: int = 4, n_stream_layers: int | None = None, exact_nf4: bool = True,
-             fresh_streams: bool = True) -> "Engine":
-        """Base model (directory or hub id) + stream directory; fresh streams when none is given."""
+             fresh_streams: bool = True, chat: bool = True) -> "Engine":
+        """Base model (directory or hub id) + stream directory; fresh streams when none is given.
+
+        chat: wrap text prompts as a user turn of the model's chat template (when it has one)."""
         if streams_dir is not None:
             read_stream_config(streams_dir)  # fail on a bad adapter before loading a large model
         model = load_model(LoadConfig(base, precision=precision, device=device, exact_nf4=exact_nf4))
@@ -57,7 +61,8 @@ class Engine:
         elif fresh_streams:
             warn_fresh(gamma)
             streams = StreamParams.fresh(model, gamma=gamma, n_stream_layers=n_stream_layers)
-        return cls(model, tokenizer, streams, name=os.path.basename(base.rstrip("/")) or base, precision=precision)
+        return cls(model, tokenizer, streams, name=os.path.basename(base.rstrip("/")) or base, precision=precision,
+                   chat=chat)
 
     # ---- tokens ----------------------------------------------------------------------------------
     def encode(self, prompt: str, max_new_tokens: int = 0) -> list[int]:
@@ -65,7 +70,7 @@ class Engine:
             raise SpecstreamError("this engine has no tokenizer; pass token ids")
         if not isinstance(prompt, str) or not prompt.strip():
             raise SpecstreamError("the prompt is empty")
-        ids = self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
+        ids = encode_prompt(self.tokenizer, prompt, self.chat)
         self.check_length(len(ids), max_new_tokens)
         return ids
 
@@ -92,6 +97,12 @@ class Engine:
     def logits(self, normed_hidden: torch.Tensor) -> torch.Tensor:
         """Shared LM head on already final-normed rows."""
         return self._lm_head(normed_hidden)
+
+    def draft_logits(self, normed_hidden: torch.Tensor) -> torch.Tensor:
+        """Stream rows' logits [..., V]: over the stream set's draft vocabulary when it has one."""
+        if self.streams is None:
+            return self._lm_head(normed_hidden)
+        return self.streams.draft_logits(self._lm_head, normed_hidden, self.model.config.vocab_size)
 
     def causal(self, n: int) -> torch.Tensor:
         if n not in self._causal_cache:

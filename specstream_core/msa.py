@@ -36,7 +36,8 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Te
             streams: StreamParams | None = None, carriers: torch.Tensor | None = None, cache=None,
             select: Callable[[torch.Tensor], torch.Tensor] | None = None,
             capture_layers: tuple[int, ...] = (), window: int | None = None,
-            frozen_bottom: bool = False, num_streams: int | None = None) -> ForwardOutput:
+            frozen_bottom: bool = False, num_streams: int | None = None,
+            birth_hidden: torch.Tensor | None = None) -> ForwardOutput:
     """ids, positions: [B, n]; visible: [B, n, n] main-row visibility inside this step.
 
     carriers: [B, s] main rows that carry streams (indices before pruning), or None for a plain pass.
@@ -44,19 +45,20 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Te
     frozen_bottom: run layers below N−Ns without autograd (lossless training: nothing there trains).
     num_streams: run only streams 1..k (k <= γ) — a draft tree k deep needs no more, and stream j sees
     only streams 1..j, so the streams that run are unchanged.
+    birth_hidden: [B, n, d] main rows entering layer N−Ns, computed earlier (`bottom_hidden`); the
+    embedding and the layers below are then skipped (lossless training reuses them: they are frozen).
     """
     layers = compat.decoder_layers(model)
     prefix = cache.lengths if cache is not None else [0] * ids.shape[0]
     use_streams = streams is not None and carriers is not None
     birth = streams.cfg.birth_layer if use_streams else len(layers)
 
-    h = compat.embed(model, ids)  # [B, n, d]
-    mask = masks.additive_mask(prefix, visible, positions, h.dtype, window)
-    pe = compat.rotary(model, h, positions)
     with _capture(layers, capture_layers) as attention:
-        with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen_bottom):
-            for layer in layers[:birth]:
-                h = compat.run_layer(layer, h, mask, pe, cache)
+        if birth_hidden is not None and use_streams:
+            h = birth_hidden
+        else:
+            h = _bottom(model, layers[:birth], ids, positions, visible, prefix, cache, window,
+                        grad=torch.is_grad_enabled() and not frozen_bottom)
         rows_bottom = h.shape[1]
         keep = None
         if not use_streams:
@@ -87,6 +89,32 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Te
         h = compat.final_norm(model, h)
         return ForwardOutput(h[:, :n], h[:, n:].reshape(B, s, gamma, d), keep, rows_bottom, h.shape[1], attention,
                              h_birth)
+
+
+def _bottom(model, layers, ids, positions, visible, prefix, cache, window, grad: bool) -> torch.Tensor:
+    h = compat.embed(model, ids)  # [B, n, d]
+    mask = masks.additive_mask(prefix, visible, positions, h.dtype, window)
+    pe = compat.rotary(model, h, positions)
+    with torch.set_grad_enabled(grad):
+        for layer in layers:
+            h = compat.run_layer(layer, h, mask, pe, cache)
+    return h
+
+
+@torch.no_grad()
+def bottom_hidden(model, ids: torch.Tensor, n_bottom: int) -> torch.Tensor:
+    """[B, T] ids -> [B, T, d] main rows entering layer `n_bottom`, causal, no cache (training data).
+
+    Each sequence runs alone, so the result does not depend on what else is in a batch (a resumed
+    training run then sees bit-identical features)."""
+    layers = compat.decoder_layers(model)[:n_bottom]
+    rows = []
+    for seq in ids:
+        x = seq[None]
+        T = x.shape[1]
+        pos = torch.arange(T, device=x.device)[None]
+        rows.append(_bottom(model, layers, x, pos, masks.causal_visibility(T, 1, x.device), [0], None, None, False))
+    return torch.cat(rows)
 
 
 def prune_hidden(model, streams: StreamParams, h_birth: torch.Tensor) -> torch.Tensor:

@@ -103,7 +103,7 @@ def measure(engine, context: int = 256, verify_rows=(2, 3, 5, 9), repeats: int =
                               cache=cache, window=engine.window, num_streams=g or None)
             engine.logits(out.main[0]).argmax(dim=-1).tolist()  # verification rows, host sync as in decoding
             if g:
-                engine.logits(out.streams[0, k - 1]).argmax(dim=-1).tolist()  # one node's streams: the next draft
+                engine.draft_logits(out.streams[0, k - 1]).argmax(dim=-1).tolist()  # one node's streams: the next draft
             return out.rows_bottom, out.rows_top
         return run
 

@@ -51,6 +51,7 @@ import time
 import traceback
 from dataclasses import dataclass
 
+from .chat import encode_prompt
 from .decode import DecodeConfig, Result
 from .errors import SpecstreamError
 
@@ -252,7 +253,7 @@ class _Run:
             raise SpecstreamError("the prompt is empty")
         if tokenizer is None:
             raise SpecstreamError("the engine has no tokenizer")
-        ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]  # as Engine.encode
+        ids = encode_prompt(tokenizer, prompt, getattr(self.engine, "chat", True))  # as Engine.encode
         self.engine.check_length(len(ids), self.cfg.max_new_tokens)
         return ids
 

@@ -46,6 +46,7 @@ class StreamConfig:
     model_type: str = ""
     format_version: int = FORMAT_VERSION
     trained_steps: int = 0
+    draft_vocab_size: int = 0  # streams score only this many frequent tokens (0 = the whole vocabulary)
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -59,6 +60,8 @@ class StreamConfig:
             )
         if self.adapter_rank < 0 or self.prune_rank < 0:
             raise SpecstreamError("adapter ranks must be >= 0")
+        if self.draft_vocab_size < 0:
+            raise SpecstreamError("draft_vocab_size must be >= 0")
 
     @property
     def birth_layer(self) -> int:
@@ -132,21 +135,28 @@ class StreamParams(nn.Module):
         self.adapters = nn.ModuleDict()  # "L.attn.q_proj" -> StreamRowLoRA (filled by attach)
         self.rows = RowState()
         self._attached_to: nn.Module | None = None
+        # draft vocabulary (the FR-Spec idea): stream rows are scored against these token ids only; main
+        # rows always use the full head, so verification and output are unchanged
+        self.register_buffer("draft_vocab", torch.arange(cfg.draft_vocab_size) if cfg.draft_vocab_size else None)
+        self._draft_head: tuple | None = None  # (weight [K, d], bias [K] | None, source weight): cut once
 
     # ---- construction ------------------------------------------------------------------
     @classmethod
     def fresh(cls, model, gamma: int = 4, n_stream_layers: int | None = None, adapter_rank: int = 0,
-              prune_rank: int = 8, mode: str = "lossless", seed: int = 0) -> "StreamParams":
+              prune_rank: int = 8, mode: str = "lossless", seed: int = 0,
+              draft_vocab: list[int] | None = None) -> "StreamParams":
         config = model.config
         n_layers = config.num_hidden_layers
         ns = n_stream_layers if n_stream_layers is not None else max(1, n_layers // 4)
         cfg = StreamConfig(gamma=gamma, n_stream_layers=ns, mode=mode, adapter_rank=adapter_rank,
                            prune_rank=prune_rank, hidden_size=config.hidden_size, num_layers=n_layers,
-                           model_type=config.model_type)
+                           model_type=config.model_type, draft_vocab_size=len(draft_vocab or ()))
         params = cls(cfg)
         gen = torch.Generator().manual_seed(seed)
         with torch.no_grad():
             params.embeddings.normal_(0.0, 0.02, generator=gen)
+            if draft_vocab:
+                params.set_draft_vocab(draft_vocab, config.vocab_size)
         params.attach(model)
         return params
 
@@ -182,6 +192,37 @@ class StreamParams(nn.Module):
         self.adapters = nn.ModuleDict()
         self._attached_to = None
 
+    # ---- the draft vocabulary -------------------------------------------------------------
+    def set_draft_vocab(self, ids, vocab_size: int) -> None:
+        ids = torch.as_tensor(ids, dtype=torch.long).flatten()
+        if ids.numel() != self.cfg.draft_vocab_size or (ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size)):
+            raise SpecstreamError(f"draft vocabulary needs {self.cfg.draft_vocab_size} token ids in [0, {vocab_size})")
+        if torch.unique(ids).numel() != ids.numel():
+            raise SpecstreamError("draft vocabulary has repeated token ids")
+        self.draft_vocab = ids.to(self.embeddings.device)
+        self._draft_head = None
+
+    def draft_head(self, head: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The LM head's rows for the draft vocabulary ([K, d], bias [K]); cut once, reused every step."""
+        weight = head.weight
+        cached = self._draft_head
+        if cached is None or cached[0].device != weight.device or cached[0].dtype != weight.dtype or cached[2] is not weight:
+            idx = self.draft_vocab.to(weight.device)
+            bias = head.bias[idx] if getattr(head, "bias", None) is not None else None
+            cached = (weight.detach()[idx].contiguous(), None if bias is None else bias.detach(), weight)
+            self._draft_head = cached
+        return cached[0], cached[1]
+
+    def draft_logits(self, head: nn.Module, normed_hidden: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        """Stream-row logits over the full vocabulary ([..., V]); tokens outside the draft vocabulary
+        get -inf, so they are never drafted (and cost nothing to score)."""
+        if self.draft_vocab is None:
+            return head(normed_hidden)
+        weight, bias = self.draft_head(head)
+        sub = torch.nn.functional.linear(normed_hidden.to(weight.dtype), weight, bias)  # [..., K]
+        full = sub.new_full((*sub.shape[:-1], vocab_size), float("-inf"))
+        return full.scatter_(-1, self.draft_vocab.to(sub.device).expand_as(sub), sub)
+
     def trainable_parameters(self):
         """Stream embeddings, row adapters' LoRA factors and the pruning head (never base weights)."""
         params = [self.embeddings]
@@ -203,7 +244,10 @@ class StreamParams(nn.Module):
         for key, wrapper in self.adapters.items():
             tensors[f"adapter.{key}.A"] = wrapper.lora_A.weight
             tensors[f"adapter.{key}.B"] = wrapper.lora_B.weight
-        return {k: v.detach().float().cpu().contiguous() for k, v in tensors.items()}
+        out = {k: v.detach().float().cpu().contiguous() for k, v in tensors.items()}
+        if self.draft_vocab is not None:
+            out["draft_vocab"] = self.draft_vocab.detach().cpu().to(torch.int64).contiguous()
+        return out
 
     def save(self, directory: str, extra: dict | None = None) -> None:
         from safetensors.torch import save_file
@@ -248,6 +292,8 @@ class StreamParams(nn.Module):
                 if not torch.isfinite(source).all():
                     raise SpecstreamError(f"stream tensor {name} in {directory} contains NaN or inf")
                 target.copy_(source.to(target.dtype))
+            if params.draft_vocab is not None:
+                params.set_draft_vocab(tensors["draft_vocab"], config.vocab_size)
         return params
 
 

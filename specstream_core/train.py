@@ -52,6 +52,8 @@ class TrainConfig:
     seed: int = 0
     checkpoint_every: int = 100
     log_every: int = 10
+    draft_vocab_size: int = 0  # streams score only the K most frequent answer tokens (0 = all)
+    feature_cache_gb: float = 4.0  # lossless: keep the frozen layers' output per sequence, up to this size
 
     def __post_init__(self):
         if self.mode not in ("lossless", "shared"):
@@ -96,7 +98,7 @@ class StreamObjective(nn.Module):
         super().__init__()
         self.model, self.streams, self.cfg = model, streams, cfg
 
-    def forward(self, ids: torch.Tensor, weight: torch.Tensor):
+    def forward(self, ids: torch.Tensor, weight: torch.Tensor, birth_hidden: torch.Tensor | None = None):
         B, T = ids.shape
         gamma = self.streams.cfg.gamma
         positions = torch.arange(T, device=ids.device).expand(B, T)
@@ -104,7 +106,7 @@ class StreamObjective(nn.Module):
         # only positions with a stream target carry streams: fewer rows in the (1+γ)-wide layers
         carriers, pad = stream_carriers(weight, gamma)
         out = msa.forward(self.model, ids, positions, visible, streams=self.streams, carriers=carriers,
-                          frozen_bottom=self.cfg.mode == "lossless")
+                          frozen_bottom=self.cfg.mode == "lossless", birth_hidden=birth_hidden)
         head = compat.lm_head(self.model)
         parts = {}
         loss = ids.new_zeros((), dtype=torch.float32)
@@ -115,7 +117,7 @@ class StreamObjective(nn.Module):
         for j in range(1, gamma + 1):
             # stream j at t predicts y_{t+j}, the token j places after the main stream's next token
             targets = torch.gather(shifted_targets(ids, weight, 1 + j), 1, carriers).masked_fill(pad, IGNORE)
-            lj = _ce(head, out.streams[:, :, j - 1], targets)
+            lj = _stream_ce(self.streams, head, out.streams[:, :, j - 1], targets)
             loss = loss + self.cfg.alpha_stream * lj
             parts[f"s{j}"] = lj.detach()
         if self.streams.prune is not None and self.cfg.alpha_prune:
@@ -153,6 +155,49 @@ def _ce(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.T
     return F.cross_entropy(logits.float(), targets[valid])
 
 
+def _stream_ce(streams: StreamParams, head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Stream cross-entropy, over the draft vocabulary when the streams have one (targets outside it
+    are skipped: the streams could never draft them)."""
+    if streams.draft_vocab is None:
+        return _ce(head, hidden, targets)
+    weight, bias = streams.draft_head(head)
+    sub = to_draft_ids(streams.draft_vocab, targets, head.weight.shape[0])
+    valid = sub != IGNORE
+    if not bool(valid.any()):
+        return hidden.sum() * 0.0
+    logits = F.linear(hidden[valid], weight, bias)  # [rows, K]
+    return F.cross_entropy(logits.float(), sub[valid])
+
+
+def to_draft_ids(draft_vocab: torch.Tensor, targets: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Full-vocabulary targets -> positions in the draft vocabulary (IGNORE when absent)."""
+    lookup = torch.full((vocab_size,), IGNORE, dtype=torch.long, device=targets.device)
+    lookup[draft_vocab.to(targets.device)] = torch.arange(draft_vocab.numel(), device=targets.device)
+    out = lookup[targets.clamp(min=0)]
+    return out.masked_fill(targets == IGNORE, IGNORE)
+
+
+def frequent_tokens(pairs: list[tuple[list[int], list[int]]], k: int, always: tuple[int, ...] = ()) -> list[int]:
+    """The k most frequent answer tokens (ties by id), `always` included: a draft vocabulary."""
+    from collections import Counter
+
+    counts = Counter(t for _, answer in pairs for t in answer)
+    chosen = list(dict.fromkeys([t for t in always if t is not None]))
+    for token, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        if len(chosen) >= k:
+            break
+        if token not in chosen:
+            chosen.append(token)
+    return sorted(chosen)
+
+
+def draft_vocab_coverage(pairs: list[tuple[list[int], list[int]]], vocab: list[int]) -> float:
+    """Share of answer tokens that fall inside the draft vocabulary."""
+    keep = set(vocab)
+    total = sum(len(a) for _, a in pairs)
+    return sum(1 for _, a in pairs for t in a if t in keep) / max(1, total)
+
+
 # ---- evaluation ----------------------------------------------------------------------------------
 @torch.no_grad()
 def evaluate_streams(model, streams: StreamParams, ids: torch.Tensor, weight: torch.Tensor,
@@ -188,7 +233,8 @@ def evaluate_streams(model, streams: StreamParams, ids: torch.Tensor, weight: to
         for j in range(1, gamma + 1):
             t = shifted_targets(x, w, 1 + j)
             valid = t != IGNORE
-            logits = head(out.streams[:, :, j - 1])
+            logits = (head(out.streams[:, :, j - 1]) if streams.draft_vocab is None else
+                      streams.draft_logits(head, out.streams[:, :, j - 1], head.weight.shape[0]))
             k = topk[j - 1] if j - 1 < len(topk) else 1
             top = logits.topk(max(k, 1), dim=-1).indices
             in_top1 = top[..., 0] == t
@@ -211,8 +257,38 @@ def evaluate_streams(model, streams: StreamParams, ids: torch.Tensor, weight: to
     }
 
 
+class FeatureCache:
+    """Lossless training: what the frozen layers below N−Ns give for each training sequence.
+
+    Nothing below the stream-birth layer trains in lossless mode, so each sequence's layer-(N−Ns)
+    state is computed once (sequence by sequence, so the values do not depend on the batch) and reused
+    every time the sequence is drawn again, within a memory budget. On a 30-layer model with Ns = 4
+    this skips 26 of 30 layers' forward work on every repeat draw."""
+
+    def __init__(self, model, n_bottom: int, budget_bytes: float):
+        self.model, self.n_bottom, self.budget = model, n_bottom, budget_bytes
+        self.rows: dict[int, torch.Tensor] = {}
+        self.used = 0
+        self.hits = self.misses = 0
+
+    def get(self, ids: torch.Tensor, idx: list[int]) -> torch.Tensor:
+        missing = [i for i in dict.fromkeys(idx) if i not in self.rows]
+        self.hits += len(idx) - len(missing)
+        self.misses += len(missing)
+        fresh = {}
+        if missing:
+            pos = {i: n for n, i in enumerate(idx)}
+            h = msa.bottom_hidden(self.model, ids[[pos[i] for i in missing]], self.n_bottom)
+            for i, row in zip(missing, h):
+                fresh[i] = row
+                if self.used + row.numel() * row.element_size() <= self.budget:
+                    self.rows[i] = row
+                    self.used += row.numel() * row.element_size()
+        return torch.stack([self.rows[i] if i in self.rows else fresh[i] for i in idx])
+
+
 # ---- the loop -------------------------------------------------------------------------------------
-def build_streams(model, cfg: TrainConfig):
+def build_streams(model, cfg: TrainConfig, draft_vocab: list[int] | None = None):
     """(model, streams): in shared mode the model comes back wrapped with a trainable peft LoRA."""
     for p in model.parameters():
         p.requires_grad_(False)
@@ -224,7 +300,8 @@ def build_streams(model, cfg: TrainConfig):
         model = get_peft_model(model, lora)
     streams = StreamParams.fresh(model, gamma=cfg.gamma, n_stream_layers=cfg.n_stream_layers,
                                  adapter_rank=cfg.adapter_rank if cfg.mode == "lossless" else 0,
-                                 prune_rank=cfg.prune_rank, mode=cfg.mode, seed=cfg.seed)
+                                 prune_rank=cfg.prune_rank, mode=cfg.mode, seed=cfg.seed,
+                                 draft_vocab=list(draft_vocab) if draft_vocab else None)
     if cfg.mode == "shared":
         streams.cfg = replace(streams.cfg, lora_rank=cfg.lora_rank)
     for p in streams.trainable_parameters():
@@ -241,7 +318,8 @@ def trainable(model, streams: StreamParams) -> list[torch.Tensor]:
 
 def train(model, cfg: TrainConfig, train_data: tuple[torch.Tensor, torch.Tensor], out_dir: str,
           eval_data: tuple[torch.Tensor, torch.Tensor] | None = None, resume: bool = False,
-          progress: bool = True, log=print, extra: dict | None = None) -> dict:
+          progress: bool = True, log=print, extra: dict | None = None,
+          draft_vocab: list[int] | None = None) -> dict:
     """Train streams on packed data; writes `out_dir` (streams, lora/ in shared mode, train_log.json)."""
     from accelerate import Accelerator
     from tqdm.auto import tqdm
@@ -249,7 +327,9 @@ def train(model, cfg: TrainConfig, train_data: tuple[torch.Tensor, torch.Tensor]
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     accelerator = Accelerator(mixed_precision="bf16" if cfg.precision == "bf16" else "no")
-    model, streams = build_streams(model, cfg)
+    if cfg.draft_vocab_size and (not draft_vocab or len(draft_vocab) != cfg.draft_vocab_size):
+        raise SpecstreamError(f"draft_vocab_size {cfg.draft_vocab_size} needs a draft vocabulary of that many ids")
+    model, streams = build_streams(model, cfg, draft_vocab)
     params = trainable(model, streams)
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
 
@@ -273,11 +353,14 @@ def train(model, cfg: TrainConfig, train_data: tuple[torch.Tensor, torch.Tensor]
     bar = tqdm(total=cfg.steps, initial=start_step, disable=not progress, desc=f"train {cfg.mode}", unit="step")
     step = start_step
     model.train(False)  # no dropout; the objective runs in train mode only for autograd
+    features = (FeatureCache(model, streams.cfg.birth_layer, cfg.feature_cache_gb * 2**30)
+                if cfg.mode == "lossless" and cfg.feature_cache_gb > 0 else None)
     for step in range(start_step, cfg.steps):
         idx = torch.randint(0, ids.shape[0], (cfg.batch_size,), generator=gen)
         x, w = ids[idx].to(accelerator.device), weight[idx].to(accelerator.device)
+        birth = features.get(x, idx.tolist()) if features is not None else None
         with accelerator.autocast():
-            loss, parts = objective(x, w)
+            loss, parts = objective(x, w, birth)
         accelerator.backward(loss)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()

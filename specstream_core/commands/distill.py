@@ -14,7 +14,10 @@ from .. import defaults
 def add_arguments(p) -> None:
     p.add_argument("--base", help="base model directory or hub id (default: the bundled base model)")
     p.add_argument("--out", required=True, help="JSONL cache file (appended to; existing answers are kept)")
-    p.add_argument("--data", default="tasks", help="'tasks' or a JSONL file as for `train`")
+    p.add_argument("--data", default="tasks", help="'tasks' or a JSONL file as for `train` (all its prompts)")
+    p.add_argument("--eval-data", default="", help="a second JSONL file whose prompts are distilled first")
+    p.add_argument("--max-examples", type=int, default=0, help="distill only the first N prompts of --data (0 = all)")
+    p.add_argument("--raw", action="store_true", help="do not wrap prompts in the model's chat template")
     p.add_argument("--examples-per-category", type=int, default=500)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--batch-size", type=int, default=32)
@@ -33,9 +36,15 @@ def run(args) -> int:
     tokenizer = load_tokenizer(base)
     model = load_model(LoadConfig(base, precision="fp32", device=args.device))
     total = 0
-    # the same train and eval prompts `train` will ask for
-    for split, n in (("eval", max(20, args.examples_per_category // 20)), ("train", args.examples_per_category)):
-        pairs = load_examples(args.data, tokenizer, n, split)
+    chat = not args.raw
+    if args.data == "tasks":  # the same train and eval prompts `train` will ask for
+        jobs = [load_examples(args.data, tokenizer, n, split, chat)
+                for split, n in (("eval", max(20, args.examples_per_category // 20)), ("train", args.examples_per_category))]
+    else:
+        jobs = [load_examples(args.eval_data, tokenizer, 0, "all", chat)] if args.eval_data else []
+        pairs = load_examples(args.data, tokenizer, 0, "all", chat)
+        jobs.append(pairs[: args.max_examples] if args.max_examples else pairs)
+    for pairs in jobs:
         distilled_pairs(model, tokenizer, pairs, args.max_new_tokens, args.batch_size, cache_file=args.out)
         total += len(pairs)
     print(f"{total} distilled answers in {args.out}")

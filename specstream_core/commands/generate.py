@@ -23,13 +23,16 @@ def add_arguments(p) -> None:
 
 def add_model_arguments(p) -> None:
     """Which model and streams to load, and how (shared with generate-batch)."""
-    p.add_argument("--base", help="base model: local directory or hub id (default: the bundled model)")
+    p.add_argument("--base", help="base model: local directory or hub id (default: SmolLM2-135M-Instruct, "
+                                  "see `specstream_core/default_model.py` for where it is found)")
     p.add_argument("--streams", help="stream-adapter directory (default with --base: fresh streams)")
     p.add_argument("--gamma", type=int, default=4, help="number of fresh streams (ignored with --streams)")
     p.add_argument("--n-stream-layers", type=int, default=None, help="Ns for fresh streams (default: N/4)")
     p.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none")
     p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--raw", action="store_true",
+                   help="send the prompt text as it is (default: wrap it in the model's chat template, if it has one)")
 
 
 def add_decode_arguments(p) -> None:
@@ -72,7 +75,7 @@ def check_model_arguments(args) -> None:
 
 
 def load_engine(args, quiet: bool = False):
-    """The engine named by --base/--streams (the bundled model when none is named)."""
+    """The engine named by --base/--streams (the default model when none is named)."""
     from ..engine import Engine
 
     base, streams = defaults.resolve(args.base, args.streams)
@@ -81,7 +84,7 @@ def load_engine(args, quiet: bool = False):
         if quiet:
             warnings.simplefilter("ignore")
         return Engine.load(base, streams, precision=precision, device=args.device, gamma=args.gamma,
-                           n_stream_layers=args.n_stream_layers)
+                           n_stream_layers=args.n_stream_layers, chat=not getattr(args, "raw", False))
 
 
 def run(args) -> int:

@@ -39,46 +39,76 @@ def add_arguments(p) -> None:
                         "what lossless streams must predict to be accepted)")
     p.add_argument("--distill-max-new-tokens", type=int, default=128, help="cap on each distilled answer")
     p.add_argument("--distill-cache", default="", help="JSONL file that keeps distilled answers between runs")
+    p.add_argument("--eval-data", default="", help="JSONL file of eval examples (default: the last 5%% of --data)")
+    p.add_argument("--max-examples", type=int, default=0, help="use only the first N training examples (0 = all)")
+    p.add_argument("--raw", action="store_true", help="do not wrap prompts in the model's chat template")
+    p.add_argument("--draft-vocab", type=int, default=0,
+                   help="streams score only the N most frequent answer tokens (0 = the whole vocabulary)")
+    p.add_argument("--feature-cache-gb", type=float, default=4.0,
+                   help="lossless: memory for reusing the frozen lower layers' output per sequence (0 = off)")
     p.add_argument("--recommend-topk", default="", help="store a recommended draft tree (e.g. 3,2,1,1) with the streams")
     p.add_argument("--recommend-prune", type=float, default=None, help="store a recommended pruning threshold")
     p.add_argument("--recommend-budget", type=int, default=None, help="store a recommended node budget")
 
 
-def load_examples(data: str, tokenizer, per_category: int, split: str) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, answer ids + EOS) pairs; the loss is taken on answers only."""
+def load_examples(data: str, tokenizer, per_category: int, split: str,
+                  chat: bool = True) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, answer ids + EOS) pairs; the loss is taken on answers only.
+
+    data: 'tasks' (the old templated suite), or a JSONL file of {"text"} or {"prompt", "completion"}
+    lines (a `prompts` corpus file: {"prompt", "reference"}; with --distill the answer may be missing).
+    A file's last 5 % is its eval split unless a separate eval file is given. Prompts are wrapped in the
+    tokenizer's chat template (when it has one) unless `chat` is False."""
+    from ..chat import encode_prompt
+
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    pairs = []
     if data == "tasks":
         from ..tasks import load_split
 
         rows = [(ex["prompt"], ex["reference"]) for ex in load_split(split, n=per_category)]
     else:
-        if not os.path.isfile(data):
-            raise SpecstreamError(f"training data file not found: {data}")
-        rows = []
-        with open(data) as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError:
-                    raise SpecstreamError(f"{data}:{n}: not valid JSON") from None
-                if "text" in obj:
-                    rows.append(("", obj["text"]))
-                elif "prompt" in obj and "completion" in obj:
-                    rows.append((obj["prompt"], obj["completion"]))
-                else:
-                    raise SpecstreamError(f"{data}:{n}: expected 'text' or 'prompt'+'completion'")
+        rows = read_jsonl_examples(data)
         if split == "eval":
             rows = rows[-max(1, len(rows) // 20):]
-        else:
+        elif split == "train":
             rows = rows[: len(rows) - max(1, len(rows) // 20)] if len(rows) > 20 else rows
+    pairs = []
     for prompt, answer in rows:
-        full = tokenizer(prompt + answer, add_special_tokens=True)["input_ids"]
-        cut = len(tokenizer(prompt, add_special_tokens=True)["input_ids"]) if prompt else 0
-        pairs.append((full[:cut], full[cut:] + eos))
+        if not prompt:
+            pairs.append(([], tokenizer(answer, add_special_tokens=True)["input_ids"] + eos))
+        elif chat:
+            pairs.append((encode_prompt(tokenizer, prompt, True),
+                          (tokenizer(answer, add_special_tokens=False)["input_ids"] if answer else []) + eos))
+        else:
+            full = tokenizer(prompt + answer, add_special_tokens=True)["input_ids"]
+            cut = len(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+            pairs.append((full[:cut], full[cut:] + eos))
     return pairs
+
+
+def read_jsonl_examples(path: str) -> list[tuple[str, str]]:
+    """(prompt, answer) rows of a JSONL file: {"text"}, {"prompt", "completion"} or {"prompt", "reference"}."""
+    if not os.path.isfile(path):
+        raise SpecstreamError(f"training data file not found: {path}")
+    rows = []
+    with open(path, encoding="utf-8-sig") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                raise SpecstreamError(f"{path}:{n}: not valid JSON") from None
+            if not isinstance(obj, dict):
+                raise SpecstreamError(f"{path}:{n}: expected a JSON object")
+            if isinstance(obj.get("text"), str):
+                rows.append(("", obj["text"]))
+            elif isinstance(obj.get("prompt"), str):
+                answer = obj.get("completion", obj.get("reference")) or ""
+                rows.append((obj["prompt"], answer if isinstance(answer, str) else str(answer)))
+            else:
+                raise SpecstreamError(f"{path}:{n}: expected 'text' or 'prompt' (+ 'completion')")
+    return rows
 
 
 def run(args) -> int:
@@ -89,18 +119,37 @@ def run(args) -> int:
     cfg = TrainConfig(mode=args.mode, gamma=args.gamma, n_stream_layers=args.n_stream_layers,
                       adapter_rank=args.adapter_rank, lora_rank=args.lora_rank, steps=args.steps,
                       minutes=args.minutes, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
-                      precision=args.precision, seed=args.seed)
+                      precision=args.precision, seed=args.seed, draft_vocab_size=args.draft_vocab,
+                      feature_cache_gb=args.feature_cache_gb)
     base, _ = defaults.resolve(args.base, None)
     tokenizer = load_tokenizer(base)
     model = load_model(LoadConfig(base, precision="fp32", device=args.device))
-    train_pairs = load_examples(args.data, tokenizer, args.examples_per_category, "train")
-    eval_pairs = load_examples(args.data, tokenizer, max(20, args.examples_per_category // 20), "eval")
+    chat = not args.raw
+    if args.eval_data:
+        train_pairs = load_examples(args.data, tokenizer, args.examples_per_category, "all", chat)
+        eval_pairs = load_examples(args.eval_data, tokenizer, 0, "all", chat)
+    else:
+        train_pairs = load_examples(args.data, tokenizer, args.examples_per_category, "train", chat)
+        eval_pairs = load_examples(args.data, tokenizer, max(20, args.examples_per_category // 20), "eval", chat)
+    if args.max_examples:
+        train_pairs = train_pairs[: args.max_examples]
     if args.distill:
         from ..distill import distilled_pairs
 
         cache = args.distill_cache or None
         train_pairs = distilled_pairs(model, tokenizer, train_pairs, args.distill_max_new_tokens, cache_file=cache)
         eval_pairs = distilled_pairs(model, tokenizer, eval_pairs, args.distill_max_new_tokens, cache_file=cache)
+    train_pairs = [p for p in train_pairs if p[1]]  # prompts without an answer (not yet distilled)
+    if not train_pairs:
+        raise SpecstreamError("no training examples with an answer (use --distill for prompt-only data)")
+    draft_vocab = None
+    if args.draft_vocab:
+        from ..train import draft_vocab_coverage, frequent_tokens
+
+        draft_vocab = frequent_tokens(train_pairs, args.draft_vocab, always=(tokenizer.eos_token_id,))
+        print(f"draft vocabulary: {len(draft_vocab)} tokens cover "
+              f"{draft_vocab_coverage(train_pairs, draft_vocab):.1%} of training answer tokens and "
+              f"{draft_vocab_coverage(eval_pairs, draft_vocab):.1%} of eval answer tokens")
     train_data = pack(train_pairs, cfg.seq_len)
     eval_data = pack(eval_pairs, cfg.seq_len)
     print(f"training {cfg.mode} streams on {train_data[0].numel():,} tokens "
@@ -116,7 +165,7 @@ def run(args) -> int:
     if args.recommend_budget is not None:
         decode["node_budget"] = args.recommend_budget
     summary = train(model, cfg, train_data, args.out, eval_data=eval_data, resume=args.resume,
-                    extra={**extra, "decode": decode} if decode else extra)
+                    extra={**extra, "decode": decode} if decode else extra, draft_vocab=draft_vocab)
     ev = summary.get("eval", {})
     print(json.dumps({"out": args.out, "steps": summary["steps"], "train_seconds": round(summary["train_seconds"], 1),
                       "extra_parameters": summary["extra_parameters"], "eval": ev}, indent=1))

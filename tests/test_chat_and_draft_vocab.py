@@ -1,0 +1,122 @@
+"""Chat prompts (the tokenizer's template, --raw to opt out) and the streams' draft vocabulary."""
+
+import json
+
+import pytest
+import torch
+
+from specstream_core import DecodeConfig, Engine, StreamParams
+from specstream_core.chat import encode_prompt
+from specstream_core.train import FeatureCache, TrainConfig, frequent_tokens, to_draft_ids, train, IGNORE
+from tiny_models import hf_greedy, prompts, save_tiny_model_dir, tiny_model
+
+TEMPLATE = ("{% for m in messages %}<s>{{ m['role'] }} {{ m['content'] }}</s>{% endfor %}"
+            "{% if add_generation_prompt %}<s>assistant {% endif %}")
+
+
+@pytest.fixture(scope="module")
+def chat_dir(tmp_path_factory):
+    from transformers import AutoTokenizer
+
+    path = save_tiny_model_dir(tmp_path_factory.mktemp("chat"))
+    tok = AutoTokenizer.from_pretrained(path)
+    tok.chat_template = TEMPLATE
+    tok.save_pretrained(path)
+    return path
+
+
+def test_prompts_are_wrapped_unless_raw(chat_dir):
+    engine = Engine.load(chat_dir, fresh_streams=False)
+    wrapped = engine.encode("ab")
+    assert wrapped == encode_prompt(engine.tokenizer, "ab", True)
+    assert wrapped != engine.tokenizer("ab")["input_ids"]
+    assert engine.decode_text(wrapped).replace(" ", "").endswith("assistant")  # the answer starts here
+    engine.chat = False
+    assert engine.encode("ab") == engine.tokenizer("ab", add_special_tokens=True)["input_ids"]
+
+
+def test_cli_raw_flag(chat_dir, capsys):
+    from specstream_core import cli
+
+    runs = {}
+    for flag in ([], ["--raw"]):
+        assert cli.main(["generate", "--base", chat_dir, "--prompt", "ab", "--mode", "ar", "--max-new-tokens", "3",
+                         "--json", *flag]) == 0
+        runs[bool(flag)] = json.loads(capsys.readouterr().out)
+    engine = Engine.load(chat_dir, fresh_streams=False)
+    for raw, out in runs.items():
+        engine.chat = not raw
+        expect = engine.generate("ab", DecodeConfig(mode="ar", max_new_tokens=3, stop_on_eos=True)).token_ids
+        assert out["token_ids"] == expect
+
+
+def test_draft_vocab_keeps_output_exact_and_only_drafts_inside_it():
+    model = tiny_model("llama", seed=3)
+    vocab = list(range(0, 128, 3))
+    streams = StreamParams.fresh(model, gamma=3, n_stream_layers=2, seed=2, draft_vocab=vocab)
+    with torch.no_grad():
+        streams.embeddings.normal_(0, 1.0)
+    engine = Engine(model, None, streams)
+    logits = engine.draft_logits(torch.randn(3, 64))
+    assert logits.shape == (3, 128)
+    allowed = torch.zeros(128, dtype=torch.bool)
+    allowed[vocab] = True
+    assert torch.isinf(logits[:, ~allowed]).all() and torch.isfinite(logits[:, allowed]).all()
+    for ids in prompts(6, seed=4):
+        ref = hf_greedy(model, ids, 16)
+        out = engine.generate(ids, DecodeConfig(mode="ss", max_new_tokens=16, stop_on_eos=False, tree_topk=(2, 2, 1)))
+        assert out.token_ids == ref
+    streams.detach()
+
+
+def test_draft_vocab_survives_save_and_load(tmp_path):
+    model = tiny_model("llama", seed=3)
+    streams = StreamParams.fresh(model, gamma=2, n_stream_layers=2, draft_vocab=[5, 7, 9])
+    streams.save(tmp_path)
+    streams.detach()
+    loaded = StreamParams.load(str(tmp_path), model)
+    assert loaded.draft_vocab.tolist() == [5, 7, 9] and loaded.cfg.draft_vocab_size == 3
+    loaded.detach()
+
+
+def test_draft_targets_and_frequent_tokens():
+    vocab = torch.tensor([2, 5, 9])
+    targets = torch.tensor([[5, 9, 4, IGNORE]])
+    assert to_draft_ids(vocab, targets, 16).tolist() == [[1, 2, IGNORE, IGNORE]]
+    pairs = [([1], [5, 5, 5, 9, 9, 3]), ([], [3, 7])]
+    assert frequent_tokens(pairs, 2) == [3, 5]  # 5 x3, then 3 and 9 tie at 2 (lower id first)
+    assert frequent_tokens(pairs, 2, always=(7,)) == [5, 7]
+
+
+def test_feature_cache_matches_the_full_forward():
+    from specstream_core import masks, msa
+
+    model = tiny_model("llama", seed=3)
+    streams = StreamParams.fresh(model, gamma=2, n_stream_layers=2)
+    ids = torch.randint(3, 128, (3, 16))
+    ids[2] = ids[0]  # rows are the dataset's sequences 4, 8 and 4 again
+    cache = FeatureCache(model, streams.cfg.birth_layer, 1e9)
+    cached = cache.get(ids, [4, 8, 4])
+    assert cache.misses == 2 and cache.hits == 1
+    pos = torch.arange(16)[None]
+    for row, x in zip(cached, ids):
+        out = msa.forward(model, x[None], pos, masks.causal_visibility(16, 1, x.device), streams=streams, carriers=pos)
+        torch.testing.assert_close(row, out.birth[0], rtol=0, atol=1e-5)
+    streams.detach()
+
+
+def test_training_with_draft_vocab_and_feature_cache(tmp_path):
+    model = tiny_model("llama", seed=3)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 40, (16, 32), generator=g)
+    weight = torch.ones_like(ids, dtype=torch.bool)
+    weight[:, :4] = False
+    vocab = list(range(3, 40))
+    cfg = TrainConfig(mode="lossless", gamma=2, n_stream_layers=2, adapter_rank=4, steps=12, batch_size=4,
+                      seq_len=32, lr=1e-2, warmup=2, draft_vocab_size=len(vocab), checkpoint_every=0)
+    summary = train(model, cfg, (ids, weight), str(tmp_path / "out"), eval_data=(ids[:4], weight[:4]),
+                    progress=False, log=lambda *_: None, draft_vocab=vocab)
+    losses = [h["loss"] for h in summary["history"]]
+    assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0]
+    loaded = StreamParams.load(str(tmp_path / "out"), tiny_model("llama", seed=3))
+    assert loaded.draft_vocab.tolist() == vocab
