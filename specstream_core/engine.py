@@ -120,6 +120,25 @@ class Engine:
                 "repetition_penalty": cfg.repetition_penalty}
 
     # ---- decoding ------------------------------------------------------------------------------
+    def recommended_decode(self) -> dict:
+        """The draft settings the stream set records as fastest measured (tree, pruning, node budget),
+        as DecodeConfig fields; a chain as deep as the streams when it records none (the cheapest tree
+        on a CPU)."""
+        if self.streams is None:
+            return {}
+        stored = (self.streams.cfg.extra or {}).get("decode") or {}
+        out = {"tree_topk": tuple(stored.get("topk") or (1,) * min(4, self.streams.cfg.gamma))}
+        if stored.get("prune_threshold") is not None:
+            out["prune_threshold"] = float(stored["prune_threshold"])
+        if stored.get("node_budget") is not None:
+            out["node_budget"] = int(stored["node_budget"])
+        return out
+
+    def decode_config(self, **settings) -> DecodeConfig:
+        """A DecodeConfig with this stream set's recommended draft settings; `settings` override them."""
+        return DecodeConfig(**{**self.recommended_decode(), **settings})
+
+
     def start(self, prompt: str | list[int], cfg: DecodeConfig, drafter: Drafter | None = None):
         """A step-wise decoding of one prompt (`.step()` per forward pass, `.run()` to finish)."""
         ids = self.encode(prompt, cfg.max_new_tokens) if isinstance(prompt, str) else list(prompt)

@@ -353,11 +353,12 @@ def _progress_bar(total):
 
 
 # ---- the run --------------------------------------------------------------------------------------------
-def run(engine, input_path: str, output_path: str, cfg: DecodeConfig, batch_size: int = 8, queue_size: int | None = None,
+def run(engine, input_path: str, output_path: str, cfg, batch_size: int = 8, queue_size: int | None = None,
         progress: bool = True) -> Summary:
     """Generate every prompt of `input_path` not yet in `output_path`; see the module docstring.
 
-    `engine` may be an Engine or a callable returning one (loaded only when there is work to do).
+    `engine` may be an Engine or a callable returning one (loaded only when there is work to do); `cfg` a
+    DecodeConfig or a callable returning one, called after the engine is loaded.
     """
     if not 1 <= batch_size <= 256:
         raise SpecstreamError(f"batch size must be between 1 and 256, got {batch_size}")
@@ -372,6 +373,8 @@ def run(engine, input_path: str, output_path: str, cfg: DecodeConfig, batch_size
         return summary
     if callable(engine) and not hasattr(engine, "generate"):
         engine = engine()
+    if callable(cfg):  # settings that depend on the loaded engine (its stream set's recommended tree)
+        cfg = cfg()
     work = _Run(engine, input_path, output_path, cfg, batch_size, queue_size or 4 * batch_size,
                 todo if progress else 0, done)
     work.summary = summary

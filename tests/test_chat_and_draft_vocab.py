@@ -120,3 +120,20 @@ def test_training_with_draft_vocab_and_feature_cache(tmp_path):
     assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0]
     loaded = StreamParams.load(str(tmp_path / "out"), tiny_model("llama", seed=3))
     assert loaded.draft_vocab.tolist() == vocab
+
+
+def test_cli_uses_the_stream_sets_recommended_tree(tmp_path, capsys):
+    from specstream_core import cli
+
+    base = save_tiny_model_dir(tmp_path / "base")
+    model = tiny_model("llama", seed=3, max_position_embeddings=64)
+    streams = StreamParams.fresh(model, gamma=3, n_stream_layers=2)
+    streams.save(tmp_path / "streams", extra={"decode": {"topk": [2, 1], "node_budget": 5}})
+    for flags, topk, budget in (([], [2, 1], 5), (["--topk", "3,2,1"], [3, 2, 1], 5), (["--node-budget", "9"], [2, 1], 9)):
+        trace = tmp_path / "t.json"
+        assert cli.main(["generate", "--base", base, "--streams", str(tmp_path / "streams"), "--prompt", "ab",
+                         "--max-new-tokens", "4", "--trace", str(trace), *flags]) == 0
+        meta = json.loads(trace.read_text())["meta"]
+        assert (meta["topk"], meta["node_budget"]) == (topk, budget)
+    fresh = Engine(tiny_model("llama", seed=3), None, StreamParams.fresh(tiny_model("llama", seed=3), gamma=3))
+    assert fresh.decode_config().tree_topk == (1, 1, 1)  # no recommendation: a chain, the cheapest tree on a CPU

@@ -43,9 +43,11 @@ def add_decode_arguments(p) -> None:
     p.add_argument("--sample-top-k", type=int, default=0, help="sampling: keep the k most likely tokens (0 = off)")
     p.add_argument("--top-p", type=float, default=1.0, help="sampling: nucleus mass (1 = off)")
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--topk", default="4,3,2,1", help="draft-tree candidates per depth, e.g. 4,3,2,1")
-    p.add_argument("--prune-threshold", type=float, default=0.0, help="drop tree branches below this transition probability")
-    p.add_argument("--node-budget", type=int, default=64, help="most tree nodes per step")
+    p.add_argument("--topk", default=None,
+                   help="draft-tree candidates per depth, e.g. 4,3,2,1 (default: what the stream set records as fastest)")
+    p.add_argument("--prune-threshold", type=float, default=None,
+                   help="drop tree branches below this transition probability (default: the stream set's)")
+    p.add_argument("--node-budget", type=int, default=None, help="most tree nodes per step (default: the stream set's)")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--no-repeat-ngram-size", type=int, default=0,
                    help="never repeat an n-gram of this size already in prompt or output (0 = off; as transformers)")
@@ -61,12 +63,23 @@ def build_config(args) -> DecodeConfig:
             layers = tuple(int(x) for x in attention.split(","))
         except ValueError:
             raise SpecstreamError(f"--attention-layers must be comma-separated integers, got {attention!r}") from None
+    draft = {k: v for k, v in (("tree_topk", parse_topk(args.topk) if args.topk else None),
+                               ("prune_threshold", args.prune_threshold), ("node_budget", args.node_budget))
+             if v is not None}
     return DecodeConfig(mode=args.mode, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                        top_k=args.sample_top_k, top_p=args.top_p, seed=args.seed, tree_topk=parse_topk(args.topk),
-                        prune_threshold=args.prune_threshold, node_budget=args.node_budget,
+                        top_k=args.sample_top_k, top_p=args.top_p, seed=args.seed, **draft,
                         stop_strings=tuple(args.stop), trace=bool(getattr(args, "trace", None)),
                         attention_layers=layers, no_repeat_ngram_size=args.no_repeat_ngram_size,
                         repetition_penalty=args.repetition_penalty)
+
+
+def with_recommended(cfg: DecodeConfig, args, engine) -> DecodeConfig:
+    """Fill the draft settings the user did not give with the stream set's recommendation."""
+    from dataclasses import replace
+
+    given = {"tree_topk": args.topk, "prune_threshold": args.prune_threshold, "node_budget": args.node_budget}
+    rec = {k: v for k, v in engine.recommended_decode().items() if given.get(k) is None}
+    return replace(cfg, **rec) if rec else cfg
 
 
 def check_model_arguments(args) -> None:
@@ -95,6 +108,7 @@ def run(args) -> int:
     if not args.prompt.strip():
         raise SpecstreamError("the prompt is empty")
     engine = load_engine(args, quiet=args.json)
+    cfg = with_recommended(cfg, args, engine)
     result = engine.generate(args.prompt, cfg)
     if args.trace:
         save_trace(result.trace, args.trace)

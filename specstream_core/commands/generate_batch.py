@@ -14,7 +14,8 @@ from __future__ import annotations
 import sys
 
 from .. import pipeline
-from .generate import add_decode_arguments, add_model_arguments, build_config, check_model_arguments, load_engine
+from .generate import (add_decode_arguments, add_model_arguments, build_config, check_model_arguments, load_engine,
+                       with_recommended)
 
 
 def add_arguments(p) -> None:
@@ -29,7 +30,14 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     cfg = build_config(args)  # validate settings and input before loading anything
     check_model_arguments(args)
-    summary = pipeline.run(lambda: load_engine(args, quiet=True), args.input, args.output, cfg,
+    recommended = {}
+
+    def load():
+        engine = load_engine(args, quiet=True)
+        recommended["cfg"] = with_recommended(cfg, args, engine)
+        return engine
+
+    summary = pipeline.run(load, args.input, args.output, lambda: recommended["cfg"],
                            batch_size=args.batch_size, progress=not args.no_progress)
     s = summary
     if s.written == 0:
