@@ -175,3 +175,20 @@ def test_cli_writes_jsonl(tmp_path, capsys):
 def test_self_instruct_hook():
     recs = corpus.self_instruct_prompts(lambda p: "1. What does it return?\n2. not a question", limit=2)
     assert len(recs) == 2 and all(r["category"] == "instruct" and "What does it return?" in r["prompt"] for r in recs)
+
+
+def test_scorer_edge_cases(train, monkeypatch):
+    monkeypatch.setattr(scoring, "CODE_TIMEOUT", 1.5)
+    code = _first(train, "code", lambda x: "tests" in x["check"])
+    f = code["check"]["function"]
+    # a usage example that fails after a correct function does not void it
+    assert score(code, code["reference"] + f"\n\nprint({f}(object()))\n") == 1.0
+    # printed text cannot fake the pass count
+    assert score(code, f"def {f}(*a):\n    print('0123456789abcdef 4')\n    return None") == 0.0
+    # sql: an empty reference result only matches a real attempt at the same table
+    empty = next(r for r in load_corpus("train", "sql", n=200)
+                 if scoring.run_sql(r["check"]["setup"], r["reference"]) == [])
+    assert score(empty, empty["reference"]) == 1.0
+    assert score(empty, "SELECT " + ", ".join(["1"] * empty["reference"].count(",")) + " WHERE 0") == 0.0
+    # qa / summarization normalisation
+    assert scoring._normalize("62,000 people at 3 p.m.") == scoring._normalize("62000 people at 3pm")

@@ -5,8 +5,10 @@ What each category's score means (proxies are marked as such):
 - **sql** — execution match. The SQL is taken from the first fenced code block (```sql ... ```) or else
   from the first ``SELECT``/``WITH`` up to a ``;`` or blank line. It runs in a fresh in-memory SQLite
   database built from ``check["setup"]`` and its result rows are compared with the reference query's
-  (as multisets; in order when the reference sorts without LIMIT; floats rounded to 4 places). 1 if
-  equal, else 0. Only one read-only statement runs: an authorizer denies everything except reads and
+  (as multisets; in order when the reference sorts without LIMIT; floats rounded to 4 places; the
+  columns may come in another order). 1 if equal, else 0. When the reference result is empty (about 5%
+  of the sql records), an empty answer result only counts if it has the same number of columns, reads
+  the same table and has a WHERE clause. Only one read-only statement runs: an authorizer denies everything except reads and
   functions (so ``DROP``, ``INSERT``, ``ATTACH``, ``PRAGMA`` fail), a progress handler aborts after
   ``SQL_STEPS`` VM steps (a recursive CTE that never ends), and values are capped at 1 MB.
 - **math** — final-answer accuracy. The number after the last "answer is" / "answer:" / "=" in a
@@ -20,9 +22,12 @@ What each category's score means (proxies are marked as such):
 - **translation** — chrF (character n-grams 1–6, β = 2) of the best candidate — the whole answer, any
   line, any quoted span — against the reference. 1.0 only for the exact sentence (up to spacing).
 - **code** — write/fix prompts: the answer's code (fenced blocks, else the text from the first ``def``)
-  runs with the generated asserts in a separate ``python -I`` process (temp dir, ``CODE_TIMEOUT`` s,
-  memory/CPU/file-size limits); the score is the fraction of asserts that pass (0 if the function is
-  missing, the code does not compile, or the process dies or times out). Nothing runs in-process.
+  runs with the generated asserts in a separate ``python -I`` process in its own session (temp dir,
+  ``CODE_TIMEOUT`` s, memory/CPU/file-size limits; the whole process group is killed afterwards); the
+  score is the fraction of asserts that pass (0 if the function is missing, the code does not compile,
+  or the process dies or times out). A failing usage example after the function does not void it. The
+  pass count is read from a line tagged with a random nonce, so printed text cannot fake it. Nothing
+  from the answer runs in-process.
   explain prompts (reference ``None``): the **proxy** used for instruct, with the function's name and
   parameters as keywords.
 - **summarization** — a **proxy**, not ROUGE: 0.7 × recall of the dialogue's key facts
@@ -58,6 +63,8 @@ _NUM = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 
 def _normalize(text: str) -> str:
     text = text.lower()
+    text = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text)  # 62,000 -> 62000
+    text = re.sub(r"\b(\d{1,2}(?::\d\d)?)\s*([ap])\.?\s?m\b\.?", r"\1 \2m", text)  # 3pm, 3 p.m. -> 3 pm
     text = re.sub(r"[^\w\s.£€$%]|(?<!\d)\.|\.(?!\d)", " ", text)
     text = re.sub(r"\b(a|an|the)\b", " ", text)
     return " ".join(text.split())
@@ -88,8 +95,9 @@ def _authorizer(action, *_):
     return sqlite3.SQLITE_OK if action in _SQL_ALLOWED or action == _SQL_RECURSIVE else sqlite3.SQLITE_DENY
 
 
-def run_sql(setup: list[str], query: str, max_rows: int = 10_000):
-    """Rows of ``query`` on a fresh database, or ``None`` if it fails, writes or runs too long."""
+def run_sql(setup: list[str], query: str, max_rows: int = 10_000, with_width: bool = False):
+    """Rows of ``query`` on a fresh database (with the column count if ``with_width``), or ``None`` if it
+    fails, writes, returns too much or runs too long."""
     conn = sqlite3.connect(":memory:")
     try:
         for stmt in setup:
@@ -104,26 +112,44 @@ def run_sql(setup: list[str], query: str, max_rows: int = 10_000):
             return int(steps[0] > SQL_STEPS or time.monotonic() - start > SQL_SECONDS)
 
         conn.set_progress_handler(progress, 1000)
-        rows = conn.execute(query).fetchmany(max_rows + 1)
+        cur = conn.execute(query)
+        rows = cur.fetchmany(max_rows + 1)
         if len(rows) > max_rows:
             return None
-        return [tuple(round(v, 4) if isinstance(v, float) else v for v in row) for row in rows]
+        rows = [tuple(round(v, 4) if isinstance(v, float) else v for v in row) for row in rows]
+        return (len(cur.description or ()), rows) if with_width else rows
     except (sqlite3.Error, sqlite3.Warning, ValueError, OverflowError, MemoryError):
         return None
     finally:
         conn.close()
 
 
+def _row_key(row) -> tuple:
+    return tuple((v is None, type(v).__name__, v if v is not None else 0) for v in row)
+
+
+def _columns_as_set(rows) -> list:
+    return [tuple(sorted(row, key=lambda v: (v is None, type(v).__name__, v if v is not None else 0))) for row in rows]
+
+
 def score_sql(record: dict, answer: str) -> float:
     check = record["check"]
-    want = run_sql(check["setup"], record["reference"])
-    got = run_sql(check["setup"], extract_sql(answer)) if extract_sql(answer) else None
-    if want is None or got is None:
+    query = extract_sql(answer)
+    want = run_sql(check["setup"], record["reference"], with_width=True)
+    got = run_sql(check["setup"], query, with_width=True) if query else None
+    if want is None or got is None or want[0] != got[0]:
         return 0.0
-    if check.get("ordered"):
-        return float(got == want)
-    key = lambda row: tuple((v is None, str(type(v)), v if v is not None else 0) for v in row)  # noqa: E731
-    return float(sorted(got, key=key) == sorted(want, key=key))
+    (_, want), (_, got) = want, got
+    if not want:
+        table = check["setup"][0].split()[2]
+        return float(not got and re.search(rf"\b{re.escape(table)}\b", query, re.I) is not None
+                     and re.search(r"\bWHERE\b", query, re.I) is not None)
+    for a, b in ((got, want), (_columns_as_set(got), _columns_as_set(want))):
+        if check.get("ordered") and a == b:
+            return 1.0
+        if not check.get("ordered") and sorted(a, key=_row_key) == sorted(b, key=_row_key):
+            return 1.0
+    return 0.0
 
 
 # ----------------------------------------------------------------------------------------------- math
@@ -221,13 +247,31 @@ def _limits():  # runs in the child before exec (POSIX)
     os.setsid()
 
 
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Kill the answer's process and anything it started (it runs in its own session)."""
+    if os.name == "posix":
+        try:
+            os.killpg(proc.pid, 9)
+        except (ProcessLookupError, PermissionError):
+            pass
+    else:
+        proc.kill()
+    try:
+        proc.communicate(timeout=5)
+    except (subprocess.TimeoutExpired, ValueError):
+        pass
+
+
 def run_tests(code: str, tests: list[str], timeout: float = CODE_TIMEOUT) -> float:
     """Fraction of ``tests`` (assert lines) that pass after ``code``, run in a separate process."""
     if not code.strip() or not tests:
         return 0.0
     nonce = secrets.token_hex(8)
-    harness = ["import sys as _s", "_passed = 0", "try:", "    exec(compile(_CODE, '<answer>', 'exec'), globals())",
-               "except BaseException:", "    _s.exit(3)"]
+    # A failing top-level statement (say, a usage example) does not void the answer: the tests still run
+    # against whatever it defined before failing. A syntax error defines nothing.
+    harness = ["import sys as _s", "_passed = 0", "try:", "    _compiled = compile(_CODE, '<answer>', 'exec')",
+               "except BaseException:", "    _s.exit(3)", "try:", "    exec(_compiled, globals())",
+               "except BaseException:", "    pass"]
     for t in tests:
         harness += ["try:", f"    exec({t!r}, globals())", "    _passed += 1", "except BaseException:", "    pass"]
     harness.append(f"_s.stdout.write('\\n{nonce} %d\\n' % _passed)")
@@ -237,14 +281,18 @@ def run_tests(code: str, tests: list[str], timeout: float = CODE_TIMEOUT) -> flo
         with open(path, "w", encoding="utf-8") as f:
             f.write(program)
         try:
-            proc = subprocess.run([sys.executable, "-I", "-S", path], cwd=tmp, stdin=subprocess.DEVNULL,
-                                  capture_output=True, timeout=timeout, env={"PATH": "/usr/bin:/bin"},
-                                  preexec_fn=_limits if os.name == "posix" else None)
-        except subprocess.TimeoutExpired:
-            return 0.0
+            proc = subprocess.Popen([sys.executable, "-I", "-S", path], cwd=tmp, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"},
+                                    preexec_fn=_limits if os.name == "posix" else None)
         except OSError:
             return 0.0
-    m = re.search(rf"^{nonce} (\d+)$", proc.stdout.decode("utf-8", "replace"), re.M)
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            out = b""
+        finally:
+            _kill_group(proc)
+    m = re.search(rf"^{nonce} (\d+)$", out.decode("utf-8", "replace"), re.M)
     return int(m.group(1)) / len(tests) if m else 0.0
 
 
