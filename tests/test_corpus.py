@@ -170,6 +170,15 @@ def test_cli_writes_jsonl(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "sql" in text and "math" in text and "6" in text
     assert main(["prompts", "--split", "eval", "--categories", "nope", "--out", str(out)]) == 2
+    # --score: a model's answers (by id) scored per category
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text("\n".join(json.dumps({"id": r["id"], "answer": r["reference"] if r["category"] == "sql" else "no idea"})
+                                  for r in rows) + "\n")
+    capsys.readouterr()
+    assert main(["prompts", "--split", "eval", "--n-per-category", "3", "--categories", "sql,math",
+                 "--score", str(answers), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["sql"] == {"n": 3, "score": 1.0} and report["math"] == {"n": 3, "score": 0.0} and report["mean"] == 0.5
 
 
 def test_self_instruct_hook():

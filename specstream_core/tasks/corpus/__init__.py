@@ -57,7 +57,8 @@ CATEGORIES = tuple(GENERATORS)
 DEFAULT_N = {"train": 800, "eval": 50}
 MAX_MISSES = 5000
 
-__all__ = ["CATEGORIES", "DEFAULT_N", "SPLITS", "iter_category", "load_corpus", "score", "self_instruct_prompts"]
+__all__ = ["CATEGORIES", "DEFAULT_N", "SPLITS", "iter_category", "load_corpus", "score", "score_answers",
+           "self_instruct_prompts"]
 
 
 def iter_category(category: str, split: str) -> Iterator[dict]:
@@ -106,6 +107,23 @@ def load_corpus(split: str, category: str | list[str] | None = None, n: int | No
     groups = [list(itertools.islice(iter_category(c, split), n)) for c in cats]
     longest = max((len(g) for g in groups), default=0)
     return [g[i] for i in range(longest) for g in groups if i < len(g)]
+
+
+def score_answers(records: list[dict], answers: dict[str, str]) -> dict:
+    """Per-category mean scores of ``answers`` (record id -> answer text) over the records answered.
+
+    Returns ``{"categories": {cat: {"n", "score"}}, "mean": mean over categories, "missing": [ids]}``.
+    """
+    per: dict[str, list[float]] = {}
+    missing = []
+    for rec in records:
+        if rec["id"] not in answers:
+            missing.append(rec["id"])
+            continue
+        per.setdefault(rec["category"], []).append(score(rec, answers[rec["id"]]))
+    cats = {c: {"n": len(v), "score": sum(v) / len(v)} for c, v in per.items() if v}
+    mean = sum(c["score"] for c in cats.values()) / len(cats) if cats else None
+    return {"categories": cats, "mean": mean, "missing": missing}
 
 
 def self_instruct_prompts(generate: Callable[[str], str], n_per_entry: int = 1, limit: int | None = None,
