@@ -201,3 +201,27 @@ def test_scorer_edge_cases(train, monkeypatch):
     assert score(empty, "SELECT " + ", ".join(["1"] * empty["reference"].count(",")) + " WHERE 0") == 0.0
     # qa / summarization normalisation
     assert scoring._normalize("62,000 people at 3 p.m.") == scoring._normalize("62000 people at 3pm")
+
+
+def test_proxies_resist_echo_and_loops(train, monkeypatch):
+    """Failure modes seen in SmolLM2-135M-Instruct's real answers to this corpus."""
+    monkeypatch.setattr(scoring, "CODE_TIMEOUT", 1.5)
+    d2t = _first(train, "data2text", lambda r: "\n" in r["prompt"].split("\n", 1)[1])
+    record_lines = d2t["prompt"].split("\n", 1)[1]
+    assert score(d2t, record_lines) == 0.0  # echoing the record is not a description
+    assert score(d2t, "Here it is: " + ", ".join(d2t["check"]["values"]) + ".") == 1.0
+    summ = _first(train, "summarization")
+    dialogue = "\n".join(ln for ln in summ["prompt"].splitlines() if ": " in ln)
+    assert score(summ, dialogue) == 0.0  # echoing the dialogue is not a summary
+    assert score(summ, summ["reference"]) == 1.0 and score(summ, (summ["reference"] + " ") * 3) < 1.0
+    loop = ("I'm here to help you with your business. " * 12).strip()
+    ins = _first(train, "instruct", lambda r: r["source"].startswith("generated:"))
+    assert score(ins, loop + " " + " ".join(ins["check"]["keywords"])) < 0.5
+    m = _first(train, "math")
+    assert scoring.final_number("so the 4th friend gets the rest") is None
+    assert score(m, f"First {m['check']['answer']} apples, then the 4th one.") == 1.0
+    code = _first(train, "code", lambda x: x["template"].startswith("code.write"))
+    renamed = code["reference"].replace(f"def {code['check']['function']}(", "def my_renamed_helper(")
+    assert score(code, f"```python\n{renamed}\n```") == 1.0
+    tr = _first(train, "translation")
+    assert score(tr, f'"{tr["check"]["source_text"]}" means something.') < 0.5

@@ -11,31 +11,43 @@ What each category's score means (proxies are marked as such):
   the same table and has a WHERE clause. Only one read-only statement runs: an authorizer denies everything except reads and
   functions (so ``DROP``, ``INSERT``, ``ATTACH``, ``PRAGMA`` fail), a progress handler aborts after
   ``SQL_STEPS`` VM steps (a recursive CTE that never ends), and values are capped at 1 MB.
-- **math** — final-answer accuracy. The number after the last "answer is" / "answer:" / "=" in a
-  "final answer" line if present, else the last number in the answer (commas, ``$`` and ``%`` stripped;
-  "12.0" equals 12), against ``check["answer"]``.
+- **math** — final-answer accuracy. The number after the last "answer is" / "answer:" / "final
+  answer" if present, else the last standalone number in the answer (not "4th"; commas and currency
+  signs stripped; "12.0" equals 12), against ``check["answer"]``.
 - **qa** — answer-span containment: 1 if any reference answer appears in the answer after lower-casing,
   removing punctuation and articles, and collapsing spaces (SQuAD-style normalisation), else 0.
 - **data2text** — slot recall (a proxy for faithfulness and coverage): the fraction of the record's
-  attribute values (``check["values"]``; yes/no flags excluded) found in the answer, normalised as for qa.
-  It does not penalise invented facts or judge fluency.
+  attribute values (``check["values"]``; yes/no flags excluded) found in the answer's prose, normalised
+  as for qa. Lines that just restate the record (table rows, JSON, ``key[value]``, and ``key: value``
+  lines whose value is one of the record's) are ignored, so echoing the input scores 0. Times the repetition factor (below). It does not penalise
+  invented facts or judge fluency.
 - **translation** — chrF (character n-grams 1–6, β = 2) of the best candidate — the whole answer, any
-  line, any quoted span — against the reference. 1.0 only for the exact sentence (up to spacing).
+  line, any quoted or bold span, except spans closer to the source sentence than to the reference (an
+  echo of the question) — against the reference. 1.0 only for the exact sentence (up to spacing).
 - **code** — write/fix prompts: the answer's code (fenced blocks, else the text from the first ``def``)
   runs with the generated asserts in a separate ``python -I`` process in its own session (temp dir,
   ``CODE_TIMEOUT`` s, memory/CPU/file-size limits; the whole process group is killed afterwards); the
   score is the fraction of asserts that pass (0 if the function is missing, the code does not compile,
   or the process dies or times out). A failing usage example after the function does not void it. The
   pass count is read from a line tagged with a random nonce, so printed text cannot fake it. Nothing
-  from the answer runs in-process.
+  from the answer runs in-process. If the answer renames the function (``clamp`` -> ``clamp_to_range``,
+  common for small models), its first top-level function is tested under the asked name.
   explain prompts (reference ``None``): the **proxy** used for instruct, with the function's name and
   parameters as keywords.
 - **summarization** — a **proxy**, not ROUGE: 0.7 × recall of the dialogue's key facts
   (``check["keywords"]``: names, days, times, places, amounts) + 0.3 if the length is plausible for a
-  summary (5 words up to the dialogue's own length). It does not check that facts are related correctly.
+  summary (5 words up to the dialogue's own length), times the repetition factor. Lines in the
+  dialogue's ``Speaker: ...`` form (a speaker of this dialogue) are dropped first, so echoing or
+  continuing the dialogue scores 0. It does not check
+  that facts are related correctly.
 - **instruct** — a **proxy**: 0 for an empty answer or one under 5 words; otherwise 0.5 for a length of
   5–600 words (0.25 beyond) + 0.5 × recall of the instruction's content words (``check["keywords"]``,
-  a prefix match so "volcano" counts for "volcanoes"). It measures being on topic, not quality.
+  a prefix match so "volcano" counts for "volcanoes"), times the repetition factor. It measures being
+  on topic and not looping, not quality.
+- **repetition factor** (summarization, data2text, instruct, code explain): distinct word trigrams /
+  all word trigrams of the answer, divided by 0.6 and capped at 1 (answers under 12 words: 1). A
+  small model's typical failure, and what a lossy decoding mode would add, is looping text
+  ("a city of legend, a city of legend, ..."); ordinary prose stays at 1.
 
 These are cheap checks for comparing a base model with stream sets (shared mode must not lose task
 score); they are not benchmarks of answer quality.
@@ -58,7 +70,7 @@ SQL_SECONDS = 2.0
 CODE_TIMEOUT = 5.0
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
-_NUM = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
+_NUM = re.compile(r"(?<![\w.])-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?![\w])")  # not "4th", "x2", "mp3"
 
 
 def _normalize(text: str) -> str:
@@ -180,12 +192,30 @@ def score_qa(record: dict, answer: str) -> float:
     return float(any(_contains(norm, a) for a in record["check"]["answers"]))
 
 
+_RECORD_LINE = re.compile(r"^\s*(?:[|{}\[\]]|\"[^\"]{1,30}\"\s*:|.*\w\[[^\]]*\])")
+_KEY_VALUE = re.compile(r"^\s*[-*•]?\s*\**([\w ]{1,30})\**\s*[:=]\s*(.+?)\s*[,;.]?\s*$")
+
+
+def prose(answer: str, values: list[str]) -> str:
+    """The answer without lines that restate the record: table rows, JSON, ``key[value]``, and
+    ``key: value`` / ``key = value`` lines whose value is one of the record's."""
+    wanted = {_normalize(v) for v in values}
+    keep = []
+    for ln in answer.splitlines():
+        kv = _KEY_VALUE.match(ln)
+        if _RECORD_LINE.match(ln) or (kv and _normalize(kv.group(2)) in wanted):
+            continue
+        keep.append(ln)
+    return "\n".join(keep)
+
+
 def score_data2text(record: dict, answer: str) -> float:
     values = record["check"]["values"]
     if not values:
         return 0.0
-    norm = _normalize(answer.replace("-", " "))
-    return sum(_contains(norm, v.replace("-", " ")) for v in values) / len(values)
+    norm = _normalize(prose(answer, values).replace("-", " "))
+    recall = sum(_contains(norm, v.replace("-", " ")) for v in values) / len(values)
+    return recall * repetition_factor(answer)
 
 
 # ---------------------------------------------------------------------------------------- translation
@@ -219,11 +249,13 @@ def _ngrams(s: str, k: int) -> dict[str, int]:
 
 
 def score_translation(record: dict, answer: str) -> float:
-    ref = record["reference"]
-    cands = [answer] + [ln.strip() for ln in answer.splitlines() if ln.strip()]
+    ref, src = record["reference"], record["check"].get("source_text", "")
+    cands = [ln.strip() for ln in answer.splitlines() if ln.strip()]
     cands += re.findall(r"[\"“«]\s*([^\"”»]+?)\s*[\"”»]", answer) + re.findall(r"\*\*([^*]+)\*\*", answer)
     cands = [c.strip().strip("*").strip() for c in cands]
-    return max(chrf(c, ref) for c in cands) if cands else 0.0
+    # a line or quote that merely repeats the source sentence is not a translation of it
+    cands = [answer] + [c for c in cands if not (src and c and chrf(c, src) > chrf(c, ref))]
+    return max(chrf(c, ref) for c in cands)
 
 
 # -------------------------------------------------------------------------------------- code (sandbox)
@@ -301,8 +333,13 @@ def score_code(record: dict, answer: str) -> float:
     if "tests" not in check:
         return score_instruct(record, answer)
     code = extract_code(answer)
-    if not re.search(rf"\bdef\s+{re.escape(check['function'])}\s*\(", code):
-        return 0.0
+    name = check["function"]
+    if not re.search(rf"^def\s+{re.escape(name)}\s*\(", code, re.M):
+        # small models often rename the function (clamp -> clamp_to_range): test their first one instead
+        other = re.search(r"^def\s+([A-Za-z_]\w*)\s*\(", code, re.M)
+        if other is None:
+            return 0.0
+        code += f"\n\n{name} = {other.group(1)}\n"
     return run_tests(code, check["tests"])
 
 
@@ -320,12 +357,25 @@ def _recall(answer: str, keywords: list[str], prefix: bool = False) -> float:
     return hits / len(keywords)
 
 
+def repetition_factor(answer: str, floor: float = 0.6) -> float:
+    """1.0 unless the answer loops: distinct word trigrams / all trigrams, scaled so ``floor`` maps to 1."""
+    words = _normalize(answer).split()
+    if len(words) < 12:
+        return 1.0
+    grams = list(zip(words, words[1:], words[2:]))
+    return min(1.0, len(set(grams)) / len(grams) / floor)
+
+
 def score_summarization(record: dict, answer: str) -> float:
-    words = len(answer.split())
+    # lines in the dialogue's own "Speaker: ..." form restate it: they are not a summary
+    speakers = set(re.findall(r"^(\w+): ", record["prompt"], re.M))
+    summary = "\n".join(ln for ln in answer.splitlines()
+                        if not (m := re.match(r"^\s*\**(\w+)\**:", ln)) or m.group(1) not in speakers)
+    words = len(summary.split())
     if words == 0:
         return 0.0
     fits = 5 <= words <= max(20, record["check"].get("dialogue_words", 100))
-    return 0.7 * _recall(answer, record["check"]["keywords"]) + 0.3 * fits
+    return (0.7 * _recall(summary, record["check"]["keywords"]) + 0.3 * fits) * repetition_factor(answer)
 
 
 def score_instruct(record: dict, answer: str) -> float:
@@ -333,7 +383,7 @@ def score_instruct(record: dict, answer: str) -> float:
     if words < 5:
         return 0.0
     length = 0.5 if words <= 600 else 0.25
-    return length + 0.5 * _recall(answer, record["check"]["keywords"], prefix=True)
+    return (length + 0.5 * _recall(answer, record["check"]["keywords"], prefix=True)) * repetition_factor(answer)
 
 
 SCORERS = {"sql": score_sql, "summarization": score_summarization, "data2text": score_data2text, "math": score_math,
