@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 
 import pytest
 
@@ -109,6 +110,9 @@ def test_wrong_answers_score_zero(train, cat):
 def test_chat_style_answers(train):
     sql = _first(train, "sql")
     assert score(sql, f"Sure! Here is the query:\n\n```sql\n{sql['reference']}\n```\n\nIt filters the rows.") == 1.0
+    text_eq = _first(train, "sql", lambda r: re.search(r"= '[a-z]", r["reference"]) is not None)
+    upper = re.sub(r"= '([a-z])", lambda m: "= '" + m.group(1).upper(), text_eq["reference"])
+    assert upper != text_eq["reference"] and score(text_eq, upper) == 1.0  # value case does not matter
     m = _first(train, "math")
     assert score(m, f"Let's see... so the final answer is **{m['check']['answer']}**.") == 1.0
     qa = _first(train, "qa")
@@ -157,6 +161,7 @@ def test_chrf_and_normalisation():
     assert 0 < scoring.chrf("Wo ist Bahnhof", "Wo ist der Bahnhof?") < 1
     assert scoring.final_number("It costs $1,250.00 in total") == 1250
     assert scoring.extract_sql("Try: select a from t where b = 1; -- done") == "select a from t where b = 1"
+    assert scoring.extract_sql("```sql\nCREATE TABLE t (a INT);\n```\nthen\n```sql\nSELECT a FROM t;\n```") == "SELECT a FROM t"
 
 
 def test_cli_writes_jsonl(tmp_path, capsys):

@@ -2,9 +2,10 @@
 
 What each category's score means (proxies are marked as such):
 
-- **sql** — execution match. The SQL is taken from the first fenced code block (```sql ... ```) or else
-  from the first ``SELECT``/``WITH`` up to a ``;`` or blank line. It runs in a fresh in-memory SQLite
-  database built from ``check["setup"]`` and its result rows are compared with the reference query's
+- **sql** — execution match. The SQL is taken from the first fenced code block (```sql ... ```) that
+  holds a query, or else from the first ``SELECT``/``WITH`` up to a ``;`` or blank line. It runs in a
+  fresh in-memory SQLite database built from ``check["setup"]`` (text columns compare without regard
+  to case, so ``color = 'Silver'`` finds ``silver``) and its result rows are compared with the reference query's
   (as multisets; in order when the reference sorts without LIMIT; floats rounded to 4 places; the
   columns may come in another order). 1 if equal, else 0. When the reference result is empty (about 5%
   of the sql records), an empty answer result only counts if it has the same number of columns, reads
@@ -90,7 +91,8 @@ def _contains(haystack_norm: str, needle: str) -> bool:
 # ------------------------------------------------------------------------------------------------ sql
 def extract_sql(answer: str) -> str:
     blocks = [body for lang, body in _FENCE.findall(answer) if lang.lower() in ("sql", "sqlite", "")]
-    text = blocks[0] if blocks else answer
+    with_query = [b for b in blocks if re.search(r"\b(SELECT|WITH)\b", b, re.I)]
+    text = (with_query or blocks or [answer])[0]
     m = re.search(r"\b(SELECT|WITH)\b", text, re.I)
     if not m:
         return text.strip() if blocks else ""
@@ -112,8 +114,8 @@ def run_sql(setup: list[str], query: str, max_rows: int = 10_000, with_width: bo
     fails, writes, returns too much or runs too long."""
     conn = sqlite3.connect(":memory:")
     try:
-        for stmt in setup:
-            conn.execute(stmt)
+        for stmt in setup:  # text compares case-insensitively: 'Silver' finds 'silver'
+            conn.execute(re.sub(r"\bTEXT\b", "TEXT COLLATE NOCASE", stmt) if stmt.startswith("CREATE TABLE") else stmt)
         conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 1_000_000)
         conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
         conn.set_authorizer(_authorizer)
