@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 
 import pytest
@@ -133,10 +134,13 @@ def test_sql_scorer_survives_hostile_answers(train):
     hostile = [f"DROP TABLE {table};", f"DELETE FROM {table}; SELECT 1;", "SELEC broken syntax",
                "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT COUNT(*) FROM c;",
                "ATTACH DATABASE '/tmp/specstream-evil.db' AS evil;", "SELECT zeroblob(2000000000);",
-               f"```sql\nUPDATE {table} SET id = 0;\n```"]
+               f"```sql\nUPDATE {table} SET id = 0;\n```", "VACUUM INTO '/tmp/specstream-evil-vacuum.db'",
+               "SELECT load_extension('/tmp/nothing')", f"SELECT * FROM {table} a, {table} b, {table} c, {table} d, {table} e, {table} f",
+               "PRAGMA writable_schema = ON"]
     for answer in hostile:
         assert score(r, answer) == 0.0, answer
     assert score(r, r["reference"]) == 1.0  # the database was never changed
+    assert not os.path.exists("/tmp/specstream-evil.db") and not os.path.exists("/tmp/specstream-evil-vacuum.db")
 
 
 def test_code_scorer_runs_isolated(train, monkeypatch):
