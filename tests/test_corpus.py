@@ -154,6 +154,21 @@ def test_code_scorer_runs_isolated(train, monkeypatch):
     assert score(r, "import sys\nsys.exit(0)\n" + r["reference"]) == 0.0
     assert score(r, "I cannot write code.") == 0.0
     assert score(r, f"def {f}(*a):\n    raise SystemExit(0)") == 0.0
+    # a child process the answer leaves behind neither holds the result back nor survives
+    stray = "import subprocess\nsubprocess.Popen(['sleep', '37.25'])\n" + r["reference"]
+    assert score(r, stray) == 1.0
+    if os.path.isdir("/proc/self"):
+        import time
+
+        time.sleep(0.2)
+        alive = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    alive.append(f.read())
+            except OSError:
+                pass
+        assert not [c for c in alive if b"37.25" in c]
     fix = _first(train, "code", lambda x: x["template"].startswith("code.fix"))
     assert score(fix, fix["reference"]) == 1.0
     explain = _first(train, "code", lambda x: x["reference"] is None)

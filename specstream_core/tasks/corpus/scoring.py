@@ -27,7 +27,8 @@ What each category's score means (proxies are marked as such):
   echo of the question) — against the reference. 1.0 only for the exact sentence (up to spacing).
 - **code** — write/fix prompts: the answer's code (fenced blocks, else the text from the first ``def``)
   runs with the generated asserts in a separate ``python -I`` process in its own session (temp dir,
-  ``CODE_TIMEOUT`` s, memory/CPU/file-size limits; the whole process group is killed afterwards); the
+  ``CODE_TIMEOUT`` s, memory/CPU/file-size limits; output to a file; the whole process group is
+  killed afterwards, so stray children neither survive nor hold the result back); the
   score is the fraction of asserts that pass (0 if the function is missing, the code does not compile,
   or the process dies or times out). A failing usage example after the function does not void it. The
   pass count is read from a line tagged with a random nonce, so printed text cannot fake it. Nothing
@@ -291,8 +292,8 @@ def _kill_group(proc: subprocess.Popen) -> None:
     else:
         proc.kill()
     try:
-        proc.communicate(timeout=5)
-    except (subprocess.TimeoutExpired, ValueError):
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
         pass
 
 
@@ -314,18 +315,26 @@ def run_tests(code: str, tests: list[str], timeout: float = CODE_TIMEOUT) -> flo
         path = os.path.join(tmp, "check.py")
         with open(path, "w", encoding="utf-8") as f:
             f.write(program)
-        try:
-            proc = subprocess.Popen([sys.executable, "-I", "-S", path], cwd=tmp, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"},
-                                    preexec_fn=_limits if os.name == "posix" else None)
-        except OSError:
+        out_path = os.path.join(tmp, "out.txt")
+        # output goes to a file, not a pipe: a child the answer leaves behind cannot hold the result back
+        with open(out_path, "wb") as out_file:
+            try:
+                proc = subprocess.Popen([sys.executable, "-I", "-S", path], cwd=tmp, stdin=subprocess.DEVNULL,
+                                        stdout=out_file, stderr=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"},
+                                        preexec_fn=_limits if os.name == "posix" else None)
+            except OSError:
+                return 0.0
+            try:
+                proc.wait(timeout=timeout)
+                finished = True
+            except subprocess.TimeoutExpired:
+                finished = False
+            finally:
+                _kill_group(proc)
+        if not finished:
             return 0.0
-        try:
-            out, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            out = b""
-        finally:
-            _kill_group(proc)
+        with open(out_path, "rb") as f:
+            out = f.read(1 << 20)
     m = re.search(rf"^{nonce} (\d+)$", out.decode("utf-8", "replace"), re.M)
     return int(m.group(1)) / len(tests) if m else 0.0
 
