@@ -10,7 +10,7 @@ import re
 import pytest
 
 from specstream_core.tasks import corpus
-from specstream_core.tasks.corpus import CATEGORIES, iter_category, load_corpus, score
+from specstream_core.tasks.corpus import CATEGORIES, load_corpus, score
 from specstream_core.tasks.corpus import scoring
 
 REQUIRED = {"id", "category", "split", "prompt", "reference", "template", "source"}

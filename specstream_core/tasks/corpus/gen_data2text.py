@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import random
 
-from .base import NAMES, pick, pool, templates
+from .base import pick, pool, templates
 
 ENTITIES = {
     "restaurant": {

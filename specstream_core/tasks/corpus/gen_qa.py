@@ -13,7 +13,7 @@ import random
 import re
 
 from ..common import invented_name
-from .base import NAMES, pick, pool, templates
+from .base import NAMES, pick, templates
 from .stdlib_text import brief, stdlib_items
 
 TEMPLATES = templates("qa", train={
