@@ -26,6 +26,8 @@ COMMANDS = {
     "bench-batch": ("specstream_core.commands.bench_batch", "batched decoding throughput (samples/s) and the shared-prompt cache"),
     "eval-tasks": ("specstream_core.commands.eval_tasks", "score a model on the task suite (plain greedy)"),
     "train-medusa": ("specstream_core.commands.train_medusa", "train Medusa-style heads (a benchmark baseline)"),
+    "prompts": ("specstream_core.commands.prompts",
+                "write the chat prompt corpus (8 categories; train, or the differently worded eval split) as JSONL"),
     "pass-cost": ("specstream_core.commands.pass_cost",
                   "cost of a plain, a verification and a speculative pass here, and the τ each needs"),
 }
