@@ -144,7 +144,7 @@ def test_sql_scorer_survives_hostile_answers(train):
 
 
 def test_code_scorer_runs_isolated(train, monkeypatch):
-    monkeypatch.setattr(scoring, "CODE_TIMEOUT", 1.5)
+    monkeypatch.setattr(scoring, "CODE_TIMEOUT", 1.0)
     r = _first(train, "code", lambda x: "tests" in x["check"])
     f = r["check"]["function"]
     assert score(r, f"Here you go:\n```python\n{r['reference']}\n```") == 1.0
@@ -183,8 +183,30 @@ def test_chrf_and_normalisation():
     assert scoring.extract_sql("```sql\nCREATE TABLE t (a INT);\n```\nthen\n```sql\nSELECT a FROM t;\n```") == "SELECT a FROM t"
 
 
+def _prompts_cli():
+    """`python -m specstream_core prompts ...` as cli.main runs it, without importing every other command
+    (cli.build_parser imports them all, ~6 s of torch/transformers on this machine)."""
+    import argparse
+    import importlib
+
+    from specstream_core.cli import COMMANDS
+    from specstream_core.errors import SpecstreamError
+
+    module = importlib.import_module(COMMANDS["prompts"][0])  # the registered command module
+
+    def main(argv):
+        assert argv[0] == "prompts"
+        p = argparse.ArgumentParser()
+        module.add_arguments(p)
+        try:
+            return int(module.run(p.parse_args(argv[1:])) or 0)
+        except SpecstreamError:
+            return 2
+    return main
+
+
 def test_cli_writes_jsonl(tmp_path, capsys):
-    from specstream_core.cli import main
+    main = _prompts_cli()
 
     out = tmp_path / "eval.jsonl"
     assert main(["prompts", "--split", "eval", "--n-per-category", "3", "--categories", "sql,math", "--out", str(out)]) == 0
@@ -211,7 +233,7 @@ def test_self_instruct_hook():
 
 
 def test_scorer_edge_cases(train, monkeypatch):
-    monkeypatch.setattr(scoring, "CODE_TIMEOUT", 1.5)
+    monkeypatch.setattr(scoring, "CODE_TIMEOUT", 1.0)
     code = _first(train, "code", lambda x: "tests" in x["check"])
     f = code["check"]["function"]
     # a usage example that fails after a correct function does not void it
@@ -229,7 +251,7 @@ def test_scorer_edge_cases(train, monkeypatch):
 
 def test_proxies_resist_echo_and_loops(train, monkeypatch):
     """Failure modes seen in SmolLM2-135M-Instruct's real answers to this corpus."""
-    monkeypatch.setattr(scoring, "CODE_TIMEOUT", 1.5)
+    monkeypatch.setattr(scoring, "CODE_TIMEOUT", 1.0)
     d2t = _first(train, "data2text", lambda r: "\n" in r["prompt"].split("\n", 1)[1])
     record_lines = d2t["prompt"].split("\n", 1)[1]
     assert score(d2t, record_lines) == 0.0  # echoing the record is not a description
