@@ -53,6 +53,7 @@ class Row:
     tree_nodes: int = 0
     speedup_per_tau: float = float("nan")  # how close the speedup comes to the bound τ
     wall_s: float = 0.0
+    task_score: float = float("nan")  # mean task score of this method's answers (when a scorer is given)
 
 
 def engine_method(name: str, engine, cfg: DecodeConfig, drafter_factory=None, reference="ar", extra_params=0,
@@ -105,8 +106,11 @@ def prompt_lookup_method(engine, cfg: DecodeConfig) -> Method:
 
 
 def run_benchmark(prompts: dict[str, list[list[int]]], methods: list[Method], baseline: str = "ar",
-                  progress: bool = True, precision: str = "fp32", desc: str = "bench") -> list[Row]:
-    """prompts: category -> token-id prompts. Returns one row per (category, method)."""
+                  progress: bool = True, precision: str = "fp32", desc: str = "bench",
+                  score: Callable[[str, int, list[int]], float] | None = None) -> list[Row]:
+    """prompts: category -> token-id prompts. Returns one row per (category, method).
+
+    score(category, prompt index, output tokens) -> task score in [0, 1] (optional, per method)."""
     from tqdm.auto import tqdm
 
     names = [m.name for m in methods]
@@ -128,7 +132,10 @@ def run_benchmark(prompts: dict[str, list[list[int]]], methods: list[Method], ba
                 results[m.name].append(m.run(ids))
                 bar.update(1)
         for m in methods:
-            rows.append(_row(category, m, results, baseline, precision))
+            row = _row(category, m, results, baseline, precision)
+            if score is not None:
+                row.task_score = statistics.fmean(score(category, i, r[0]) for i, r in enumerate(results[m.name]))
+            rows.append(row)
     bar.close()
     return rows
 
@@ -169,7 +176,8 @@ def summarize(rows: list[Row]) -> dict[str, dict]:
             "method": key[0], "precision": key[1], "tau_mean": tau, "speedup_median": speedup,
             "speedup_vs_ar_median": statistics.median(r.speedup_vs_ar for r in mine),
             "speedup_per_tau": speedup / tau if taus else float("nan"),
-            "identical": all(r.identical for r in mine), "extra_params": mine[0].extra_params}
+            "identical": all(r.identical for r in mine), "extra_params": mine[0].extra_params,
+            "task_score": statistics.fmean(r.task_score for r in mine)}
     return out
 
 
@@ -180,20 +188,23 @@ def _num(x: float, suffix: str = "") -> str:
 def markdown_table(rows: list[Row], baseline: str) -> str:
     ablation = any(r.ablation for r in rows)
     lines = [f"| {'setting | ' if ablation else ''}category | method | precision | speedup vs {baseline} | speedup vs ar | "
-             "τ | call reduction | speedup ÷ τ | identical | extra params |",
-             f"|{'---|' if ablation else ''}---|---|---|---|---|---|---|---|---|---|"]
+             "τ | call reduction | speedup ÷ τ | identical | task score | extra params |",
+             f"|{'---|' if ablation else ''}---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         setting = f"{r.ablation}={r.value} | " if ablation else ""
         lines.append(f"| {setting}{r.category} | {r.method} | {r.precision} | {r.speedup:.2f}× | {r.speedup_vs_ar:.2f}× | "
                      f"{_num(r.tau)} | {_num(r.call_reduction)} | {_num(r.speedup_per_tau)} | "
-                     f"{'yes' if r.identical else f'{r.identical_count}/{r.prompts}'} | {r.extra_params:,} |")
+                     f"{'yes' if r.identical else f'{r.identical_count}/{r.prompts}'} | {_num(r.task_score)} | "
+                     f"{r.extra_params:,} |")
     return "\n".join(lines)
 
 
 def summary_table(summary: dict, baseline: str) -> str:
-    lines = [f"| method | precision | mean τ | median speedup vs {baseline} | speedup ÷ τ | identical everywhere | extra params |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [f"| method | precision | mean τ | median speedup vs {baseline} | speedup ÷ τ | identical everywhere | "
+             "mean task score | extra params |",
+             "|---|---|---|---|---|---|---|---|"]
     for s in summary.values():
         lines.append(f"| {s['method']} | {s['precision']} | {_num(s['tau_mean'])} | {s['speedup_median']:.2f}× | "
-                     f"{_num(s['speedup_per_tau'])} | {'yes' if s['identical'] else 'no'} | {s['extra_params']:,} |")
+                     f"{_num(s['speedup_per_tau'])} | {'yes' if s['identical'] else 'no'} | "
+                     f"{_num(s.get('task_score', float('nan')))} | {s['extra_params']:,} |")
     return "\n".join(lines)

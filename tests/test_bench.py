@@ -60,6 +60,8 @@ def test_bench_command_quick_on_a_tiny_model(tmp_path):
                 "precision"} <= set(r)
         if r["method"] in ("ar", "pld", "medusa", "ss-lossless", "hf-pld"):
             assert r["identical"], r
+        assert 0.0 <= r["task_score"] <= 1.0  # each method's answers scored by the chat corpus's scorers
+    assert data["settings"]["suite"] == "chat" and data["settings"]["chat"]
     assert {r["ablation"] for r in data["ablations"]} == {"gamma", "topk", "prune"}
     assert next(r for r in data["rows"] if r["method"] == "medusa")["extra_params"] == 4 * (64 * 64 + 64)
     assert "medusa" in (out / "b.md").read_text()

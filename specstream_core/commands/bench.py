@@ -27,8 +27,9 @@ from ..errors import SpecstreamError
 
 ALL_METHODS = ("ar", "hf-greedy", "hf-pld", "hf-assisted", "pld", "medusa", "ss-lossless", "ss-shared")
 ABLATIONS = ("gamma", "topk", "ns", "prune")
-DRAFT_DIR = os.path.join(defaults.ASSETS, "draft")
-MEDUSA_DIR = os.path.join(defaults.ASSETS, "medusa")
+DRAFT_DIR = os.path.join(defaults.SMOL_ASSETS, "draft")
+MEDUSA_DIR = defaults.SMOL_MEDUSA_DIR
+SUITES = ("chat", "tasks")  # chat: the chat prompt corpus's eval split (default); tasks: the old templated suite
 TOPK_GRID = ((1, 1, 1, 1), (2, 1, 1, 1), (2, 2, 1, 1), (3, 2, 2, 1), (4, 3, 2, 1))
 PRUNE_TREE = (3, 2, 2, 1)
 PRUNE_GRID = (0.0, 0.02, 0.05, 0.1, 0.2)
@@ -40,9 +41,13 @@ QUICK = {"categories": 2, "n": 2, "max_new": 32, "precisions": "fp32", "ablation
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--base", help="base model (default: the bundled one)")
-    p.add_argument("--streams", help="lossless stream directory (default: bundled)")
-    p.add_argument("--shared-streams", help="shared-mode stream directory (default: bundled)")
+    p.add_argument("--base", help="base model (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--streams", help="lossless stream directory (default: the default model's, in assets/smollm2/)")
+    p.add_argument("--shared-streams", help="shared-mode stream directory (default: the default model's)")
+    p.add_argument("--suite", choices=SUITES, default="chat",
+                   help="prompts: 'chat' = the chat corpus's eval split, worded unlike its train split (default); "
+                        "'tasks' = the old templated task suite")
+    p.add_argument("--raw", action="store_true", help="do not wrap prompts in the model's chat template")
     p.add_argument("--draft", help=f"draft model for hf-assisted (default: {os.path.relpath(DRAFT_DIR, defaults.ROOT)})")
     p.add_argument("--medusa", help=f"Medusa heads directory (default: {os.path.relpath(MEDUSA_DIR, defaults.ROOT)})")
     p.add_argument("--methods", default=",".join(ALL_METHODS), help=f"comma-separated subset of {', '.join(ALL_METHODS)}")
@@ -108,8 +113,7 @@ def _csv(text: str | None) -> list[str]:
 
 def plan(args) -> dict:
     """Resolve sizes, methods, precisions and ablations from the flags (quick mode fills defaults)."""
-    from ..tasks import CATEGORIES
-
+    CATEGORIES = suite_categories(args.suite)
     methods = _csv(args.methods)
     unknown = [m for m in methods if m not in ALL_METHODS]
     if unknown:
@@ -140,8 +144,8 @@ def plan(args) -> dict:
     bad = [a for a in ablations if a not in ABLATIONS]
     if bad:
         raise SpecstreamError(f"unknown ablations {bad}; choose from {', '.join(ABLATIONS)} or 'none'")
-    if "ns" in ablations and not args.ablation_streams and not args.base and os.path.isdir(defaults.NS2_DIR):
-        # the bundled model ships a second lossless stream set with Ns = 2 for this ablation
+    if "ns" in ablations and not args.ablation_streams and args.base == defaults.BASE_DIR and os.path.isdir(defaults.NS2_DIR):
+        # the old 9.4M model ships a second lossless stream set with Ns = 2 for this ablation
         args.ablation_streams = f"{defaults.NS2_DIR},{defaults.LOSSLESS_DIR}"
     if "ns" in ablations and not args.ablation_streams:
         ablations.remove("ns")  # only with stream sets of different Ns
@@ -152,12 +156,46 @@ def plan(args) -> dict:
             "ablations": ablations, "baseline": baseline}
 
 
-def _load_engine(base, streams_dir, precision, device):
+def _load_engine(base, streams_dir, precision, device, chat=True):
     from ..engine import Engine
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return Engine.load(base, streams_dir, precision=precision, device=device, fresh_streams=False)
+        return Engine.load(base, streams_dir, precision=precision, device=device, fresh_streams=False, chat=chat)
+
+
+def suite_categories(suite: str) -> tuple[str, ...]:
+    if suite == "tasks":
+        from ..tasks import CATEGORIES
+    else:
+        from ..tasks.corpus import CATEGORIES
+    return tuple(CATEGORIES)
+
+
+def suite_examples(suite: str, category: str, n: int) -> list[dict]:
+    """Eval examples of one category: {"prompt", ...} records the suite's scorer understands."""
+    if suite == "tasks":
+        from ..tasks import load_split
+
+        return load_split("eval", category, n=n)
+    from ..tasks.corpus import load_corpus
+
+    return load_corpus("eval", category, n=n)
+
+
+def suite_scorer(suite: str, examples: dict[str, list[dict]], engine):
+    """score(category, index, output tokens) -> the example's task score of the decoded answer."""
+    if suite == "tasks":
+        from ..tasks import score as task_score
+
+        def score(category, i, tokens):
+            return float(task_score(examples[category][i], engine.decode_text(tokens)))
+    else:
+        from ..tasks.corpus import score as corpus_score
+
+        def score(category, i, tokens):
+            return float(corpus_score(examples[category][i], engine.decode_text(tokens)))
+    return score
 
 
 def build_methods(names, engine, precision, ctx, shared_engine=None) -> list:
@@ -256,7 +294,6 @@ def run(args) -> int:
     import torch
 
     from ..bench import markdown_table, run_benchmark, summarize, summary_table
-    from ..tasks import load_split
 
     t_start = time.time()
     if args.threads:
@@ -264,7 +301,7 @@ def run(args) -> int:
     pl = plan(args)
     base, lossless = defaults.resolve(args.base, args.streams)
     bundled = not args.base
-    shared = args.shared_streams or (defaults.SHARED_DIR if bundled and os.path.isdir(defaults.SHARED_DIR) else None)
+    shared = args.shared_streams or (defaults.default_streams("shared") if bundled else None)
     draft_dir = args.draft or (DRAFT_DIR if bundled and os.path.isdir(DRAFT_DIR) else None)
     medusa_dir = args.medusa or (MEDUSA_DIR if bundled and os.path.isdir(MEDUSA_DIR) else None)
     for name, have, what in (("hf-assisted", draft_dir, "--draft (a draft model)"), ("medusa", medusa_dir, "--medusa"),
@@ -297,17 +334,20 @@ def run(args) -> int:
           f"{', '.join(pl['precisions'])}; ablations {', '.join(pl['ablations']) or 'none'}; ss tree {list(topk)}, "
           f"prune {prune}, budget {budget}; torch threads {torch.get_num_threads()}", flush=True)
     for precision in pl["precisions"]:
-        engine = _load_engine(base, lossless, precision, args.device)
+        engine = _load_engine(base, lossless, precision, args.device, chat=not args.raw)
         engines[precision] = engine
-        shared_engine = _load_engine(base, shared, precision, args.device) if shared and "ss-shared" in pl["methods"] else None
+        shared_engine = (_load_engine(base, shared, precision, args.device, chat=not args.raw)
+                         if shared and "ss-shared" in pl["methods"] else None)
         if prompts is None:
-            prompts = {c: [engine.encode(ex["prompt"], max_new) for ex in load_split("eval", c, n=pl["n"])]
-                       for c in pl["categories"]}
+            examples = {c: suite_examples(args.suite, c, pl["n"]) for c in pl["categories"]}
+            prompts = {c: [engine.encode(ex["prompt"], max_new) for ex in exs] for c, exs in examples.items()}
+            scorer = suite_scorer(args.suite, examples, engine)
         built = build_methods(pl["methods"], engine, precision, ctx, shared_engine)
         baseline = pl["baseline"] if pl["baseline"] in [m.name for m in built] else "ar"
-        rows += run_benchmark(prompts, built, baseline=baseline, precision=precision, desc=f"bench {precision}")
+        rows += run_benchmark(prompts, built, baseline=baseline, precision=precision, desc=f"bench {precision}",
+                              score=scorer)
     if pl["ablations"]:
-        engine = engines.get("fp32") or _load_engine(base, lossless, "fp32", args.device)
+        engine = engines.get("fp32") or _load_engine(base, lossless, "fp32", args.device, chat=not args.raw)
         if engine.streams is None:
             print("skipping ablations: no lossless streams")
         else:
@@ -327,7 +367,7 @@ def run(args) -> int:
     if abl_table:
         print(abl_table)
     print(f"bench took {wall / 60:.1f} min")
-    settings = {"topk": list(topk), "prune_threshold": prune, "node_budget": budget, "n": pl["n"],
+    settings = {"suite": args.suite, "chat": not args.raw, "topk": list(topk), "prune_threshold": prune, "node_budget": budget, "n": pl["n"],
                 "max_new_tokens": max_new, "precisions": pl["precisions"], "baseline": pl["baseline"],
                 "categories": pl["categories"], "ablations": pl["ablations"], "ablation_categories":
                 pl["categories"][: args.ablation_categories], "ablation_n": args.ablation_n,
