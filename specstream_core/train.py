@@ -261,9 +261,8 @@ def train(model, cfg: TrainConfig, train_data: tuple[torch.Tensor, torch.Tensor]
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     ckpt = os.path.join(out_dir, CHECKPOINT_DIR)
-    if resume and not _checkpoint_exists(ckpt):
-        raise SpecstreamError(f"--resume: there is no checkpoint in {ckpt} to resume from (one is written every "
-                              f"{cfg.checkpoint_every} steps); run without --resume to start fresh")
+    if resume:
+        require_checkpoint(out_dir, cfg.checkpoint_every)
     identity = run_identity(model, cfg, train_data)  # before streams or LoRA wrap the base model
     accelerator = Accelerator(mixed_precision="bf16" if cfg.precision == "bf16" else "no")
     model, streams = build_streams(model, cfg)
@@ -289,7 +288,7 @@ def train(model, cfg: TrainConfig, train_data: tuple[torch.Tensor, torch.Tensor]
     deadline = time.time() + cfg.minutes * 60 if cfg.minutes else None
     tokens_done, t_start = 0, time.time()
     bar = tqdm(total=cfg.steps, initial=start_step, disable=not progress, desc=f"train {cfg.mode}", unit="step")
-    step = start_step
+    step = start_step - 1  # steps_done = start_step when a resumed run has no steps left
     model.train(False)  # no dropout; the objective runs in train mode only for autograd
     for step in range(start_step, cfg.steps):
         idx = torch.randint(0, ids.shape[0], (cfg.batch_size,), generator=gen)
@@ -340,6 +339,14 @@ def run_identity(model, cfg: TrainConfig, train_data) -> dict:
             "base_name": str(getattr(model, "name_or_path", "") or getattr(model.config, "_name_or_path", "")),
             "settings": asdict(cfg),
             "data": checkpoint.tensor_fingerprint(*train_data)}
+
+
+def require_checkpoint(out_dir: str, every: int) -> None:
+    """--resume with nothing to resume is an error (not a silent fresh start)."""
+    ckpt = os.path.join(out_dir, CHECKPOINT_DIR)
+    if not _checkpoint_exists(ckpt):
+        raise SpecstreamError(f"--resume: there is no checkpoint in {ckpt} to resume from (one is written every "
+                              f"{every} steps); run without --resume to start fresh")
 
 
 def _checkpoint_exists(ckpt: str) -> bool:

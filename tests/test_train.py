@@ -121,6 +121,13 @@ def test_resume_without_a_checkpoint_is_an_error(tmp_path):
     assert not (tmp_path / "streams.safetensors").exists()  # nothing was trained from scratch
 
 
+def test_cli_resume_without_a_checkpoint_says_so_before_loading(tmp_path, capsys):
+    from specstream_core.cli import main
+
+    assert main(["train", "--base", str(tmp_path / "no-model"), "--out", str(tmp_path / "out"), "--resume"]) == 2
+    assert "error: --resume: there is no checkpoint in" in capsys.readouterr().err  # not "model not found"
+
+
 def test_resume_checks_the_base_model_settings_and_data(tmp_path):
     data = periodic_data()
     cfg = replace(RESUME_CFG, steps=2, checkpoint_every=2)

@@ -9,7 +9,7 @@ import torch
 
 from .. import defaults
 from ..errors import SpecstreamError
-from ..train import TrainConfig, pack, train
+from ..train import TrainConfig, pack, require_checkpoint, train
 
 
 def add_arguments(p) -> None:
@@ -90,6 +90,8 @@ def run(args) -> int:
                       adapter_rank=args.adapter_rank, lora_rank=args.lora_rank, steps=args.steps,
                       minutes=args.minutes, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
                       precision=args.precision, seed=args.seed)
+    if args.resume:  # before loading and distilling anything
+        require_checkpoint(args.out, cfg.checkpoint_every)
     base, _ = defaults.resolve(args.base, None)
     tokenizer = load_tokenizer(base)
     model = load_model(LoadConfig(base, precision="fp32", device=args.device))
