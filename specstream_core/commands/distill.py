@@ -13,7 +13,8 @@ from .. import defaults
 
 def add_arguments(p) -> None:
     p.add_argument("--base", help="base model directory or hub id (default: the bundled base model)")
-    p.add_argument("--out", required=True, help="JSONL cache file (appended to; existing answers are kept)")
+    p.add_argument("--out", required=True, help="JSONL cache file (appended to; existing answers are kept; "
+                   "OUT.meta.json records the model and settings they belong to)")
     p.add_argument("--data", default="tasks", help="'tasks' or a JSONL file as for `train`")
     p.add_argument("--examples-per-category", type=int, default=500)
     p.add_argument("--max-new-tokens", type=int, default=128)

@@ -32,7 +32,8 @@ def add_arguments(p) -> None:
                    help="bf16 autocast (fast on GPUs; measured ~10x slower than fp32 on this CPU)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (0 = torch default)")
-    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint (an error when there is "
+                   "none, or when it was made with another base model, settings or data)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--distill", action="store_true",
                    help="train on the base model's own greedy answers to the prompts (self-distillation: "
