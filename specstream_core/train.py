@@ -311,6 +311,8 @@ def train(model, cfg: TrainConfig, train_data: tuple[torch.Tensor, torch.Tensor]
             _save_checkpoint(ckpt, step + 1, history, identity, model, streams, optimizer, scheduler, gen)
         if deadline and time.time() > deadline:
             log(f"time budget reached after {step + 1} steps")
+            if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every and step + 1 < cfg.steps:
+                _save_checkpoint(ckpt, step + 1, history, identity, model, streams, optimizer, scheduler, gen)
             break
     bar.close()
     steps_done = step + 1

@@ -114,6 +114,17 @@ def test_resume_continues_from_checkpoint_bit_identically(mode, tmp_path):
         assert (resumed / lora).read_bytes() == (straight / lora).read_bytes()
 
 
+def test_a_time_budget_stop_leaves_a_checkpoint_to_resume_from(tmp_path):
+    data = periodic_data()
+    summary = train(tiny_model("llama", seed=0), replace(RESUME_CFG, minutes=1e-9), data, str(tmp_path),
+                    progress=False, log=quiet)
+    assert summary["steps"] == 1 and read_checkpoint(tmp_path)["step"] == 1  # not lost back to step 0
+    messages = []
+    train(tiny_model("llama", seed=0), replace(RESUME_CFG, steps=3), data, str(tmp_path), resume=True,
+          progress=False, log=messages.append)
+    assert any("resumed from step 1" in m for m in messages)
+
+
 def test_resume_without_a_checkpoint_is_an_error(tmp_path):
     with pytest.raises(SpecstreamError, match="no checkpoint in .*checkpoint to resume from.*without --resume"):
         train(tiny_model("llama", seed=0), RESUME_CFG, periodic_data(), str(tmp_path), resume=True, progress=False,
