@@ -47,6 +47,7 @@ depends on the batch split; greedy output does not.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import copy
 import json
 import os
@@ -441,28 +442,21 @@ def run(engine, input_path: str, output_path: str, cfg: DecodeConfig, batch_size
         return _resume(engine, input_path, output_path, cfg, batch_size, queue_size, progress, total)
 
 
-class _output_lock:
+@contextlib.contextmanager
+def _output_lock(path: str):
     """An exclusive, non-blocking flock on the output file for the whole run (released if the process dies)."""
-
-    def __init__(self, path: str):
-        try:
-            self.file = open(path, "ab")
-        except OSError as exc:
-            raise SpecstreamError(f"cannot open the output file {path}: {exc.strerror or exc}") from None
-        if fcntl is None:
-            return
-        try:
-            fcntl.flock(self.file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            self.file.close()
-            raise SpecstreamError(f"another run is writing to {path} (the file is locked); wait for it to finish, "
-                                  f"or choose another output file") from None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.file.close()  # releases the lock
+    try:
+        f = open(path, "ab")
+    except OSError as exc:
+        raise SpecstreamError(f"cannot open the output file {path}: {exc.strerror or exc}") from None
+    with f:
+        if fcntl is not None:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                raise SpecstreamError(f"another run is writing to {path} (the file is locked); wait for it to finish, "
+                                      f"or choose another output file") from None
+        yield  # closing the file releases the lock
 
 
 def _resume(engine, input_path: str, output_path: str, cfg: DecodeConfig, batch_size: int, queue_size: int | None,
