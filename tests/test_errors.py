@@ -61,7 +61,8 @@ def test_cli_generate_json(model_dir, tmp_path):
     (["--prompt", "abc", "--temperature", "-1"], "temperature"),
     (["--prompt", "abc", "--max-new-tokens", "8", "--seed", str(2**64)], "seed"),  # was a torch overflow traceback
     (["--prompt", "abc", "--max-new-tokens", "8", "--seed", "-1"], "seed"),
-    (["--prompt", "abc", "--max-new-tokens", "8", "--stop", ""], "stop strings"),  # "" is in every text: cut the output to one token
+    (["--prompt", "abc", "--max-new-tokens", "8", "--stop", ""], "stop strings"),  # "" is in every text: one token
+    (["--prompt", "ab\udcff", "--max-new-tokens", "8"], "not Unicode text"),  # a non-UTF-8 byte in argv
 ])
 def test_cli_bad_settings(model_dir, args, needle, capsys):
     from specstream_core.cli import main
