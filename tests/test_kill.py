@@ -1,7 +1,7 @@
 """Kill tests: SIGKILL at random points of generate-batch and in the middle of train's checkpoint writes,
 then rerun; the result must equal an uninterrupted run's.
 
-Each test starts a few `python` processes (tiny models): about 20-40 s each on 2 CPU cores.
+Each test starts four or five `python` processes (tiny models): about 25-45 s each on 2 busy CPU cores.
 `KILL_TEST_SEED=N` replays one sequence of generate-batch kill points (the seed is in any failure message).
 """
 
@@ -29,7 +29,9 @@ pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs PO
 # ---- generate-batch ------------------------------------------------------------------------------------
 N_PROMPTS = 36
 POISONED = {7: {"prompt": "ab\ud800cd"}, 13: {"meta": ["\udc00"]}, 21: {"prompt": ""}}
-TIMING = ("wall_s", "tokens_per_s")  # the only fields of a record that may differ between runs
+# the only fields of a record that may differ between runs: timing, and the size of the batch the prompt was
+# decoded in (a resumed run starts its batches where the killed one stopped)
+RUN_DEPENDENT = ("wall_s", "tokens_per_s", "batch_size")
 
 
 def batch_input(path):
@@ -46,7 +48,7 @@ def batch_input(path):
 def comparable(path):
     records = [json.loads(line) for line in open(path, encoding="utf-8")]
     for r in records:
-        for key in TIMING:
+        for key in RUN_DEPENDENT:
             r.get("stats", {}).pop(key, None)
     return records
 
@@ -74,17 +76,17 @@ def test_generate_batch_killed_at_random_points_resumes_to_the_uninterrupted_out
            "--topk", "3,2,1", "--max-new-tokens", "16", "--batch-size", "3", "--no-progress",
            "--input", inp, "--output", str(out)]
     history = []  # (lines before, lines after, how it ended) per run
-    for attempt in range(4):  # up to 4 kills (each run starts a Python with torch: ~5 s here), then one to the end
+    for attempt in range(3):  # up to 3 kills (each run starts a Python with torch: ~5-8 s here), then one to the end
         before = lines_in(out)
         with open(tmp_path / f"stderr-{attempt}.txt", "w") as err:
             proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=err)
             if attempt == 0:  # somewhere in start-up or model loading
                 time.sleep(rng.uniform(0.2, 2.0))
-            else:  # after a random number of new records, plus a random fraction of a record's time
-                target, deadline = before + rng.randint(1, 6), time.monotonic() + 120
-                while proc.poll() is None and lines_in(out) < target and time.monotonic() < deadline:
+            else:  # once it writes, at a random moment of generating and writing (a batch takes ~0.1 s)
+                deadline = time.monotonic() + 120
+                while proc.poll() is None and lines_in(out) == before and time.monotonic() < deadline:
                     time.sleep(0.002)
-                time.sleep(rng.uniform(0.0, 0.03))
+                time.sleep(rng.uniform(0.0, 0.25))
             killed = proc.poll() is None
             if killed:
                 proc.send_signal(signal.SIGKILL)
