@@ -453,9 +453,11 @@ def _output_lock(path: str):
         if fcntl is not None:
             try:
                 fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
+            except BlockingIOError:
                 raise SpecstreamError(f"another run is writing to {path} (the file is locked); wait for it to finish, "
                                       f"or choose another output file") from None
+            except OSError:  # a filesystem without locks (some network mounts): run unguarded
+                print(f"warning: cannot lock {path}; make sure no other run writes to it", file=sys.stderr)
         yield  # closing the file releases the lock
 
 
