@@ -28,6 +28,7 @@ from .tree import Tree, chain, prune_by_threshold
 from .verify import SamplingConfig, Verdict, sample_token, verify_greedy, verify_sampling
 
 MAX_NEW_TOKENS = 4096
+MAX_SEED = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,13 @@ class DecodeConfig:
             raise SpecstreamError(f"prune threshold must be in [0, 1), got {self.prune_threshold}")
         if not 1 <= self.node_budget <= 512:
             raise SpecstreamError(f"node budget must be between 1 and 512, got {self.node_budget}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
+                                      or not 0 <= self.seed <= MAX_SEED):
+            # torch seeds are 64-bit; batch row i uses seed + i, so leave headroom below 2**64
+            raise SpecstreamError(f"seed must be an integer between 0 and 2**63 - 1, got {self.seed!r}")
+        if any(not isinstance(s, str) or not s for s in self.stop_strings):
+            # "" is in every text: it would stop decoding after the first token
+            raise SpecstreamError(f"stop strings must be non-empty text, got {list(self.stop_strings)!r}")
         if isinstance(self.no_repeat_ngram_size, bool) or not isinstance(self.no_repeat_ngram_size, int) \
                 or not 0 <= self.no_repeat_ngram_size <= MAX_NEW_TOKENS:
             raise SpecstreamError(f"no_repeat_ngram_size must be an integer between 0 (off) and {MAX_NEW_TOKENS}, "

@@ -7,16 +7,35 @@ function of the prompt, these targets are also far more predictable than human t
 
 Answers are generated in batches with transformers' `generate` (left padding); a cap on new tokens
 bounds the cost. Shown with a progress bar; results can be cached as JSONL so a rebuild reuses them.
+
+The cache: `FILE` holds one `{"prompt_ids": [...], "answer_ids": [...]}` line per answer (appended as
+batches finish); `FILE.meta.json` says what made them — the model's fingerprint and name, the
+tokenizer's fingerprint and max_new_tokens. Reusing the cache with another model or other settings is an
+error (use another file). A cache without the sidecar (written by an older version) is adopted on first
+use: the sidecar is written for the current model and settings, with a note. A half-written last line (a
+killed run) is ignored, and cut off before new answers are appended; any other bad line is an error.
+Appends take an exclusive lock on the file, so runs sharing one cache take turns.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import sys
 
 import torch
 
+from .checkpoint import model_fingerprint
 from .errors import SpecstreamError
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on POSIX: appends are not serialized
+    fcntl = None
+
+META_SUFFIX = ".meta.json"
+CACHE_FORMAT = "specstream-distill-cache"
 
 
 def greedy_answers(model, tokenizer, prompts: list[list[int]], max_new_tokens: int = 128,
@@ -70,30 +89,137 @@ def distilled_pairs(model, tokenizer, pairs: list[tuple[list[int], list[int]]], 
     appended, so an interrupted or repeated build does not redo them.
     """
     cached: dict[str, list[int]] = {}
-    if cache_file and os.path.isfile(cache_file):
-        with open(cache_file) as f:
-            for n, line in enumerate(f, 1):
-                try:
-                    row = json.loads(line)
-                    cached[_key(row["prompt_ids"])] = list(row["answer_ids"])
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    raise SpecstreamError(f"{cache_file}:{n}: not a self-distillation record; delete the file") from None
+    if cache_file:
+        cached = read_cache(cache_file)
+        tie_cache(cache_file, cache_meta(model, tokenizer, max_new_tokens), has_records=bool(cached))
     todo = [p for p, _ in pairs if p and _key(p) not in cached]
     todo = list({_key(p): p for p in todo}.values())
+    appender = _Appender(cache_file) if cache_file and todo else None
+
     def keep(batch_prompts, batch_answers):
         for p, a in zip(batch_prompts, batch_answers):
             cached[_key(p)] = a
-        if cache_file:
-            os.makedirs(os.path.dirname(os.path.abspath(cache_file)), exist_ok=True)
-            with open(cache_file, "a") as f:
-                for p, a in zip(batch_prompts, batch_answers):
-                    f.write(json.dumps({"prompt_ids": p, "answer_ids": a}) + "\n")
+        if appender is not None:
+            appender.write("".join(json.dumps({"prompt_ids": p, "answer_ids": a}) + "\n"
+                                   for p, a in zip(batch_prompts, batch_answers)))
 
     if todo:
-        greedy_answers(model, tokenizer, todo, max_new_tokens, batch_size, progress, on_batch=keep)
+        try:
+            greedy_answers(model, tokenizer, todo, max_new_tokens, batch_size, progress, on_batch=keep)
+        finally:
+            if appender is not None:
+                appender.close()
     # pairs without a prompt (plain text) keep their text: there is nothing to continue
     return [(p, cached[_key(p)]) if p else (p, a) for p, a in pairs]
 
 
 def _key(ids: list[int]) -> str:
     return ",".join(map(str, ids))
+
+
+# ---- the cache file ---------------------------------------------------------------------------------
+def read_cache(path: str) -> dict[str, list[int]]:
+    """prompt key -> answer ids; a half-written last line (no newline: a killed run) is ignored."""
+    cached: dict[str, list[int]] = {}
+    if not os.path.isfile(path):
+        return cached
+    with open(path, "rb") as f:
+        data = f.read()
+    lines = data.split(b"\n")
+    tail = lines.pop()  # after the last newline: b"" when the file ends in one
+    for n, raw in enumerate(lines + [tail], 1):
+        if not raw.strip():
+            continue
+        row = _record(raw)
+        if row is None:
+            if n == len(lines) + 1:  # the unterminated last line
+                print(f"note: {path} ends in a half-written line (an interrupted run); it is ignored and will be "
+                      f"replaced", file=sys.stderr)
+                continue
+            raise SpecstreamError(f"{path}:{n}: not a self-distillation record; delete the file") from None
+        cached[_key(row["prompt_ids"])] = row["answer_ids"]
+    return cached
+
+
+def _record(raw: bytes) -> dict | None:
+    try:
+        row = json.loads(raw)
+        row = {"prompt_ids": [int(t) for t in row["prompt_ids"]], "answer_ids": [int(t) for t in row["answer_ids"]]}
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError):
+        return None
+    return row
+
+
+def cache_meta(model, tokenizer, max_new_tokens: int) -> dict:
+    """What the cached answers depend on."""
+    return {"format": CACHE_FORMAT, "version": 1, "model": model_fingerprint(model),
+            "model_name": str(getattr(model, "name_or_path", "") or ""),
+            "tokenizer": tokenizer_fingerprint(tokenizer), "max_new_tokens": int(max_new_tokens)}
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    h = hashlib.sha256(f"{tokenizer.eos_token_id}:{tokenizer.pad_token_id};".encode())
+    get_vocab = getattr(tokenizer, "get_vocab", None)
+    if callable(get_vocab):
+        h.update(json.dumps(sorted(get_vocab().items())).encode())
+    return h.hexdigest()[:16]
+
+
+def tie_cache(path: str, meta: dict, has_records: bool) -> None:
+    """Check the cache's sidecar against `meta`; write it for a new cache or adopt a cache without one."""
+    meta_path = path + META_SUFFIX
+    if os.path.isfile(meta_path) and has_records:
+        try:
+            with open(meta_path) as f:
+                saved = json.load(f)
+            if not isinstance(saved, dict) or saved.get("format") != CACHE_FORMAT:
+                raise ValueError("not a distillation-cache sidecar")
+        except (OSError, ValueError) as exc:
+            raise SpecstreamError(f"{meta_path} is unreadable ({exc}); delete it to adopt {path} for this model") from None
+        diffs = []
+        if saved.get("model") != meta["model"]:
+            diffs.append(f"model {saved.get('model_name') or '?'!r} (fingerprint {saved.get('model')}) -> "
+                         f"{meta['model_name'] or '?'!r} (fingerprint {meta['model']})")
+        for key in ("tokenizer", "max_new_tokens"):
+            if saved.get(key) != meta[key]:
+                diffs.append(f"{key} {saved.get(key)!r} -> {meta[key]!r}")
+        if diffs:
+            raise SpecstreamError(f"distillation cache {path} holds answers of a different " + "; ".join(diffs) +
+                                  f": use another cache file for this model and settings, or delete {path} and "
+                                  f"{meta_path} to generate them again")
+        return
+    if has_records:
+        print(f"note: {path} does not say which model wrote it (a cache from an older version); adopting it for "
+              f"model {meta['model_name'] or '?'!r} (fingerprint {meta['model']}), max_new_tokens "
+              f"{meta['max_new_tokens']} in {meta_path}", file=sys.stderr)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    tmp = meta_path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(meta, f, indent=1)
+    os.replace(tmp, meta_path)
+
+
+class _Appender:
+    """Appends whole lines to the cache under an exclusive lock, after cutting off a half-written last line."""
+
+    def __init__(self, path: str):
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        self.file = open(path, "a+b")
+        if fcntl is not None:
+            fcntl.flock(self.file.fileno(), fcntl.LOCK_EX)  # waits for another run appending to the same cache
+        self.file.seek(0)
+        data = self.file.read()
+        tail = data[data.rfind(b"\n") + 1:]
+        if tail.strip() and _record(tail) is not None:
+            self.file.write(b"\n")  # a whole record that lacks its newline
+        elif tail:
+            self.file.truncate(len(data) - len(tail))
+        self.file.flush()
+
+    def write(self, text: str) -> None:
+        self.file.write(text.encode())  # one write per batch, then flushed: whole lines unless killed mid-write
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()

@@ -70,6 +70,10 @@ class Engine:
             raise SpecstreamError("this engine has no tokenizer; pass token ids")
         if not isinstance(prompt, str) or not prompt.strip():
             raise SpecstreamError("the prompt is empty")
+        try:
+            prompt.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a non-UTF-8 byte in argv, "\ud800" from JSON: the tokenizer raises
+            raise SpecstreamError(f"the prompt is not Unicode text: a lone surrogate at character {exc.start + 1}") from None
         ids = encode_prompt(self.tokenizer, prompt, self.chat)
         self.check_length(len(ids), max_new_tokens)
         return ids

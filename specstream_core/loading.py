@@ -90,12 +90,17 @@ def load_model(cfg: LoadConfig):
         kwargs["dtype"] = torch.float32 if cfg.device == "cpu" else torch.bfloat16
     else:
         kwargs["dtype"] = torch.bfloat16 if cfg.precision == "bf16" else torch.float32
+    from safetensors import SafetensorError
+
     try:
         model = AutoModelForCausalLM.from_pretrained(cfg.base, **kwargs)
     except ImportError as exc:
         raise SpecstreamError(f"cannot load {cfg.precision}: {exc}") from None
     except (OSError, ValueError) as exc:
         raise SpecstreamError(f"cannot load model weights from {cfg.base!r}: {str(exc).splitlines()[0]}") from None
+    except SafetensorError as exc:  # a truncated or otherwise corrupt .safetensors file
+        raise SpecstreamError(f"cannot load model weights from {cfg.base!r}: corrupt or truncated safetensors file "
+                              f"({str(exc).splitlines()[0] if str(exc) else 'unreadable'})") from None
     if cfg.precision not in ("nf4", "int8"):
         model.to(cfg.device)
     model.eval()

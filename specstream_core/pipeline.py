@@ -19,14 +19,19 @@ Bad input, two kinds (every message names the line number):
 - a line that cannot be tied to one id — invalid JSON, not an object, missing or bad `id`, a duplicate
   id, a missing or non-string `prompt` — aborts the run before the model is loaded or anything is
   written (all such lines listed, up to 20);
-- a line with a good id whose prompt cannot be generated — empty, or too long for the model's context
-  with max_new_tokens — gets an error record in the output (and a line on stderr) and the run goes on.
-  The run then exits non-zero, as it does whenever the output holds error records.
+- a line with a good id whose prompt cannot be generated — empty, too long for the model's context
+  with max_new_tokens, or holding a lone surrogate such as "\\ud800" in any field (valid JSON, but not
+  text the tokenizer or a UTF-8 file can hold) — gets an error record in the output (and a line on
+  stderr) and the run goes on. The run then exits non-zero, as it does whenever the output holds error
+  records.
+The input is UTF-8 (a leading byte-order mark is skipped); a line that is not names its line number.
 
 Resume: ids already in the output (results and error records alike) are skipped and new lines appended;
-rerunning a finished run does nothing. A truncated last line (a killed run) is cut off and rewritten;
-any other unreadable output line is an error (the file is not ours to guess about). To retry an error
-record, delete its line.
+rerunning a finished run does nothing. A truncated last line (a killed run) is cut off and rewritten; a
+whole last record that only lacks its newline is kept. Any other unreadable output line is an error (the
+file is not ours to guess about). To retry an error record, delete its line. One run at a time per
+output file: a run holds an exclusive lock (flock) on the output file, and a second run on the same
+output stops with an error instead of interleaving lines.
 
 Failure: if any thread raises, every other thread stops at its next queue operation (all waits have
 timeouts and watch a stop flag, so nothing hangs), the writer writes what was already generated, and
@@ -41,6 +46,8 @@ depends on the batch split; greedy output does not.
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import copy
 import json
 import os
@@ -54,6 +61,11 @@ from dataclasses import dataclass
 from .chat import encode_prompt
 from .decode import DecodeConfig, Result
 from .errors import SpecstreamError
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on POSIX: no lock against a second run
+    fcntl = None
 
 RESERVED = ("id", "prompt")  # input fields the pipeline reads; everything else is carried under "extra"
 MAX_LISTED = 20
@@ -118,29 +130,77 @@ def scan_input(path: str) -> int:
     if not os.path.isfile(path):
         raise SpecstreamError(f"input file {path} does not exist")
     problems, first_line = [], {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            for line, text in enumerate(f, start=1):
-                if not text.strip():
-                    continue
-                rec, problem = _parse_line(text, line)
-                if problem is None:
-                    key = _key(rec["id"])
-                    if key in first_line:
-                        problem = f"line {line}: duplicate id {key} (first on line {first_line[key]})"
-                    else:
-                        first_line[key] = line
-                if problem:
-                    problems.append(problem)
-    except UnicodeDecodeError as exc:
-        raise SpecstreamError(f"input file {path} is not UTF-8 text (byte {exc.start} of a line after line "
-                              f"{len(problems) + len(first_line)})") from None
+    for line, text in _input_lines(path):
+        if not text.strip():
+            continue
+        rec, problem = _parse_line(text, line)
+        if problem is None:
+            key = _key(rec["id"])
+            if key in first_line:
+                problem = f"line {line}: duplicate id {key} (first on line {first_line[key]})"
+            else:
+                first_line[key] = line
+        if problem:
+            problems.append(problem)
     if problems:
         listed = "; ".join(problems[:MAX_LISTED]) + ("; …" if len(problems) > MAX_LISTED else "")
         raise SpecstreamError(f"{len(problems)} bad line(s) in {path}, nothing was generated: {listed}")
     if not first_line:
         raise SpecstreamError(f"input file {path} holds no prompts")
     return len(first_line)
+
+
+def _input_lines(path: str):
+    """(line number, text) for each line of a UTF-8 input file; a leading byte-order mark is skipped.
+
+    Lines end at "\\n" only (as the readers' `open(..., newline="\\n")`) and are decoded one at a time, so
+    that a byte that is not UTF-8 is reported with its own line number."""
+    with open(path, "rb") as f:
+        for line, raw in enumerate(f, start=1):
+            if line == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8):]
+            try:
+                yield line, raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise SpecstreamError(f"input file {path} is not UTF-8 text: line {line}, byte {exc.start + 1} "
+                                      f"(0x{raw[exc.start]:02x}); save it as UTF-8") from None
+
+
+def not_unicode(value, where: str = "") -> str | None:
+    """Where in a parsed JSON value a lone surrogate such as "\\ud800" sits (valid JSON, but no Unicode text:
+    a tokenizer refuses it and a UTF-8 file cannot hold it), as `"field"` or `"field"."inner"[2]`; None when clean."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return where or "the value"
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            name = (where + "." if where else "") + json.dumps(k)  # ASCII: a field name may hold one too
+            found = not_unicode(k, f"{name} (its name)") or not_unicode(v, name)
+            if found:
+                return found
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found = not_unicode(v, f"{where}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def check_unicode(rec: dict) -> None:
+    where = not_unicode(rec)
+    if where:
+        raise SpecstreamError(f"field {where} holds a lone surrogate (such as \\ud800), which is not Unicode text")
+
+
+def _output_record(raw: bytes) -> dict | None:
+    """An output line parsed as a record with an id, or None."""
+    try:
+        rec = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return rec if isinstance(rec, dict) and "id" in rec else None
 
 
 def scan_output(path: str) -> tuple[set[str], int, object, bool]:
@@ -150,22 +210,26 @@ def scan_output(path: str) -> tuple[set[str], int, object, bool]:
         return done, errors, last, False
     with open(path, "rb") as f:
         data = f.read()
-    complete, _, partial = data.rpartition(b"\n")  # records end in a newline: anything after the last is cut
-    for number, raw in enumerate(complete.split(b"\n") if complete else [], start=1):
+    lines = data.split(b"\n")
+    partial = lines.pop()  # after the last newline: b"" when the file ends in one
+    whole_tail = bool(partial.strip()) and _output_record(partial) is not None  # a record missing only its newline
+    if whole_tail:
+        lines.append(partial)
+    for number, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
-        try:
-            rec = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            rec = None
-        if not isinstance(rec, dict) or "id" not in rec:
+        rec = _output_record(raw)
+        if rec is None:
             raise SpecstreamError(f"output file {path} line {number} is not a JSON record with an \"id\"; "
                                   f"fix or move the file before resuming")
         done.add(_key(rec["id"]))
         errors += "error" in rec
         last = rec["id"]
-    repaired = bool(partial.strip())
-    if partial:  # a killed run's partial write
+    repaired = bool(partial.strip()) and not whole_tail
+    if whole_tail:  # keep it, and end it so the next record starts on its own line
+        with open(path, "ab") as f:
+            f.write(b"\n")
+    elif partial:  # a killed run's partial write
         with open(path, "r+b") as f:
             f.truncate(len(data) - len(partial))
     return done, errors, last, repaired
@@ -228,7 +292,7 @@ class _Run:
     def read(self) -> None:
         tokenizer = _own_copy(self.engine.tokenizer)
         seq = 0
-        with open(self.input_path, encoding="utf-8") as f:
+        with open(self.input_path, encoding="utf-8-sig", newline="\n") as f:  # lines exactly as scan_input's
             for line, text in enumerate(f, start=1):
                 if not text.strip():
                     continue
@@ -240,9 +304,12 @@ class _Run:
                 extra = {k: v for k, v in rec.items() if k not in RESERVED}
                 item = Item(seq, line, rec["id"], rec["prompt"], extra)
                 try:
+                    check_unicode(rec)  # a poisoned line becomes an error record; the run goes on
                     item.prompt_ids = self._encode(tokenizer, rec["prompt"])
                 except SpecstreamError as exc:
                     item.error = str(exc)
+                    if not_unicode(extra):
+                        item.extra = {}  # it could not be written
                 self._put(self.to_generate, item)
                 seq += 1
         self.expected = seq
@@ -321,7 +388,7 @@ class _Run:
             record.update(text=text, token_ids=list(res.token_ids), stats=res.stats)
         if item.extra:
             record["extra"] = item.extra
-        out.write(json.dumps(record, ensure_ascii=False) + "\n")  # one write per record: whole lines only
+        out.write(_json_line(record))  # one write per record: whole lines only
         out.flush()
         s = self.summary
         s.written += 1
@@ -332,6 +399,16 @@ class _Run:
             s.new_tokens += len(item.result.token_ids)
         if bar is not None:
             bar.update(1)
+
+
+def _json_line(record: dict) -> str:
+    """One JSON line; ASCII-escaped when the record holds text UTF-8 cannot encode (a lone surrogate in an id)."""
+    line = json.dumps(record, ensure_ascii=False)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        line = json.dumps(record)  # "\ud800" escapes: still one valid JSON line that reads back the same
+    return line + "\n"
 
 
 def _own_copy(tokenizer):
@@ -363,6 +440,31 @@ def run(engine, input_path: str, output_path: str, cfg, batch_size: int = 8, que
     if not 1 <= batch_size <= 256:
         raise SpecstreamError(f"batch size must be between 1 and 256, got {batch_size}")
     total = scan_input(input_path)
+    with _output_lock(output_path):  # one run per output file
+        return _resume(engine, input_path, output_path, cfg, batch_size, queue_size, progress, total)
+
+
+@contextlib.contextmanager
+def _output_lock(path: str):
+    """An exclusive, non-blocking flock on the output file for the whole run (released if the process dies)."""
+    try:
+        f = open(path, "ab")
+    except OSError as exc:
+        raise SpecstreamError(f"cannot open the output file {path}: {exc.strerror or exc}") from None
+    with f:
+        if fcntl is not None:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise SpecstreamError(f"another run is writing to {path} (the file is locked); wait for it to finish, "
+                                      f"or choose another output file") from None
+            except OSError:  # a filesystem without locks (some network mounts): run unguarded
+                print(f"warning: cannot lock {path}; make sure no other run writes to it", file=sys.stderr)
+        yield  # closing the file releases the lock
+
+
+def _resume(engine, input_path: str, output_path: str, cfg: DecodeConfig, batch_size: int, queue_size: int | None,
+            progress: bool, total: int) -> Summary:
     done, old_errors, last, repaired = scan_output(output_path)
     if repaired:
         print(f"note: {output_path} ended in a truncated line (an interrupted run); it was cut off and that "
@@ -409,7 +511,7 @@ def run(engine, input_path: str, output_path: str, cfg, batch_size: int = 8, que
 
 def _count_todo(path: str, done: set[str]) -> int:
     todo = 0
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8-sig", newline="\n") as f:
         for text in f:
             if text.strip() and _key(json.loads(text)["id"]) not in done:
                 todo += 1

@@ -25,6 +25,7 @@ import torch
 from tqdm import tqdm
 from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
 
+from . import checkpoint
 from .errors import SpecstreamError
 from .tasks import load_split
 from .tasks.offline_text import documents
@@ -163,10 +164,14 @@ def train(model, data: torch.Tensor, preset: Preset, out_dir: Path, minutes: flo
     if resume:
         if not ckpt_file.is_file():
             raise SpecstreamError(f"--resume: no checkpoint at {ckpt_file}")
-        state = torch.load(ckpt_file, weights_only=False)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        step, elapsed, tokens_seen, losses = state["step"], state["elapsed"], state["tokens"], state["losses"]
+        state = checkpoint.load(str(ckpt_file))  # weights_only: tensors and plain values, never code from the file
+        try:
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            step, elapsed, tokens_seen, losses = state["step"], state["elapsed"], state["tokens"], state["losses"]
+        except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise SpecstreamError(f"--resume: {ckpt_file} does not fit this model and preset ({first})") from None
         print(f"resumed at step {step}, {elapsed / 60:.1f} min trained")
 
     def progress() -> float:
@@ -175,12 +180,9 @@ def train(model, data: torch.Tensor, preset: Preset, out_dir: Path, minutes: flo
             p = max(p, step / max_steps)
         return p
 
-    def save_checkpoint() -> None:
-        ckpt_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = ckpt_file.with_suffix(".tmp")
-        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
-                    "elapsed": elapsed, "tokens": tokens_seen, "losses": losses}, tmp)
-        tmp.replace(ckpt_file)
+    def save_checkpoint() -> None:  # atomic: a kill leaves the previous or the new complete checkpoint
+        checkpoint.save_atomic({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                                "elapsed": elapsed, "tokens": tokens_seen, "losses": losses}, str(ckpt_file))
 
     model.train()
     batches = _batches(data.shape[0], preset.batch_size, seed, step)

@@ -61,3 +61,63 @@ def test_cache_file_is_reused_and_validated(tmp_path, monkeypatch):
     cache.write_text(json.dumps({"nope": 1}) + "\n")
     with pytest.raises(SpecstreamError, match="not a self-distillation record"):
         distill.distilled_pairs(model, _tokenizer(), pairs, 6, cache_file=str(cache), progress=False)
+
+
+def _no_generation(*a, **k):
+    raise AssertionError("answers were generated again")
+
+
+def test_cache_is_tied_to_the_model_and_settings(tmp_path, monkeypatch):
+    prompts = _prompts()
+    pairs = [(p, [1]) for p in prompts]
+    cache = tmp_path / "d.jsonl"
+    distill.distilled_pairs(tiny_model("llama", seed=1), _tokenizer(), pairs, 6, cache_file=str(cache), progress=False)
+    meta = json.loads((tmp_path / "d.jsonl.meta.json").read_text())
+    assert meta["max_new_tokens"] == 6 and meta["model"] and meta["tokenizer"]
+    monkeypatch.setattr(distill, "greedy_answers", _no_generation)
+    for model, tok, max_new, needle in ((tiny_model("llama", seed=2), _tokenizer(), 6, "model"),
+                                        (tiny_model("llama", seed=1), _tokenizer(), 8, "max_new_tokens 6 -> 8"),
+                                        (tiny_model("llama", seed=1), _tokenizer(eos=2), 6, "tokenizer")):
+        with pytest.raises(SpecstreamError, match=f"holds answers of a different {needle}"):
+            distill.distilled_pairs(model, tok, pairs, max_new, cache_file=str(cache), progress=False)
+    # the same model loaded again (a fresh object, same weights) reuses the answers
+    distill.distilled_pairs(tiny_model("llama", seed=1), _tokenizer(), pairs, 6, cache_file=str(cache), progress=False)
+
+
+def test_a_half_written_last_line_is_ignored_then_cut(tmp_path, monkeypatch, capsys):
+    model = tiny_model("llama", seed=1)
+    prompts = _prompts()
+    cache = tmp_path / "d.jsonl"
+    first = distill.distilled_pairs(model, _tokenizer(), [(p, [1]) for p in prompts[:3]], 6, cache_file=str(cache),
+                                    progress=False)
+    with open(cache, "a") as f:  # killed in the middle of writing the next answer
+        f.write('{"prompt_ids": [5, 6, 7], "answer_ids": [1')
+    with monkeypatch.context() as m:
+        m.setattr(distill, "greedy_answers", _no_generation)
+        again = distill.distilled_pairs(model, _tokenizer(), [(p, [1]) for p in prompts[:3]], 6,
+                                        cache_file=str(cache), progress=False)
+    assert again == first and "half-written line" in capsys.readouterr().err
+    everything = distill.distilled_pairs(model, _tokenizer(), [(p, [1]) for p in prompts], 6, cache_file=str(cache),
+                                         progress=False)  # appending cuts the half line off first
+    rows = [json.loads(line) for line in cache.read_text().splitlines()]  # every line whole again
+    assert sorted(r["prompt_ids"] for r in rows) == sorted(prompts)
+    assert everything[:3] == first
+
+
+def test_a_cache_from_an_older_version_is_adopted(tmp_path, monkeypatch, capsys):
+    """A cache without the sidecar (e.g. a long run still being written by an older checkout) is kept: it is
+    adopted for the model and settings of its first use."""
+    model = tiny_model("llama", seed=1)
+    prompts = _prompts()
+    answers = distill.greedy_answers(model, _tokenizer(), prompts, max_new_tokens=6, progress=False)
+    cache = tmp_path / "old.jsonl"
+    cache.write_text("".join(json.dumps({"prompt_ids": p, "answer_ids": a}) + "\n" for p, a in zip(prompts, answers)))
+    monkeypatch.setattr(distill, "greedy_answers", _no_generation)
+    got = distill.distilled_pairs(model, _tokenizer(), [(p, [1]) for p in prompts], 6, cache_file=str(cache),
+                                  progress=False)
+    assert [a for _, a in got] == answers
+    assert "adopting it for model" in capsys.readouterr().err
+    assert json.loads((tmp_path / "old.jsonl.meta.json").read_text())["max_new_tokens"] == 6
+    with pytest.raises(SpecstreamError, match="different model"):  # from now on it is tied to that model
+        distill.distilled_pairs(tiny_model("llama", seed=2), _tokenizer(), [(p, [1]) for p in prompts], 6,
+                                cache_file=str(cache), progress=False)

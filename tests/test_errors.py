@@ -59,6 +59,10 @@ def test_cli_generate_json(model_dir, tmp_path):
     (["--prompt", "abc", "--topk", "0"], "topk"),
     (["--prompt", "abc", "--max-new-tokens", "0"], "max_new_tokens"),
     (["--prompt", "abc", "--temperature", "-1"], "temperature"),
+    (["--prompt", "abc", "--max-new-tokens", "8", "--seed", str(2**64)], "seed"),  # was a torch overflow traceback
+    (["--prompt", "abc", "--max-new-tokens", "8", "--seed", "-1"], "seed"),
+    (["--prompt", "abc", "--max-new-tokens", "8", "--stop", ""], "stop strings"),  # "" is in every text: one token
+    (["--prompt", "ab\udcff", "--max-new-tokens", "8"], "not Unicode text"),  # a non-UTF-8 byte in argv
 ])
 def test_cli_bad_settings(model_dir, args, needle, capsys):
     from specstream_core.cli import main
@@ -78,6 +82,29 @@ def test_cli_unsupported_architecture(tmp_path):
 def test_cli_missing_model_dir(tmp_path):
     code, _, err = cli("generate", "--base", str(tmp_path / "nope"), "--prompt", "hi")
     assert_clean_error(code, err, "not found")
+
+
+def test_cli_corrupt_base_weights(model_dir, tmp_path, capsys):
+    import shutil
+
+    from specstream_core.cli import main
+
+    base = tmp_path / "base"
+    shutil.copytree(model_dir, base)
+    weights = base / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])  # an interrupted download
+    code = main(["generate", "--base", str(base), "--prompt", "abc"])
+    assert_clean_error(code, capsys.readouterr().err, "corrupt or truncated")
+
+
+def test_cli_trace_path_is_checked_before_decoding(model_dir, tmp_path, monkeypatch, capsys):
+    from specstream_core.cli import main
+    from specstream_core.commands import generate
+
+    monkeypatch.setattr(generate, "load_engine", lambda *a, **k: pytest.fail("loaded the model for a bad --trace"))
+    for path, needle in ((tmp_path / "missing" / "x.json", "does not exist"), (tmp_path, "directory")):
+        code = main(["generate", "--base", model_dir, "--prompt", "abc", "--trace", str(path)])
+        assert_clean_error(code, capsys.readouterr().err, "--trace", needle)
 
 
 def test_cli_missing_and_corrupt_adapters(model_dir, tmp_path, capsys):

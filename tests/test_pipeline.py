@@ -230,3 +230,67 @@ def test_bad_settings_and_files(tmp_path, capsys):
     corrupt.write_text('{"id": 0, "text": "x"}\nnot json\n{"id": 1}\n')
     with pytest.raises(SpecstreamError, match="line 2"):
         pipeline.run(lambda: None, inp, str(corrupt), CFG, progress=False)
+
+
+def test_poisoned_lines_become_error_records_and_the_run_goes_on(engine, expected, tmp_path, capsys):
+    """A lone surrogate is valid JSON but no text: it used to stop the run (tokenizer TypeError, writer
+    UnicodeEncodeError) with nothing written, on every rerun."""
+    lines = [{"id": 0, "prompt": PROMPTS[0]},
+             {"id": 1, "prompt": "ab\ud800c"},  # the tokenizer refuses it
+             {"id": 2, "prompt": PROMPTS[2], "note": {"tags": ["ok", "\udfff"]}},  # UTF-8 cannot hold it
+             {"id": "x\ud800", "prompt": PROMPTS[3]},  # even the id
+             {"id": 4, "prompt": PROMPTS[4], "category": "t"}]
+    inp = write_input(tmp_path / "in.jsonl", lines)  # json.dumps writes "\ud800" escapes: a valid JSON file
+    out = tmp_path / "out.jsonl"
+    summary = pipeline.run(engine, inp, str(out), CFG, batch_size=2, progress=False)
+    assert (summary.written, summary.errors) == (5, 3)
+    records = read_output(out)
+    assert [r["id"] for r in records] == [0, 1, 2, "x\ud800", 4]
+    assert records[0]["token_ids"] == expected[0] and records[4]["token_ids"] == expected[4]
+    assert records[4]["extra"] == {"category": "t"}
+    for r, field in zip(records[1:4], ('"prompt"', '"note"."tags"[1]', '"id"')):
+        assert set(r) == {"id", "error"} and f"field {field} holds a lone surrogate" in r["error"], r
+    assert "input line 2 (id 1)" in capsys.readouterr().err
+    # a rerun resumes: every id is there, nothing is generated again
+    summary = pipeline.run(lambda: pytest.fail("loaded the model with nothing to do"), inp, str(out), CFG,
+                           progress=False)
+    assert (summary.written, summary.skipped, summary.errors_in_file) == (0, 5, 3)
+
+
+def test_input_encoding_bom_and_the_line_of_a_bad_byte(engine, expected, tmp_path):
+    inp = tmp_path / "bom.jsonl"  # as Notepad saves "UTF-8 with BOM"
+    inp.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r) + "\n" for r in rows(range(2))).encode())
+    out = tmp_path / "out.jsonl"
+    summary = pipeline.run(engine, str(inp), str(out), CFG, progress=False)
+    assert summary.written == 2 and [r["token_ids"] for r in read_output(out)] == [expected[0], expected[1]]
+    latin = tmp_path / "latin.jsonl"  # blank lines count: the message names the line an editor shows
+    latin.write_bytes(b'{"id": 0, "prompt": "a"}\n\n\n{"id": 1, "prompt": "caf\xe9"}\n{"id": 2, "prompt": "b"}\n')
+    with pytest.raises(SpecstreamError, match=r"not UTF-8 text: line 4, byte 25 \(0xe9\)"):
+        pipeline.run(lambda: pytest.fail("loaded the model for bad input"), str(latin), str(tmp_path / "o"), CFG,
+                     progress=False)
+
+
+def test_a_whole_last_record_without_its_newline_is_kept(engine, expected, tmp_path):
+    out = tmp_path / "out.jsonl"
+    pipeline.run(engine, write_input(tmp_path / "first.jsonl", rows(range(3))), str(out), CFG, progress=False)
+    out.write_bytes(out.read_bytes().rstrip(b"\n"))  # e.g. an editor that drops the final newline
+    spy = Spy(engine, batch_api=False)
+    summary = pipeline.run(spy, write_input(tmp_path / "in.jsonl", rows()), str(out), CFG, progress=False)
+    assert not summary.repaired and summary.skipped == 3 and sum(spy.calls) == len(PROMPTS) - 3
+    records = read_output(out)
+    assert [r["id"] for r in records] == list(range(len(PROMPTS)))
+    assert all(r["token_ids"] == expected[r["id"]] for r in records)
+
+
+def test_a_second_run_on_the_same_output_is_refused(engine, tmp_path):
+    fcntl = pytest.importorskip("fcntl")
+    inp = write_input(tmp_path / "in.jsonl", rows(range(2)))
+    out = tmp_path / "out.jsonl"
+    with open(out, "ab") as holder:  # another run (flock locks belong to the open file, even in one process)
+        fcntl.flock(holder.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(SpecstreamError, match="another run is writing to .*out.jsonl"):
+            pipeline.run(lambda: pytest.fail("loaded the model while another run holds the output"), inp, str(out),
+                         CFG, progress=False)
+    assert pipeline.run(engine, inp, str(out), CFG, progress=False).written == 2  # free again once it is done
+    with pytest.raises(SpecstreamError, match="cannot open the output file"):
+        pipeline.run(engine, inp, str(tmp_path / "missing" / "out.jsonl"), CFG, progress=False)

@@ -81,3 +81,41 @@ def test_draft_model_shares_the_tokenizer(tiny_dir, tmp_path):
     assert (tmp_path / "draft" / "tokenizer.json").read_text() == (out / "tokenizer.json").read_text()
     with pytest.raises(SpecstreamError, match="divisible"):
         pretrain(tmp_path / "bad", "tiny", max_steps=1, hidden=100, heads=3)
+
+
+def test_resume_never_runs_code_from_the_checkpoint(tmp_path):
+    """A checkpoint is loaded with weights_only=True: a pickle that calls a function is refused, not run."""
+    import pathlib
+
+    from specstream_core.pretrain import PRESETS, train
+
+    marker = tmp_path / "code-ran"
+
+    class Payload:
+        def __reduce__(self):
+            return pathlib.Path.touch, (marker,)
+
+    (tmp_path / "checkpoint").mkdir()
+    torch.save({"model": Payload(), "optimizer": {}, "step": 0, "elapsed": 0.0, "tokens": 0, "losses": []},
+               tmp_path / "checkpoint" / "state.pt")
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(SpecstreamError, match="cannot read checkpoint"):
+        train(model, torch.zeros(4, 8, dtype=torch.long), PRESETS["tiny"], tmp_path, minutes=1.0, max_steps=1,
+              resume=True)
+    assert not marker.exists()
+
+
+def test_checkpoint_resumes_with_weights_only(tmp_path, capsys):
+    """What pretrain saves loads back under weights_only=True (the optimizer, the losses as tuples)."""
+    from specstream_core.pretrain import PRESETS, train
+    from tiny_models import tiny_model
+
+    data = torch.randint(3, 128, (8, 16), generator=torch.Generator().manual_seed(0))
+    preset = PRESETS["tiny"]
+    train(tiny_model("llama", seed=0), data, preset, tmp_path, minutes=10.0, max_steps=2, resume=False,
+          checkpoint_minutes=0.0, log_every=1)
+    saved = torch.load(tmp_path / "checkpoint" / "state.pt", weights_only=True)
+    assert saved["step"] == 2 and not (tmp_path / "checkpoint" / "state.pt.tmp").exists()
+    stats = train(tiny_model("llama", seed=0), data, preset, tmp_path, minutes=10.0, max_steps=3, resume=True,
+                  checkpoint_minutes=0.0, log_every=1)
+    assert stats["steps"] == 3 and "resumed at step 2" in capsys.readouterr().out

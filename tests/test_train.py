@@ -1,11 +1,12 @@
 """Stream training: the loss falls in both modes; lossless training never touches a base weight."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
 
-from specstream_core import DecodeConfig, Engine, StreamParams
+from specstream_core import DecodeConfig, Engine, SpecstreamError, StreamParams
 from specstream_core.train import TrainConfig, evaluate_streams, pack, train
 from tiny_models import tiny_model
 
@@ -61,14 +62,108 @@ def test_trained_streams_reload_decode_exactly(tmp_path):
     assert len(metrics["stream_top1"]) == 3
 
 
-def test_resume_continues_from_checkpoint(tmp_path):
+RESUME_CFG = TrainConfig(mode="lossless", gamma=2, n_stream_layers=1, adapter_rank=2, steps=20, batch_size=4,
+                         seq_len=64, precision="fp32", checkpoint_every=10, warmup=30)  # warm-up > steps: the
+# learning rate of the first 10 steps does not depend on `steps`, so 10 steps + 10 resumed = 20 straight
+
+
+def quiet(*a):
+    pass
+
+
+def read_checkpoint(out):
+    return torch.load(out / "checkpoint" / "checkpoint.pt", weights_only=True)
+
+
+def assert_same_state(a, b):
+    """Bit-identical trainable tensors, optimizer and scheduler state, and data order."""
+    assert a["step"] == b["step"]
+    assert set(a["streams"]) == set(b["streams"])
+    assert all(torch.equal(a["streams"][k], b["streams"][k]) for k in a["streams"])
+    sa, sb = a["optimizer"]["state"], b["optimizer"]["state"]
+    assert sa.keys() == sb.keys() and all(
+        sa[i].keys() == sb[i].keys() and all(torch.equal(torch.as_tensor(sa[i][k]), torch.as_tensor(sb[i][k]))
+                                             for k in sa[i]) for i in sa)
+    assert a["scheduler"] == b["scheduler"]
+    assert torch.equal(a["data_rng"], b["data_rng"])
+
+
+@pytest.mark.parametrize("mode", ["lossless", "shared"])
+def test_resume_continues_from_checkpoint_bit_identically(mode, tmp_path):
+    """Weights, optimizer, scheduler and batch order come back: 10 steps + 10 resumed = 20 straight."""
     data = periodic_data()
-    cfg = TrainConfig(mode="lossless", gamma=2, n_stream_layers=1, adapter_rank=0, steps=20, batch_size=4,
-                      seq_len=64, precision="fp32", checkpoint_every=10)
-    train(tiny_model("llama", seed=0), TrainConfig(**{**cfg.__dict__, "steps": 10}), data, str(tmp_path),
-          progress=False, log=lambda *a: None)
+    cfg = replace(RESUME_CFG, mode=mode, lora_rank=2)
+    straight = tmp_path / "straight"
+    train(tiny_model("llama", seed=0), cfg, data, str(straight), progress=False, log=quiet)
+    resumed = tmp_path / "resumed"
+    train(tiny_model("llama", seed=0), replace(cfg, steps=10), data, str(resumed), progress=False, log=quiet)
+    assert read_checkpoint(resumed)["step"] == 10
     messages = []
-    summary = train(tiny_model("llama", seed=0), cfg, data, str(tmp_path), resume=True, progress=False,
+    summary = train(tiny_model("llama", seed=0), cfg, data, str(resumed), resume=True, progress=False,
                     log=messages.append)
-    assert messages and "resumed from step 10" in messages[0]
+    assert any("resumed from step 10" in m for m in messages)
+    assert any("steps changed from 10 to 20" in m for m in messages)
     assert summary["steps"] == 20
+    assert_same_state(read_checkpoint(resumed), read_checkpoint(straight))
+    assert (resumed / "streams.safetensors").read_bytes() == (straight / "streams.safetensors").read_bytes()
+    if mode == "shared":
+        lora = "lora/adapter_model.safetensors"
+        saved = read_checkpoint(resumed)["lora"]
+        assert saved and set(saved) == set(read_checkpoint(straight)["lora"])
+        assert all(torch.equal(saved[k], read_checkpoint(straight)["lora"][k]) for k in saved)
+        assert (resumed / lora).read_bytes() == (straight / lora).read_bytes()
+
+
+def test_a_time_budget_stop_leaves_a_checkpoint_to_resume_from(tmp_path):
+    data = periodic_data()
+    summary = train(tiny_model("llama", seed=0), replace(RESUME_CFG, minutes=1e-9), data, str(tmp_path),
+                    progress=False, log=quiet)
+    assert summary["steps"] == 1 and read_checkpoint(tmp_path)["step"] == 1  # not lost back to step 0
+    messages = []
+    train(tiny_model("llama", seed=0), replace(RESUME_CFG, steps=3), data, str(tmp_path), resume=True,
+          progress=False, log=messages.append)
+    assert any("resumed from step 1" in m for m in messages)
+
+
+def test_resume_without_a_checkpoint_is_an_error(tmp_path):
+    with pytest.raises(SpecstreamError, match="no checkpoint in .*checkpoint to resume from.*without --resume"):
+        train(tiny_model("llama", seed=0), RESUME_CFG, periodic_data(), str(tmp_path), resume=True, progress=False,
+              log=quiet)
+    assert not (tmp_path / "streams.safetensors").exists()  # nothing was trained from scratch
+
+
+def test_cli_resume_without_a_checkpoint_says_so_before_loading(tmp_path, capsys):
+    from specstream_core.cli import main
+
+    assert main(["train", "--base", str(tmp_path / "no-model"), "--out", str(tmp_path / "out"), "--resume"]) == 2
+    assert "error: --resume: there is no checkpoint in" in capsys.readouterr().err  # not "model not found"
+
+
+def test_resume_checks_the_base_model_settings_and_data(tmp_path):
+    data = periodic_data()
+    cfg = replace(RESUME_CFG, steps=2, checkpoint_every=2)
+    train(tiny_model("llama", seed=0), cfg, data, str(tmp_path), progress=False, log=quiet)
+    before = (tmp_path / "checkpoint" / "checkpoint.pt").read_bytes()
+    for model, run_cfg, run_data, needles in (
+            (tiny_model("llama", seed=1), cfg, data, ["base model", "fingerprint"]),
+            (tiny_model("llama", seed=0), replace(cfg, lr=5e-3, adapter_rank=4), data,
+             ["adapter_rank 2 -> 4", "lr 0.002 -> 0.005"]),
+            (tiny_model("llama", seed=0), cfg, periodic_data(seed=1), ["training data"])):
+        with pytest.raises(SpecstreamError) as info:
+            train(model, run_cfg, run_data, str(tmp_path), resume=True, progress=False, log=quiet)
+        assert "cannot resume from" in str(info.value) and all(n in str(info.value) for n in needles), info.value
+    assert (tmp_path / "checkpoint" / "checkpoint.pt").read_bytes() == before  # left as it was
+
+
+def test_an_older_checkpoint_with_other_shapes_is_a_clear_error(tmp_path):
+    """The multi-file format of earlier versions still resumes, and its tensor shapes are checked."""
+    from specstream_core.train import build_streams
+
+    ckpt = tmp_path / "checkpoint"
+    model, streams = build_streams(tiny_model("llama", seed=0), replace(RESUME_CFG, adapter_rank=4))
+    streams.save(str(ckpt))
+    (ckpt / "state.json").write_text(json.dumps({"step": 10, "history": []}))
+    torch.save({"optimizer": {}, "scheduler": {}}, ckpt / "optimizer.pt")
+    with pytest.raises(SpecstreamError, match=r"stream tensor adapter\..* has shape \(4, 64\) there and \(2, 64\)"):
+        train(tiny_model("llama", seed=0), RESUME_CFG, periodic_data(), str(tmp_path), resume=True, progress=False,
+              log=quiet)

@@ -13,7 +13,8 @@ from .. import defaults
 
 def add_arguments(p) -> None:
     p.add_argument("--base", help="base model directory or hub id (default: the bundled base model)")
-    p.add_argument("--out", required=True, help="JSONL cache file (appended to; existing answers are kept)")
+    p.add_argument("--out", required=True, help="JSONL cache file (appended to; existing answers are kept; "
+                   "OUT.meta.json records the model and settings they belong to)")
     p.add_argument("--data", default="tasks", help="'tasks' or a JSONL file as for `train` (all its prompts)")
     p.add_argument("--eval-data", default="", help="a second JSONL file whose prompts are distilled first")
     p.add_argument("--max-examples", type=int, default=0, help="distill only the first N prompts of --data (0 = all)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import warnings
 
@@ -107,6 +108,8 @@ def run(args) -> int:
     check_model_arguments(args)
     if not args.prompt.strip():
         raise SpecstreamError("the prompt is empty")
+    if args.trace:
+        check_output_file(args.trace, "--trace")  # before decoding: a bad path must not cost the output
     engine = load_engine(args, quiet=args.json)
     cfg = with_recommended(cfg, args, engine)
     result = engine.generate(args.prompt, cfg)
@@ -121,3 +124,14 @@ def run(args) -> int:
         print(f"[{cfg.mode}] {s['new_tokens']} tokens, {s['forward_passes']} forward passes, "
               f"tau={s['mean_accepted']:.2f}, {s['wall_s']:.2f}s", file=sys.stderr)
     return 0
+
+
+def check_output_file(path: str, flag: str) -> None:
+    """A clear error now, rather than after the work is done, when `path` cannot be written."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise SpecstreamError(f"{flag} {path} is a directory; give a file name")
+    if not os.path.isdir(folder):
+        raise SpecstreamError(f"{flag} {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise SpecstreamError(f"{flag} {path}: not writable")

@@ -9,7 +9,7 @@ import torch
 
 from .. import defaults
 from ..errors import SpecstreamError
-from ..train import TrainConfig, pack, train
+from ..train import TrainConfig, pack, require_checkpoint, train
 
 
 def add_arguments(p) -> None:
@@ -32,7 +32,8 @@ def add_arguments(p) -> None:
                    help="bf16 autocast (fast on GPUs; measured ~10x slower than fp32 on this CPU)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (0 = torch default)")
-    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint (an error when there is "
+                   "none, or when it was made with another base model, settings or data)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--distill", action="store_true",
                    help="train on the base model's own greedy answers to the prompts (self-distillation: "
@@ -121,6 +122,8 @@ def run(args) -> int:
                       minutes=args.minutes, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
                       precision=args.precision, seed=args.seed, draft_vocab_size=args.draft_vocab,
                       feature_cache_gb=args.feature_cache_gb)
+    if args.resume:  # before loading and distilling anything
+        require_checkpoint(args.out, cfg.checkpoint_every)
     base, _ = defaults.resolve(args.base, None)
     tokenizer = load_tokenizer(base)
     model = load_model(LoadConfig(base, precision="fp32", device=args.device))
