@@ -8,7 +8,7 @@ from .figures import checked, decode_steps, gamma_of, is_speculative, step_of, t
 
 def most_telling_step(trace: dict) -> int:
     """The verification pass with the longest accepted path (ties: the earliest); 0 if there is none."""
-    checked(trace)
+    trace = checked(trace)
     best, best_len = 0, -1
     for i, step in enumerate(trace["steps"]):
         if is_speculative(trace) and i == 0:
@@ -19,10 +19,13 @@ def most_telling_step(trace: dict) -> int:
 
 
 def _tok(text) -> str:
-    return f"`{token_label(text)}`"
+    """A token as Markdown code; a backtick in it would end the code span and let the rest be read as
+    Markdown (or HTML), so it becomes a look-alike."""
+    return f"`{token_label(text).replace('`', 'ˋ')}`"
 
 
 def explain_step(trace: dict, index: int) -> str:
+    trace = checked(trace)
     step = step_of(trace, index)
     meta = trace["meta"]
     gamma = gamma_of(trace)

@@ -12,6 +12,8 @@ Bad input raises SpecstreamError with a one-line reason (the UI shows it as a me
 
 from __future__ import annotations
 
+import html
+
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -25,9 +27,9 @@ FONT = dict(family="Inter, system-ui, sans-serif", size=13)
 
 # ---- trace access ---------------------------------------------------------------------------
 def checked(trace) -> dict:
-    """The trace, validated against the engine's schema (raises SpecstreamError)."""
-    validate(trace)
-    return trace
+    """The trace's compact form, validated against the engine's schema and limits (raises
+    SpecstreamError); a trace that is already a validated `Trace` comes back as it is."""
+    return validate(trace)
 
 
 def step_of(trace: dict, index) -> dict:
@@ -59,6 +61,12 @@ def token_label(text) -> str:
     return text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥").replace("\r", "")
 
 
+def plot_label(text) -> str:
+    """`token_label` escaped for Plotly, which renders a subset of HTML in labels, titles and hovers
+    (`<b>` would turn bold; entities are decoded back to the characters)."""
+    return html.escape(token_label(text), quote=False)
+
+
 def is_speculative(trace: dict) -> bool:
     return trace.get("meta", {}).get("mode") == "ss"
 
@@ -80,25 +88,26 @@ def _empty(title: str, message: str, height: int = 360) -> go.Figure:
 
 # ---- draft tree ---------------------------------------------------------------------------------
 def tree_layout(parents: list[int]) -> list[float]:
-    """Vertical position of each node: leaves in depth-first order, a parent centred on its children."""
+    """Vertical position of each node: leaves in depth-first order, a parent centred on its children.
+    Iterative (an explicit stack), so a chain of any length is fine."""
     children: list[list[int]] = [[] for _ in parents]
     for i, p in enumerate(parents):
         if p >= 0:
             children[p].append(i)
     y = [0.0] * len(parents)
-    next_leaf = [0]
-
-    def place(node: int) -> float:
-        if not children[node]:
-            y[node] = float(next_leaf[0])
-            next_leaf[0] += 1
-        else:
-            ys = [place(c) for c in children[node]]
-            y[node] = sum(ys) / len(ys)
-        return y[node]
-
+    next_leaf = 0
     for root in (i for i, p in enumerate(parents) if p < 0):
-        place(root)
+        stack = [(root, False)]  # (node, its children already placed)
+        while stack:
+            node, placed = stack.pop()
+            if not children[node]:
+                y[node] = float(next_leaf)
+                next_leaf += 1
+            elif placed:
+                y[node] = sum(y[c] for c in children[node]) / len(children[node])
+            else:
+                stack.append((node, True))
+                stack.extend((c, False) for c in reversed(children[node]))
     return y
 
 
@@ -111,6 +120,7 @@ def node_status(node: dict) -> str:
 def tree_figure(trace: dict, index: int) -> go.Figure:
     """Draft tree of pass `index`: x = depth (stream), colour = accepted / rejected / pruned, the accepted
     path drawn thick, the bonus token (the base model's own next token) as a star after it."""
+    trace = checked(trace)
     step = step_of(trace, index)
     nodes = step["nodes"]
     parents = [n["parent"] for n in nodes]
@@ -140,7 +150,7 @@ def tree_figure(trace: dict, index: int) -> go.Figure:
         hover = [_node_hover(nodes[i], i == 0) for i in ids]
         fig.add_trace(go.Scatter(
             x=[depths[i] for i in ids], y=[ys[i] for i in ids], mode="markers+text", name=status,
-            text=[token_label(nodes[i].get("text")) for i in ids], textposition="middle right",
+            text=[plot_label(nodes[i].get("text")) for i in ids], textposition="middle right",
             textfont=dict(size=13, color="#222" if status != "pruned" else "#999"),
             marker=dict(size=[22 if i in accepted else 14 for i in ids], color=colour, symbol=symbol,
                         line=dict(width=1, color="#333")),
@@ -150,9 +160,9 @@ def tree_figure(trace: dict, index: int) -> go.Figure:
         last = step["accepted"][-1]
         fig.add_trace(go.Scatter(
             x=[depths[last] + 1], y=[ys[last]], mode="markers+text", name="bonus token",
-            text=[token_label(bonus.get("text"))], textposition="middle right",
+            text=[plot_label(bonus.get("text"))], textposition="middle right",
             marker=dict(size=24, color=BONUS, symbol="star", line=dict(width=1, color="#333")),
-            hovertext=[f"bonus token {token_label(bonus.get('text'))!s} (id {bonus.get('token')})<br>"
+            hovertext=[f"bonus token {plot_label(bonus.get('text'))} (id {bonus.get('token')})<br>"
                        "the base model's own choice after the accepted path — always correct"],
             hoverinfo="text"))
         fig.add_trace(go.Scatter(x=[depths[last], depths[last] + 1], y=[ys[last], ys[last]], mode="lines",
@@ -172,7 +182,7 @@ def tree_figure(trace: dict, index: int) -> go.Figure:
 
 
 def _node_hover(node: dict, is_root: bool) -> str:
-    label = token_label(node.get("text"))
+    label = plot_label(node.get("text"))
     status = node_status(node)
     prob = node.get("prob")
     parts = [f"<b>{label}</b> (id {node.get('token')})", f"depth {node.get('depth')} · {status}"]
@@ -186,7 +196,7 @@ def _node_hover(node: dict, is_root: bool) -> str:
 # ---- acceptance ---------------------------------------------------------------------------------
 def acceptance_stats(trace: dict) -> dict:
     """Numbers behind the acceptance figure (also used for the meters of a replayed run)."""
-    checked(trace)
+    trace = checked(trace)
     steps = trace["steps"]
     verify = decode_steps(trace)
     lengths = [len(s["accepted"]) for s in verify]  # tokens a pass produced: accepted drafts + bonus
@@ -207,6 +217,7 @@ def acceptance_stats(trace: dict) -> dict:
 
 
 def acceptance_figure(trace: dict) -> go.Figure:
+    trace = checked(trace)
     st = acceptance_stats(trace)
     if not trace["steps"]:
         return _empty("Acceptance", "no steps recorded")
@@ -243,6 +254,7 @@ def acceptance_figure(trace: dict) -> go.Figure:
 # ---- stream attention ---------------------------------------------------------------------------
 def attention_choices(trace: dict, index: int) -> tuple[list[str], list[str]]:
     """(layers, heads) recorded for a pass; heads include 'mean'. Empty when nothing was recorded."""
+    trace = checked(trace)
     att = step_of(trace, index).get("attention")
     if not isinstance(att, dict) or not isinstance(att.get("layers"), dict) or not att["layers"]:
         return [], []
@@ -252,6 +264,7 @@ def attention_choices(trace: dict, index: int) -> tuple[list[str], list[str]]:
 
 def attention_matrix(trace: dict, index: int, layer=None, head="mean") -> tuple[list[list[float]], list[str], int]:
     """(z [stream][column], column labels, context length) of one pass, layer and head (or 'mean')."""
+    trace = checked(trace)
     att = step_of(trace, index).get("attention")
     layers, _ = attention_choices(trace, index)
     if not layers:
@@ -279,6 +292,7 @@ def attention_matrix(trace: dict, index: int, layer=None, head="mean") -> tuple[
 def attention_figure(trace: dict, index: int, layer=None, head="mean") -> go.Figure:
     """Where each speculative stream of the accepted node looks: rows = streams s1..sγ, columns = the
     latest context tokens it sees (cached prefix + accepted path) then its sibling streams."""
+    trace = checked(trace)
     step_of(trace, index)
     title = f"Stream attention · pass {index}"
     if not attention_choices(trace, index)[0]:
@@ -289,17 +303,18 @@ def attention_figure(trace: dict, index: int, layer=None, head="mean") -> go.Fig
     layer = attention_choices(trace, index)[0][-1] if layer in (None, "") else layer
     rows = [f"s{j + 1}" for j in range(len(z))]
     xs = list(range(len(columns)))
-    hover = [[f"stream {rows[r]} → {token_label(columns[c])}<br>weight {z[r][c]:.3f}" for c in xs] for r in range(len(z))]
+    hover = [[f"stream {rows[r]} → {plot_label(columns[c])}<br>weight {z[r][c]:.3f}" for c in xs] for r in range(len(z))]
     fig = go.Figure(go.Heatmap(z=z, x=xs, y=rows, colorscale="Blues", zmin=0, hovertext=hover, hoverinfo="text",
                                colorbar=dict(title="weight", thickness=12)))
     fig.add_vline(x=context_len - 0.5, line=dict(color=BONUS, width=2, dash="dash"))
     fig.add_annotation(x=context_len - 0.5, y=1.06, yref="paper", text="context │ sibling streams", showarrow=False,
                        font=dict(size=11, color="#a0660b"))
     fig.update_layout(
-        title=dict(text=f"{title} · layer {layer} · head {head if head not in (None, '') else 'mean'}"),
+        title=dict(text=html.escape(f"{title} · layer {layer} · head {head if head not in (None, '') else 'mean'}",
+                                   quote=False)),
         template="plotly_white", font=FONT, height=max(300, 60 * len(rows) + 200),
         margin=dict(l=50, r=30, t=80, b=110),
-        xaxis=dict(tickmode="array", tickvals=xs, ticktext=[token_label(c) for c in columns], tickangle=-60,
+        xaxis=dict(tickmode="array", tickvals=xs, ticktext=[plot_label(c) for c in columns], tickangle=-60,
                    title="key: context tokens (latest) then the node's own streams"),
         yaxis=dict(title="query: stream", autorange="reversed"))
     return fig
@@ -314,6 +329,7 @@ def step_mask(trace: dict, index: int, max_nodes: int | None = None) -> tuple[li
     Main row i sees the prefix and its ancestors-or-self, never a stream; stream j of carrier c sees
     the prefix, the main rows c sees and streams 1..j of c (SPECSTREAM.md §2).
     `max_nodes` keeps the first surviving nodes only (breadth-first, so still a tree) for legibility."""
+    trace = checked(trace)
     step = step_of(trace, index)
     gamma = gamma_of(trace) if is_speculative(trace) else 0
     nodes = [n for n in step["nodes"] if not n.get("pruned")][:max_nodes]
@@ -325,8 +341,8 @@ def step_mask(trace: dict, index: int, max_nodes: int | None = None) -> tuple[li
         visible[i] = list(visible[p]) if p >= 0 else [False] * n
         visible[i][i] = True
     carriers = list(range(n)) if gamma else []  # every surviving node carries streams in a verify pass
-    labels = [f"{token_label(x.get('text'))} ·n{x['id']}" for x in nodes]
-    labels += [f"{token_label(nodes[c].get('text'))} ·s{j + 1}" for c in carriers for j in range(gamma)]
+    labels = [f"{plot_label(x.get('text'))} ·n{x['id']}" for x in nodes]
+    labels += [f"{plot_label(nodes[c].get('text'))} ·s{j + 1}" for c in carriers for j in range(gamma)]
     q = len(labels)
     mask = [[0] * (q + 1) for _ in range(q)]
     for r in range(q):
@@ -347,6 +363,7 @@ def step_mask(trace: dict, index: int, max_nodes: int | None = None) -> tuple[li
 
 def mask_figure(trace: dict, index: int, max_nodes: int | None = 10) -> go.Figure:
     """The mask of `step_mask`, drawn for the first `max_nodes` surviving nodes (None = all)."""
+    trace = checked(trace)
     survivors = sum(1 for n in step_of(trace, index)["nodes"] if not n.get("pruned"))
     mask, rows, columns = step_mask(trace, index, max_nodes)
     gamma = gamma_of(trace) if is_speculative(trace) else 0

@@ -9,8 +9,10 @@ Visitors pick a model by name; paths and hub ids come only from the host:
                       "precision": "nf4", "device": "cuda"}}
     `streams` is a directory (its own config says lossless or shared) or {mode: directory};
     without streams the model runs with fresh, untrained streams (`gamma`, default 4).
-Engines are cached per (name, mode) behind a lock; each comes with its own step lock, because the
-model (and its stream row switch) is shared by every session.
+Engines are cached per (name, mode), each loaded under its own lock, at most SPECSTREAM_MAX_ENGINES
+(default 2) at once, least recently used unloaded first; failed loads are remembered for
+SPECSTREAM_LOAD_RETRY_S (default 300). Each engine comes with its own step lock, because the model (and
+its stream row switch) is shared by every session.
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
+import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from specstream_core import defaults
@@ -45,7 +50,12 @@ class ModelSpec:
 def _stream_mode(directory: str) -> str:
     from specstream_core.streams import read_stream_config
 
-    return read_stream_config(directory).mode
+    try:
+        return read_stream_config(directory).mode
+    except SpecstreamError:
+        raise
+    except Exception as exc:  # a missing or unreadable folder: this entry is unusable
+        raise SpecstreamError(f"cannot read the streams folder {directory}: {type(exc).__name__}") from None
 
 
 def parse_specs(raw: str) -> dict[str, ModelSpec]:
@@ -66,18 +76,28 @@ def parse_specs(raw: str) -> dict[str, ModelSpec]:
         raise SpecstreamError("SPECSTREAM_MODELS must map model names to {base, streams, precision}")
     specs = {}
     for name, entry in data.items():
-        if isinstance(entry, str):
-            entry = {"base": entry}
-        if not isinstance(entry, dict) or not isinstance(entry.get("base"), str):
-            raise SpecstreamError(f"SPECSTREAM_MODELS[{name!r}] needs a 'base' (directory or hub id)")
-        streams = entry.get("streams") or {}
-        if isinstance(streams, str):
-            streams = {_stream_mode(streams): streams}
-        if not isinstance(streams, dict) or any(m not in MODES for m in streams):
-            raise SpecstreamError(f"SPECSTREAM_MODELS[{name!r}].streams must be a directory or {{lossless|shared: dir}}")
-        specs[str(name)] = ModelSpec(str(name), entry["base"], dict(streams), str(entry.get("precision", "fp32")),
-                                     str(entry.get("device", "")), int(entry.get("gamma", 4)))
+        try:  # one bad entry costs that entry only
+            specs[str(name)] = _parse_entry(str(name), entry)
+        except SpecstreamError as exc:
+            log.warning("ignoring SPECSTREAM_MODELS[%r], the rest stays: %s", str(name), exc)
     return specs
+
+
+def _parse_entry(name: str, entry) -> ModelSpec:
+    if isinstance(entry, str):
+        entry = {"base": entry}
+    if not isinstance(entry, dict) or not isinstance(entry.get("base"), str):
+        raise SpecstreamError(f"SPECSTREAM_MODELS[{name!r}] needs a 'base' (directory or hub id)")
+    streams = entry.get("streams") or {}
+    if isinstance(streams, str):
+        streams = {_stream_mode(streams): streams}
+    if not isinstance(streams, dict) or any(m not in MODES or not isinstance(d, str) for m, d in streams.items()):
+        raise SpecstreamError(f"SPECSTREAM_MODELS[{name!r}].streams must be a directory or {{lossless|shared: dir}}")
+    gamma = entry.get("gamma", 4)
+    if type(gamma) is not int or not 1 <= gamma <= 16:
+        raise SpecstreamError(f"SPECSTREAM_MODELS[{name!r}].gamma must be an integer from 1 to 16")
+    return ModelSpec(name, entry["base"], dict(streams), str(entry.get("precision", "fp32")),
+                     str(entry.get("device", "")), gamma)
 
 
 def bundled_spec() -> ModelSpec | None:
@@ -131,24 +151,63 @@ def gamma_of(spec: ModelSpec, mode: str) -> int:
 
 
 class EngineCache:
-    """(model name, mode) -> (engine, step lock), loaded once and warmed up."""
+    """(model name, mode) -> (engine, step lock), loaded once and warmed up.
 
-    def __init__(self, specs: dict[str, ModelSpec]):
+    Each key loads under its own lock, so one slow load blocks only visitors of that model. At most
+    `max_engines` stay loaded (least recently used go first; a race still holding one finishes with it).
+    A failed load is remembered for `retry_after` seconds: visitors get its message at once instead of
+    every click starting the load again. Messages name models, never the host's paths."""
+
+    def __init__(self, specs: dict[str, ModelSpec], max_engines: int = 2, retry_after: float = 300.0,
+                 clock=time.monotonic):
         self.specs = specs
-        self._engines: dict[tuple[str, str], tuple[object, threading.Lock]] = {}
-        self._load_lock = threading.Lock()
+        self.max_engines = max(1, max_engines)
+        self.retry_after = retry_after
+        self.clock = clock
+        self._engines: OrderedDict[tuple[str, str], tuple[object, threading.Lock]] = OrderedDict()
+        self._failed: dict[tuple[str, str], tuple[float, str]] = {}  # key -> (when, visitor message)
+        self._key_locks: dict[tuple[str, str], threading.Lock] = {}
+        self._lock = threading.Lock()  # guards the dicts above only; never held during a load
 
     def get(self, name: str, mode: str):
         if name not in self.specs:
-            raise SpecstreamError(f"unknown model {name!r}; choose one of {', '.join(self.specs) or '(none)'}")
+            shown = name if isinstance(name, str) and len(name) <= 64 else "(that name)"
+            raise SpecstreamError(f"unknown model {shown!r}; choose one of {', '.join(self.specs) or '(none)'}")
         spec = self.specs[name]
         if mode not in spec.modes:
             raise SpecstreamError(f"model {name!r} has no {mode} streams; choose {' or '.join(spec.modes)}")
         key = (name, mode)
-        with self._load_lock:
-            if key not in self._engines:
-                self._engines[key] = (self._load(spec, mode), threading.Lock())
-            return self._engines[key]
+        with self._lock:
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+        with key_lock:
+            with self._lock:
+                if key in self._engines:
+                    self._engines.move_to_end(key)
+                    return self._engines[key]
+                failed = self._failed.get(key)
+                if failed is not None:
+                    wait = self.retry_after - (self.clock() - failed[0])
+                    if wait > 0:
+                        raise SpecstreamError(f"{failed[1]}; the next attempt is in {wait:.0f} s")
+                    del self._failed[key]
+            try:
+                entry = (self._load(spec, mode), threading.Lock())
+            except Exception as exc:
+                log.exception("loading %s (%s streams) failed", name, mode)
+                shown = f"model {name!r} could not be loaded ({_without_paths(exc, spec)})"
+                with self._lock:
+                    self._failed[key] = (self.clock(), shown)
+                raise SpecstreamError(shown) from None
+            with self._lock:
+                self._engines[key] = entry
+                while len(self._engines) > self.max_engines:
+                    evicted, _ = self._engines.popitem(last=False)
+                    log.info("unloading %s (%s streams): more than %d engines", *evicted, self.max_engines)
+            return entry
+
+    def loaded(self) -> list[tuple[str, str]]:
+        with self._lock:
+            return list(self._engines)
 
     @staticmethod
     def _load(spec: ModelSpec, mode: str):
@@ -166,3 +225,17 @@ class EngineCache:
         for m in ("ar", "ss"):
             engine.generate(ids, DecodeConfig(mode=m, max_new_tokens=4, stop_on_eos=False))
         return engine
+
+
+_PATH = re.compile(r"(?<![\w.~-])(?:[A-Za-z]:)?(?:[\\/][^\s'\"`:,;()\[\]{}<>]+)+[\\/]?")
+
+
+def _without_paths(exc: BaseException, spec: ModelSpec) -> str:
+    """A load error as a visitor may see it: the spec's own paths become the model's name, any other
+    absolute path becomes '…'; the full message stays in the server log."""
+    text = str(exc) if isinstance(exc, SpecstreamError) else f"{type(exc).__name__}: {exc}"
+    for path in sorted([spec.base, *spec.streams.values()], key=len, reverse=True):
+        if path and os.path.isabs(path):
+            text = text.replace(path, f"<{spec.name}>")
+    text = _PATH.sub("…", text)
+    return text[:300]

@@ -12,6 +12,7 @@ Rendering helpers turn a RaceView into HTML; `view_from_trace` rebuilds one from
 from __future__ import annotations
 
 import html
+import math
 import threading
 import time
 from contextlib import nullcontext
@@ -145,7 +146,7 @@ def race(engine, prompt, cfg: DecodeConfig, lock=None, min_interval: float = 0.1
 
 def view_from_trace(trace: dict) -> RaceView:
     """A finished RaceView rebuilt from a trace (speculative side from its steps, baseline from meta)."""
-    checked(trace)
+    trace = checked(trace)
     texts = (trace["meta"].get("lab") or {}).get("pieces")
     pieces = []
     for i, step in enumerate(trace["steps"]):
@@ -189,19 +190,27 @@ def render_text(side: SideView, tinted: bool, placeholder: str = "") -> str:
     return f'<div class="lab-text">{"".join(spans)}</div>'
 
 
+def number(value) -> float:
+    """A stat as a finite float (0 for anything else): what reaches the page is a number, never text
+    from a trace."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return 0.0
+    return float(value)
+
+
 def tau(stats: dict) -> float:
-    passes = stats.get("forward_passes") or 0
-    return (stats.get("new_tokens") or 0) / passes if passes else 0.0
+    passes = number(stats.get("forward_passes"))
+    return number(stats.get("new_tokens")) / passes if passes else 0.0
 
 
 def render_meters(view: RaceView) -> str:
     def cell(side: SideView, name: str) -> str:
-        s = side.stats
-        return (f'<tr><th>{name}</th><td>{s.get("new_tokens", 0)}</td><td>{s.get("forward_passes", 0)}</td>'
-                f'<td>{tau(s):.2f}</td><td>{s.get("tokens_per_s", 0.0):.1f}</td><td>{s.get("wall_s", 0.0):.2f} s</td>'
+        s = {k: number(side.stats.get(k)) for k in ("new_tokens", "forward_passes", "tokens_per_s", "wall_s")}
+        return (f'<tr><th>{name}</th><td>{s["new_tokens"]:.0f}</td><td>{s["forward_passes"]:.0f}</td>'
+                f'<td>{tau(side.stats):.2f}</td><td>{s["tokens_per_s"]:.1f}</td><td>{s["wall_s"]:.2f} s</td>'
                 f'<td>{"done" if side.done else "running…"}</td></tr>')
 
-    label = "replayed trace" if view.replay else f"elapsed {view.elapsed_s:.2f} s (both, interleaved)"
+    label = "replayed trace" if view.replay else f"elapsed {number(view.elapsed_s):.2f} s (both, interleaved)"
     return ('<table class="lab-meters"><tr><th></th><th>tokens</th><th>forward passes</th><th>τ</th>'
             '<th>tokens/s</th><th>own time</th><th></th></tr>'
             f'{cell(view.ar, "plain (AR)")}{cell(view.ss, "speculative (SS)")}</table>'
@@ -209,8 +218,9 @@ def render_meters(view: RaceView) -> str:
 
 
 def speedup(view: RaceView) -> float | None:
-    a, s = view.ar.stats, view.ss.stats
-    if not (a.get("wall_s") and s.get("wall_s") and a.get("new_tokens") and s.get("new_tokens")):
+    a = {k: number(view.ar.stats.get(k)) for k in ("wall_s", "new_tokens")}
+    s = {k: number(view.ss.stats.get(k)) for k in ("wall_s", "new_tokens")}
+    if not (a["wall_s"] and s["wall_s"] and a["new_tokens"] and s["new_tokens"]):
         return None
     if a["new_tokens"] == s["new_tokens"]:
         return a["wall_s"] / s["wall_s"]
@@ -223,13 +233,14 @@ def render_speedup(view: RaceView) -> str:
     x = speedup(view)
     if x is None:
         return '<div class="lab-speedup pending">no speedup: this trace has no baseline run</div>'
-    a, s = view.ar.stats, view.ss.stats
-    cr = (a.get("forward_passes", 0) / s["forward_passes"]) if s.get("forward_passes") else 0.0
-    basis = ("wall-clock, same output length" if a.get("new_tokens") == s.get("new_tokens")
+    a = {k: number(view.ar.stats.get(k)) for k in ("wall_s", "new_tokens", "forward_passes")}
+    s = {k: number(view.ss.stats.get(k)) for k in ("wall_s", "new_tokens", "forward_passes")}
+    cr = a["forward_passes"] / s["forward_passes"] if s["forward_passes"] else 0.0
+    basis = ("wall-clock, same output length" if a["new_tokens"] == s["new_tokens"]
              else "tokens/s ratio (the outputs have different lengths)")
     return (f'<div class="lab-speedup"><span class="lab-big">{x:.2f}×</span> speedup'
             f'<div class="lab-note">AR {a["wall_s"]:.2f} s / SS {s["wall_s"]:.2f} s · {basis} · '
-            f'call reduction {cr:.2f}× · τ = {tau(s):.2f} · same device, interleaved pass by pass</div></div>')
+            f'call reduction {cr:.2f}× · τ = {tau(view.ss.stats):.2f} · same device, interleaved pass by pass</div></div>')
 
 
 def outputs_equal(view: RaceView) -> bool:

@@ -20,9 +20,10 @@ import gradio as gr
 
 from specstream_core.decode import DecodeConfig, parse_topk
 from specstream_core.errors import SpecstreamError
-from specstream_core.trace import MAX_TRACE_BYTES, load_trace, save_trace
+from specstream_core.trace import MAX_TRACE_BYTES, Trace, load_trace, save_trace, validate
 
 from . import figures
+from .admission import Admission, client_keys
 from .explain import explain_step, most_telling_step
 from .models import EngineCache, ModelSpec, available_specs, gamma_of
 from .presets import presets
@@ -30,9 +31,38 @@ from .race import RaceView, SideView, race, render_badge, render_meters, render_
 
 log = logging.getLogger("specstream.lab")
 
-MAX_PROMPT_CHARS = int(os.environ.get("SPECSTREAM_MAX_PROMPT_CHARS", "4000"))
-MAX_NEW_TOKENS = int(os.environ.get("SPECSTREAM_MAX_NEW_TOKENS", "256"))
-CONCURRENCY = int(os.environ.get("SPECSTREAM_CONCURRENCY", "2"))
+
+
+def _env_number(name: str, default, kind=int, low=1):
+    """A host setting from the environment; a malformed or too small value is logged and ignored."""
+    raw = os.environ.get(name, "")
+    try:
+        value = kind(raw) if raw.strip() else default
+    except ValueError:
+        log.warning("ignoring %s=%r: not a number; using %s", name, raw, default)
+        return default
+    if value < low:
+        log.warning("ignoring %s=%r: below %s; using %s", name, raw, low, default)
+        return default
+    return value
+
+
+# What the lab promises a host (docs/LAB.md, "Limits"): every heavy event is bounded in size, time and
+# concurrency, per client too, and what a session keeps is small and expires.
+MAX_PROMPT_CHARS = _env_number("SPECSTREAM_MAX_PROMPT_CHARS", 4000)
+MAX_NEW_TOKENS = _env_number("SPECSTREAM_MAX_NEW_TOKENS", 256)
+CONCURRENCY = _env_number("SPECSTREAM_CONCURRENCY", 2)            # races at once
+UPLOAD_CONCURRENCY = _env_number("SPECSTREAM_UPLOAD_CONCURRENCY", 2)  # trace replays at once
+QUEUE_SIZE = _env_number("SPECSTREAM_QUEUE_SIZE", 64)
+MAX_PER_IP = _env_number("SPECSTREAM_MAX_PER_IP", max(1, CONCURRENCY - 1))  # races (and replays) per address
+TRUST_FORWARDED = os.environ.get("SPECSTREAM_TRUST_FORWARDED", "") == "1"  # behind a proxy: X-Forwarded-For
+EVENT_TIME_LIMIT_S = _env_number("SPECSTREAM_EVENT_TIME_LIMIT_S", 120.0, float)  # one race
+UPLOAD_TIME_LIMIT_S = _env_number("SPECSTREAM_UPLOAD_TIME_LIMIT_S", 10.0, float)  # one replay
+MAX_UPLOAD_BYTES = min(MAX_TRACE_BYTES, int(_env_number("SPECSTREAM_MAX_UPLOAD_MB", 8.0, float, 0.001) * 2**20))
+TRACE_TTL_S = _env_number("SPECSTREAM_TRACE_TTL_S", 900.0, float)  # a session's trace, after its last update
+CACHE_TTL_S = _env_number("SPECSTREAM_CACHE_TTL_S", 900.0, float)  # files served to or uploaded by visitors
+MAX_ENGINES = _env_number("SPECSTREAM_MAX_ENGINES", 2)  # loaded (model, mode) engines
+LOAD_RETRY_S = _env_number("SPECSTREAM_LOAD_RETRY_S", 300.0, float, 0)  # after a failed load
 
 try:  # ZeroGPU on Hugging Face Spaces: borrow a GPU for the duration of a race
     import spaces
@@ -115,6 +145,20 @@ def check_prompt(prompt) -> str:
     return prompt
 
 
+def cache_schedule() -> tuple[int, int]:
+    """Blocks(delete_cache=(every, age)): Gradio deletes the files it served or received (trace
+    downloads, uploads) once they are CACHE_TTL_S old, checking every few minutes."""
+    age = max(1, int(CACHE_TTL_S))
+    return max(1, min(300, age // 2)), age
+
+
+def _check(deadline: float | None) -> None:
+    """The per-event time limit of a replay, checked between its phases (each is bounded by the
+    trace Limits)."""
+    if deadline is not None and time.monotonic() > deadline:
+        raise SpecstreamError(f"showing this trace took longer than this host's limit of {UPLOAD_TIME_LIMIT_S:g} s")
+
+
 def _preload(cache: EngineCache, name: str, mode: str) -> None:
     try:
         cache.get(name, mode)
@@ -124,7 +168,7 @@ def _preload(cache: EngineCache, name: str, mode: str) -> None:
 
 def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False) -> gr.Blocks:
     specs = available_specs() if specs is None else specs
-    cache = EngineCache(specs)
+    cache = EngineCache(specs, max_engines=MAX_ENGINES, retry_after=LOAD_RETRY_S)
     names = list(specs)
     first = specs[names[0]] if names else None
     if preload and first is not None:  # load + warm the default model while the page is being opened
@@ -132,8 +176,14 @@ def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False)
     preset_map = presets()
     preset_names = list(preset_map)
 
-    with gr.Blocks(title="Speculative Streaming lab") as demo:
-        trace_state = gr.State(None)  # this session's trace (live run or upload)
+    # a race or a replay per tab, MAX_PER_IP per address; a slot unused past the time limit is freed
+    races = Admission(per_session=1, per_ip=MAX_PER_IP, stale_after=EVENT_TIME_LIMIT_S + 30)
+    uploads = Admission(per_session=1, per_ip=MAX_PER_IP, stale_after=UPLOAD_TIME_LIMIT_S + 30)
+
+    with gr.Blocks(title="Speculative Streaming lab", delete_cache=cache_schedule()) as demo:
+        # this session's trace (live run or upload), validated and packed; gone TRACE_TTL_S after its
+        # last update, or when the tab closes (on_close)
+        trace_state = gr.State(None, time_to_live=TRACE_TTL_S)
         gr.Markdown(INTRO)
         with gr.Row():
             with gr.Column(scale=3):
@@ -193,7 +243,7 @@ def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False)
             explain = gr.Markdown("Run the race (or upload a trace) to see the method explained on one of its passes.",
                                   elem_id="explain")
         gr.Markdown("## Traces\nDownload this run as a trace; upload a trace to replay it in every view, "
-                    f"no model needed (JSON, at most {MAX_TRACE_BYTES // 2**20} MB).")
+                    f"no model needed (JSON, at most {MAX_UPLOAD_BYTES / 2**20:g} MB).")
         with gr.Row():
             download = gr.DownloadButton("Download trace (JSON)", value=None, elem_id="trace-download",
                                          interactive=False)
@@ -204,90 +254,118 @@ def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False)
         race_views = [ar_out, ss_out, meters, speed, badge]
 
         # ---- handlers -------------------------------------------------------------------------
-        def views_of_step(trace, index, layer=None, head=None):
+        # Every handler catches everything: a visitor sees one line (`message`), the log keeps the rest.
+        def views_of_step(trace, index, layer=None, head=None, deadline=None):
             layers, heads = figures.attention_choices(trace, index)
             layer = layer if layer in layers else (layers[-1] if layers else None)
             head = head if head in heads else ("mean" if heads else None)
-            return {tree_plot: figures.tree_figure(trace, index),
-                    attn_plot: figures.attention_figure(trace, index, layer, head),
-                    mask_plot: figures.mask_figure(trace, index), explain: explain_step(trace, index),
-                    layer_dd: gr.Dropdown(choices=layers, value=layer), head_dd: gr.Dropdown(choices=heads, value=head)}
+            out = {tree_plot: figures.tree_figure(trace, index)}
+            _check(deadline)
+            out[attn_plot] = figures.attention_figure(trace, index, layer, head)
+            _check(deadline)
+            out[mask_plot] = figures.mask_figure(trace, index)
+            _check(deadline)
+            out.update({explain: explain_step(trace, index), layer_dd: gr.Dropdown(choices=layers, value=layer),
+                        head_dd: gr.Dropdown(choices=heads, value=head)})
+            return out
 
         def race_html(view: RaceView):
             return {ar_out: render_text(view.ar, False, "…"), ss_out: render_text(view.ss, True, "…"),
                     meters: render_meters(view), speed: render_speedup(view), badge: render_badge(view)}
 
-        def all_views(trace, view: RaceView, note: str):
+        def all_views(trace: Trace, view: RaceView, note: str, deadline=None):
             index = most_telling_step(trace)
             out = race_html(view)
-            out.update(views_of_step(trace, index))
-            out.update({accept_plot: figures.acceptance_figure(trace), trace_state: trace,
-                        step: gr.Slider(0, max(1, len(trace["steps"]) - 1), value=index, step=1, interactive=True),
-                        msg: note})
+            out.update(views_of_step(trace, index, deadline=deadline))
+            out[accept_plot] = figures.acceptance_figure(trace)
+            _check(deadline)
+            out.update({trace_state: trace.pack(), msg: note,
+                        step: gr.Slider(0, max(1, len(trace["steps"]) - 1), value=index, step=1, interactive=True)})
             return out
 
         @gpu
-        def on_run(model_name, mode, text, topk_v, prune_v, budget_v, temp_v, seed_v, max_new_v):
+        def on_run(model_name, mode, text, topk_v, prune_v, budget_v, temp_v, seed_v, max_new_v,
+                   request: gr.Request = None):
             try:
-                check_prompt(text)
-                cfg = build_config(topk_v, prune_v, budget_v, temp_v, seed_v, max_new_v)
-                engine, lock = cache.get(model_name, mode)
-                layers = ()
-                if engine.streams is not None:
-                    layers = tuple(range(engine.streams.cfg.birth_layer, engine.streams.cfg.num_layers))
-                yield {**race_html(RaceView(SideView(), SideView())), msg: "",
-                       download: gr.DownloadButton(value=None, interactive=False)}
-                for view in race(engine, text, cfg, lock, attention_layers=layers):
-                    if not view.finished:
-                        yield race_html(view)
-                        continue
-                    path = os.path.join(tempfile.mkdtemp(prefix="specstream-"),
-                                        f"specstream-trace-{model_name}-{time.strftime('%Y%m%d-%H%M%S')}.json")
-                    save_trace(view.trace, path)
-                    out = all_views(view.trace, view, "")
-                    out[download] = gr.DownloadButton(value=path, interactive=True)
-                    yield out
+                with races.enter(client_keys(request, TRUST_FORWARDED)), \
+                        tempfile.TemporaryDirectory(prefix="specstream-race-") as tmp:
+                    # the trace file lives only until Gradio has copied it into its cache (delete_cache ages
+                    # that copy out): the generator resumes after each yield is sent, and the with-block ends
+                    yield from _race_views(model_name, mode, text, topk_v, prune_v, budget_v, temp_v, seed_v,
+                                           max_new_v, tmp)
             except SpecstreamError as exc:
-                gr.Warning(str(exc))
                 yield {msg: message(str(exc))}
             except Exception as exc:  # never a stack trace in the page; the log keeps it
                 log.exception("race failed")
                 yield {msg: message(f"internal error ({type(exc).__name__}); see the server log")}
 
-        def on_upload(path):
+        def _race_views(model_name, mode, text, topk_v, prune_v, budget_v, temp_v, seed_v, max_new_v, tmp):
+            check_prompt(text)
+            cfg = build_config(topk_v, prune_v, budget_v, temp_v, seed_v, max_new_v)
+            engine, lock = cache.get(model_name, mode)
+            layers = ()
+            if engine.streams is not None:
+                layers = tuple(range(engine.streams.cfg.birth_layer, engine.streams.cfg.num_layers))
+            yield {**race_html(RaceView(SideView(), SideView())), msg: "",
+                   download: gr.DownloadButton(value=None, interactive=False)}
+            t0 = time.monotonic()
+            for view in race(engine, text, cfg, lock, attention_layers=layers):
+                if time.monotonic() - t0 > EVENT_TIME_LIMIT_S:
+                    yield {msg: message(f"The race was stopped at this host's time limit of "
+                                        f"{EVENT_TIME_LIMIT_S:.0f} s; try fewer new tokens.")}
+                    return
+                if not view.finished:
+                    yield race_html(view)
+                    continue
+                trace = validate(view.trace)
+                path = os.path.join(tmp, f"specstream-trace-{model_name}-{time.strftime('%Y%m%d-%H%M%S')}.json")
+                save_trace(trace, path)
+                out = all_views(trace, view, "")
+                out[download] = gr.DownloadButton(value=path, interactive=True)
+                yield out
+
+        def on_upload(path, request: gr.Request = None):
             if not path:
                 return {}
             try:
-                trace = load_trace(path)
-                view = view_from_trace(trace)
-                note = message(f"Replaying a trace of {trace['meta'].get('model', '?')} "
-                               f"({len(trace['steps'])} passes) — no model involved.", "info")
-                out = all_views(trace, view, note)
-                out[download] = gr.DownloadButton(value=path, interactive=True)
-                return out
+                with uploads.enter(client_keys(request, TRUST_FORWARDED)):
+                    deadline = time.monotonic() + UPLOAD_TIME_LIMIT_S
+                    trace = load_trace(path, max_bytes=MAX_UPLOAD_BYTES)
+                    _check(deadline)
+                    view = view_from_trace(trace)
+                    note = message(f"Replaying a trace of {trace['meta'].get('model', '?')} "
+                                   f"({len(trace['steps'])} passes) — no model involved.", "info")
+                    out = all_views(trace, view, note, deadline)
+                    out[download] = gr.DownloadButton(value=path, interactive=True)
+                    return out
             except SpecstreamError as exc:
-                gr.Warning(str(exc))
                 return {msg: message(f"Cannot replay this file: {exc}")}
             except Exception as exc:
                 log.exception("replay failed")
                 return {msg: message(f"Cannot replay this file: it does not follow the trace schema "
                                      f"({type(exc).__name__})")}
 
-        def on_step(trace, index, layer, head):
-            if trace is None:
+        def on_step(blob, index, layer, head):
+            if blob is None:
                 return {}
             try:
-                return views_of_step(trace, int(index), layer, head)
+                return views_of_step(Trace.unpack(blob), int(index), layer, head)
             except SpecstreamError as exc:
                 return {msg: message(str(exc))}
+            except Exception as exc:
+                log.exception("step view failed")
+                return {msg: message(f"internal error ({type(exc).__name__}); see the server log")}
 
-        def on_attention(trace, index, layer, head):
-            if trace is None:
+        def on_attention(blob, index, layer, head):
+            if blob is None:
                 return {}
             try:
-                return {attn_plot: figures.attention_figure(trace, int(index), layer, head)}
+                return {attn_plot: figures.attention_figure(Trace.unpack(blob), int(index), layer, head)}
             except SpecstreamError as exc:
                 return {msg: message(str(exc))}
+            except Exception as exc:
+                log.exception("attention view failed")
+                return {msg: message(f"internal error ({type(exc).__name__}); see the server log")}
 
         def on_model(name):
             spec = specs.get(name)
@@ -297,18 +375,26 @@ def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False)
         def on_mode(name, mode):
             return model_info(specs.get(name), mode)
 
+        def on_close(request: gr.Request):
+            """The tab closed: drop its trace now (Gradio alone keeps closed sessions' state an hour)."""
+            holder = getattr(demo, "state_holder", None)
+            if holder is not None and request is not None and request.session_hash in holder:
+                holder.delete_state(request.session_hash)
+
         outputs_all = [*race_views, *step_views, accept_plot, trace_state, step, msg, download]
         run_btn.click(on_run, [model_dd, mode_radio, prompt, topk, prune, budget, temperature, seed, max_new],
                       outputs_all, concurrency_limit=CONCURRENCY, concurrency_id="model")
-        upload.upload(on_upload, [upload], outputs_all, concurrency_limit=8)
+        upload.upload(on_upload, [upload], outputs_all, concurrency_limit=UPLOAD_CONCURRENCY,
+                      concurrency_id="upload")
         step.input(on_step, [trace_state, step, layer_dd, head_dd], [*step_views, msg], trigger_mode="always_last")
         layer_dd.input(on_attention, [trace_state, step, layer_dd, head_dd], [attn_plot, msg])
         head_dd.input(on_attention, [trace_state, step, layer_dd, head_dd], [attn_plot, msg])
         preset_dd.input(lambda label: preset_map.get(label, ""), [preset_dd], [prompt])
         model_dd.input(on_model, [model_dd], [mode_radio, info])
         mode_radio.input(on_mode, [model_dd, mode_radio], [info])
+        demo.unload(on_close)
         _wire_bench_panel(*bench_parts)
-    demo.queue(default_concurrency_limit=CONCURRENCY, max_size=64)
+    demo.queue(default_concurrency_limit=CONCURRENCY, max_size=QUEUE_SIZE)
     return demo
 
 
@@ -363,6 +449,6 @@ def launch(demo: gr.Blocks | None = None, **kwargs):
     demo = demo or build_demo()
     kwargs.setdefault("server_name", os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     kwargs.setdefault("server_port", int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
-    kwargs.setdefault("max_file_size", MAX_TRACE_BYTES + 2**20)
+    kwargs.setdefault("max_file_size", MAX_UPLOAD_BYTES + 2**16)
     kwargs.setdefault("footer_links", [])
     return demo.launch(css=CSS, theme=gr.themes.Soft(), **kwargs)
