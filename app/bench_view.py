@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 
-from specstream_core import defaults
-from specstream_core.bench_plots import (ablation_figure, ablation_params, baseline, bound_figure, load_results,
+from specstream_core.model import defaults
+from specstream_core.bench.plots import (ablation_figure, ablation_params, baseline, bound_figure, load_results,
                                          method_summary, precisions, speedup_figure, tau_figure)
 from specstream_core.errors import SpecstreamError
 
@@ -73,8 +73,8 @@ def figures(data: dict | None, precision: str | None = None) -> list:
 
 def pass_cost(path: str | None = None) -> tuple[object | None, str]:
     """(figure or None, Markdown): what one pass costs here, and the τ a method needs (speedup ≈ τ ÷ cost)."""
-    from specstream_core.bench_plots import pass_cost_figure
-    from specstream_core.pass_cost import load_runs
+    from specstream_core.bench.plots import pass_cost_figure
+    from specstream_core.bench.pass_cost import load_runs
 
     path = path or os.environ.get("SPECSTREAM_PASS_COST_JSON", "") or PASS_COST_PATH
     try:

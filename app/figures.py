@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specstream_core.errors import SpecstreamError
-from specstream_core.trace import validate
+from specstream_core.decoding.trace import validate
 
 ACCEPTED, REJECTED, PRUNED, BONUS = "#2ca02c", "#d62728", "#b8b8b8", "#ff9f1c"
 TIME_COLOURS = {"draft": "#9467bd", "verify": "#1f77b4", "accept": "#8c564b"}

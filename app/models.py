@@ -1,7 +1,7 @@
 """Which models the lab offers, and one loaded engine per (model, stream mode).
 
 Visitors pick a model by name; paths and hub ids come only from the host:
-  - the default model, SmolLM2-135M-Instruct (`specstream_core.default_model`), with the stream sets
+  - the default model, SmolLM2-135M-Instruct (`specstream_core.model.default_model`), with the stream sets
     in assets/smollm2/ when present;
   - SPECSTREAM_MODELS: JSON, or a path to a JSON file, mapping name -> spec:
         {"tiny": {"base": "/models/tiny", "streams": "/models/tiny/streams", "precision": "fp32"},
@@ -26,7 +26,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from specstream_core import defaults
+from specstream_core.model import defaults
 from specstream_core.errors import SpecstreamError
 
 log = logging.getLogger("specstream.lab")
@@ -48,7 +48,7 @@ class ModelSpec:
 
 
 def _stream_mode(directory: str) -> str:
-    from specstream_core.streams import read_stream_config
+    from specstream_core.model.streams import read_stream_config
 
     try:
         return read_stream_config(directory).mode
@@ -103,7 +103,7 @@ def _parse_entry(name: str, entry) -> ModelSpec:
 def bundled_spec() -> ModelSpec | None:
     """The default model (SmolLM2-135M-Instruct, converted once from its package) with the stream sets
     the project trained for it; None when it cannot be found (then the allow-list alone is offered)."""
-    from specstream_core import default_model
+    from specstream_core.model import default_model
 
     try:
         base = default_model.resolve_default_base(progress=log.info)
@@ -145,7 +145,7 @@ def gamma_of(spec: ModelSpec, mode: str) -> int:
     directory = spec.streams.get(mode)
     if directory is None:
         return spec.gamma
-    from specstream_core.streams import read_stream_config
+    from specstream_core.model.streams import read_stream_config
 
     return read_stream_config(directory).gamma
 

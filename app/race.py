@@ -19,7 +19,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
-from specstream_core.decode import DecodeConfig
+from specstream_core.decoding.config import DecodeConfig
 
 from .figures import checked, is_speculative
 

@@ -18,9 +18,9 @@ import time
 
 import gradio as gr
 
-from specstream_core.decode import DecodeConfig, parse_topk
+from specstream_core.decoding.config import DecodeConfig, parse_topk
 from specstream_core.errors import SpecstreamError
-from specstream_core.trace import MAX_TRACE_BYTES, Trace, load_trace, save_trace, validate
+from specstream_core.decoding.trace import MAX_TRACE_BYTES, Trace, load_trace, save_trace, validate
 
 from . import figures
 from .admission import Admission, client_keys
@@ -121,7 +121,7 @@ def model_info(spec: ModelSpec | None, mode: str) -> str:
     streams = spec.streams.get(mode)
     trained = "fresh, untrained"
     if streams:
-        from specstream_core.streams import read_stream_config
+        from specstream_core.model.streams import read_stream_config
 
         steps = read_stream_config(streams).trained_steps
         trained = f"trained ({steps} steps)" if steps else "untrained (fresh)"

@@ -1,9 +1,9 @@
 """specstream_core — Speculative Streaming (multi-stream attention) on Hugging Face causal LMs."""
 
-from .decode import DecodeConfig, Result
-from .engine import Engine
-from .errors import SpecstreamError
-from .streams import StreamConfig, StreamParams
+from specstream_core.decoding.config import DecodeConfig, Result
+from specstream_core.decoding.engine import Engine
+from specstream_core.errors import SpecstreamError
+from specstream_core.model.streams import StreamConfig, StreamParams
 
 __all__ = ["DecodeConfig", "Engine", "Result", "SpecstreamError", "StreamConfig", "StreamParams"]
 __version__ = "0.1.0"

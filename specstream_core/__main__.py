@@ -1,3 +1,3 @@
-from .cli import main
+from specstream_core.cli import main
 
 raise SystemExit(main())

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from specstream_core import DecodeConfig, SpecstreamError, StreamParams
-from specstream_core.trace import load_trace
+from specstream_core.decoding.trace import load_trace
 from tiny_models import tiny_model
 
 
@@ -21,7 +21,7 @@ def make_lab_model(path: str, seed: int = 5, gamma: int = 3) -> str:
     """
     import torch
     from specstream_core.tasks import load_split
-    from specstream_core.tokenizer_build import build_tokenizer
+    from specstream_core.training.tokenizer_build import build_tokenizer
 
     texts = [e["prompt"] + e["reference"] for e in load_split("eval", n=10)]
     tok = build_tokenizer(texts, vocab_size=400)
@@ -331,7 +331,7 @@ def test_figures_reject_bad_indices_and_empty(trace):
 
 
 def test_upload_errors_are_clear(tmp_path, trace):
-    from specstream_core.trace import MAX_TRACE_BYTES
+    from specstream_core.decoding.trace import MAX_TRACE_BYTES
 
     cases = {"garbage.json": b"{not json", "list.json": b"[1, 2]",
              "v2.json": json.dumps({**trace, "version": 2}).encode()}

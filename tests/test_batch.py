@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from specstream_core import DecodeConfig, Engine
-from specstream_core.cache import SharedPrefixCache
+from specstream_core.model.cache import SharedPrefixCache
 from specstream_core.errors import SpecstreamError
 from test_lossless import perturbed_streams
 from tiny_models import hf_greedy, prompts, tiny_model
@@ -47,8 +47,8 @@ def test_batch_equals_alone_and_transformers(engine, mode):
 def test_rows_accept_different_paths(engine):
     """Drafters that know the answer and put it second among decoys, on some steps only: every row
     accepts its own path length, skipping rows inside its tree, and still equals transformers."""
-    from specstream_core.drafters import Drafter
-    from specstream_core.tree import from_stream_topk
+    from specstream_core.decoding.drafters import Drafter
+    from specstream_core.decoding.tree import from_stream_topk
 
     ps = batch_prompts()
     refs = [hf_greedy(engine.model, ids, NEW) for ids in ps]
@@ -130,7 +130,7 @@ def test_shared_prefix_attention_matches_sdpa():
     """The registered attention over [prefix | suffix] equals sdpa on the concatenated keys (GQA)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    from specstream_core import compat
+    from specstream_core.model import compat
 
     g = torch.Generator().manual_seed(0)
     B, Hq, Hkv, q, P, S, D = 3, 4, 2, 5, 7, 6, 8
@@ -200,7 +200,7 @@ def test_bad_batches_fail_clearly(engine):
 
 
 def test_batch_benchmark_runs_and_counts(engine):
-    from specstream_core.batch_bench import run_throughput, shared_prefix_benchmark, throughput_markdown
+    from specstream_core.bench.batch_bench import run_throughput, shared_prefix_benchmark, throughput_markdown
 
     if engine.model.config.model_type != "llama":
         pytest.skip("the benchmark plumbing is family-independent: one family keeps the file fast")

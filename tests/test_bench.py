@@ -1,8 +1,8 @@
 """The benchmark harness: rows per category and method, alternation, identical flags."""
 
 from specstream_core import DecodeConfig, Engine
-from specstream_core.bench import engine_method, hf_method, markdown_table, run_benchmark, summarize
-from specstream_core.drafters import PromptLookupDrafter
+from specstream_core.bench.runner import engine_method, hf_method, markdown_table, run_benchmark, summarize
+from specstream_core.decoding.drafters import PromptLookupDrafter
 from test_lossless import perturbed_streams
 from tiny_models import prompts, tiny_model
 
@@ -37,7 +37,7 @@ def test_bench_command_quick_on_a_tiny_model(tmp_path):
     import json
 
     from specstream_core.cli import main
-    from specstream_core.medusa import MedusaHeads
+    from specstream_core.training.medusa import MedusaHeads
     from test_app_figures import make_lab_model
 
     base = make_lab_model(str(tmp_path / "base"))

@@ -6,8 +6,8 @@ from dataclasses import asdict
 
 import pytest
 
-from specstream_core.bench import Row
-from specstream_core.bench_plots import (ablation_figure, ablation_series, load_results, speedup_figure, tau_figure,
+from specstream_core.bench.runner import Row
+from specstream_core.bench.plots import (ablation_figure, ablation_series, load_results, speedup_figure, tau_figure,
                                          write_plots)
 from specstream_core.errors import SpecstreamError
 

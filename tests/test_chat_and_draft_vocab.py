@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from specstream_core import DecodeConfig, Engine, StreamParams
-from specstream_core.chat import encode_prompt
-from specstream_core.train import FeatureCache, TrainConfig, frequent_tokens, to_draft_ids, train, IGNORE
+from specstream_core.model.chat import encode_prompt
+from specstream_core.training.streams import FeatureCache, TrainConfig, frequent_tokens, to_draft_ids, train, IGNORE
 from tiny_models import hf_greedy, prompts, save_tiny_model_dir, tiny_model
 
 TEMPLATE = ("{% for m in messages %}<s>{{ m['role'] }} {{ m['content'] }}</s>{% endfor %}"
@@ -89,7 +89,7 @@ def test_draft_targets_and_frequent_tokens():
 
 
 def test_feature_cache_matches_the_full_forward():
-    from specstream_core import masks, msa
+    from specstream_core.model import masks, msa
 
     model = tiny_model("llama", seed=3)
     streams = StreamParams.fresh(model, gamma=2, n_stream_layers=2)

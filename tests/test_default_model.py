@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from specstream_core import default_model, defaults
+from specstream_core.model import default_model, defaults
 from specstream_core.errors import SpecstreamError
 
 

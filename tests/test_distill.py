@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from specstream_core import distill
+from specstream_core.training import distill
 from specstream_core.errors import SpecstreamError
 from tiny_models import tiny_model
 

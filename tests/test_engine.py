@@ -5,10 +5,11 @@ import json
 import pytest
 import torch
 
-from specstream_core import DecodeConfig, Engine, StreamParams, msa
-from specstream_core.decode import SpeculativeDecoding
-from specstream_core.masks import causal_visibility
-from specstream_core.trace import load_trace, validate
+from specstream_core import DecodeConfig, Engine, StreamParams
+from specstream_core.model import msa
+from specstream_core.decoding.config import SpeculativeDecoding
+from specstream_core.model.masks import causal_visibility
+from specstream_core.decoding.trace import load_trace, validate
 from test_lossless import perturbed_streams
 from tiny_models import prompts, tiny_model
 
@@ -58,8 +59,8 @@ def test_lossless_streams_leave_main_logits_identical():
 
 
 def test_shared_mode_changes_logits_only_through_lora(tmp_path):
-    from specstream_core.engine import apply_shared_lora
-    from specstream_core.train import TrainConfig, build_streams
+    from specstream_core.decoding.engine import apply_shared_lora
+    from specstream_core.training.streams import TrainConfig, build_streams
 
     model = tiny_model("llama", seed=2)
     ids = torch.tensor([prompts(1, seed=1)[0]])

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from specstream_core import DecodeConfig, Engine, SpecstreamError
-from specstream_core.decode import parse_topk
-from specstream_core.trace import load_trace
+from specstream_core.decoding.config import parse_topk
+from specstream_core.decoding.trace import load_trace
 from tiny_models import save_tiny_model_dir, tiny_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -99,7 +99,7 @@ def test_cli_corrupt_base_weights(model_dir, tmp_path, capsys):
 
 def test_cli_trace_path_is_checked_before_decoding(model_dir, tmp_path, monkeypatch, capsys):
     from specstream_core.cli import main
-    from specstream_core.commands import generate
+    from specstream_core.cli.commands import generate
 
     monkeypatch.setattr(generate, "load_engine", lambda *a, **k: pytest.fail("loaded the model for a bad --trace"))
     for path, needle in ((tmp_path / "missing" / "x.json", "does not exist"), (tmp_path, "directory")):

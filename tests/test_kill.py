@@ -16,7 +16,8 @@ import time
 import pytest
 import torch
 
-from specstream_core import DecodeConfig, Engine, pipeline
+from specstream_core import DecodeConfig, Engine
+from specstream_core.io import pipeline
 from tiny_models import save_tiny_model_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

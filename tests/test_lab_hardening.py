@@ -14,7 +14,7 @@ import pytest
 
 from hostile import PAYLOAD, chain, deep_json, html_everywhere, nesting
 from specstream_core import SpecstreamError
-from specstream_core.trace import LIMITS, Trace, load_trace, validate
+from specstream_core.decoding.trace import LIMITS, Trace, load_trace, validate
 from test_app_figures import PROMPT, engine_and_lock, lab_dir, lab_models_env, race_view, trace  # noqa: F401
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from specstream_core import DecodeConfig, Engine, StreamParams
-from specstream_core.drafters import PromptLookupDrafter
+from specstream_core.decoding.drafters import PromptLookupDrafter
 from tiny_models import hf_greedy, prompts, tiny_model
 
 N_PROMPTS = 20
@@ -68,7 +68,7 @@ def test_drafts_get_accepted_when_streams_are_right():
 
     class Oracle(PromptLookupDrafter):  # proposes the true continuation: every draft must be accepted
         def propose(self, root, history):
-            from specstream_core.tree import chain
+            from specstream_core.decoding.tree import chain
 
             done = len(history) + 1 - len(ids)
             return chain(root, ref[done:done + 4])
@@ -81,8 +81,8 @@ def test_drafts_get_accepted_when_streams_are_right():
 def test_branching_tree_paths_are_accepted_and_cached_correctly():
     """True tokens sit second among their siblings, so accepted paths skip rows: the cache must
     gather them into place and the output must stay exact."""
-    from specstream_core.drafters import Drafter
-    from specstream_core.tree import from_stream_topk
+    from specstream_core.decoding.drafters import Drafter
+    from specstream_core.decoding.tree import from_stream_topk
 
     model = tiny_model("mistral", seed=3)
     ids = prompts(1, seed=12)[0]
@@ -114,7 +114,7 @@ def test_prompt_lookup_drafter_is_lossless():
 
 def test_nf4_ss_equals_ar():
     pytest.importorskip("bitsandbytes")
-    from specstream_core.loading import quantize_in_memory
+    from specstream_core.model.loading import quantize_in_memory
 
     model = quantize_in_memory(tiny_model("llama", seed=3), "nf4")
     streams = perturbed_streams(model)

@@ -4,8 +4,8 @@ lowers their loss; save/load round trip."""
 import torch
 
 from specstream_core import DecodeConfig, Engine
-from specstream_core.medusa import MedusaDrafter, MedusaHeads, MedusaTrainConfig, evaluate_heads, train_heads
-from specstream_core.train import pack
+from specstream_core.training.medusa import MedusaDrafter, MedusaHeads, MedusaTrainConfig, evaluate_heads, train_heads
+from specstream_core.training.streams import pack
 from tiny_models import hf_greedy, prompts, tiny_model
 
 NEW = 20

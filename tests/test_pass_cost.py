@@ -6,10 +6,10 @@ import json
 import pytest
 
 from specstream_core.cli import main
-from specstream_core.engine import Engine
+from specstream_core.decoding.engine import Engine
 from specstream_core.errors import SpecstreamError
-from specstream_core.bench_plots import pass_cost_figure
-from specstream_core.pass_cost import markdown, measure, to_json
+from specstream_core.bench.plots import pass_cost_figure
+from specstream_core.bench.pass_cost import markdown, measure, to_json
 from tiny_models import save_tiny_model_dir
 
 

@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from specstream_core import DecodeConfig, Engine, SpecstreamError, pipeline
+from specstream_core import DecodeConfig, Engine, SpecstreamError
+from specstream_core.io import pipeline
 from specstream_core.cli import main
 from tiny_models import save_tiny_model_dir
 

@@ -7,7 +7,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from specstream_core.errors import SpecstreamError
-from specstream_core.pretrain import pretrain
+from specstream_core.training.pretrain import pretrain
 from specstream_core.tasks import EOS, load_split
 from specstream_core.tasks.evaluate import evaluate
 
@@ -61,7 +61,7 @@ def test_init_from_continues_a_saved_model(tiny_dir, tmp_path):
 
 
 def test_packing_matches_inference_tokenization(tiny_dir):
-    from specstream_core.pretrain import pack
+    from specstream_core.training.pretrain import pack
 
     out, _ = tiny_dir
     tok = AutoTokenizer.from_pretrained(out)
@@ -87,7 +87,7 @@ def test_resume_never_runs_code_from_the_checkpoint(tmp_path):
     """A checkpoint is loaded with weights_only=True: a pickle that calls a function is refused, not run."""
     import pathlib
 
-    from specstream_core.pretrain import PRESETS, train
+    from specstream_core.training.pretrain import PRESETS, train
 
     marker = tmp_path / "code-ran"
 
@@ -107,7 +107,7 @@ def test_resume_never_runs_code_from_the_checkpoint(tmp_path):
 
 def test_checkpoint_resumes_with_weights_only(tmp_path, capsys):
     """What pretrain saves loads back under weights_only=True (the optimizer, the losses as tuples)."""
-    from specstream_core.pretrain import PRESETS, train
+    from specstream_core.training.pretrain import PRESETS, train
     from tiny_models import tiny_model
 
     data = torch.randint(3, 128, (8, 16), generator=torch.Generator().manual_seed(0))

@@ -5,9 +5,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from specstream_core import DecodeConfig, Engine, SpecstreamError, StreamParams, processors
-from specstream_core.drafters import Drafter
-from specstream_core.tree import Tree, from_stream_topk
+from specstream_core import DecodeConfig, Engine, SpecstreamError, StreamParams
+from specstream_core.decoding import processors
+from specstream_core.decoding.drafters import Drafter
+from specstream_core.decoding.tree import Tree, from_stream_topk
 from tiny_models import hf_greedy, prompts, tiny_model
 
 NEW = 24
@@ -177,7 +178,7 @@ def test_bad_settings(kw, needle):
 def test_cli_flags_reach_the_config():
     import argparse
 
-    from specstream_core.commands import generate
+    from specstream_core.cli.commands import generate
 
     parser = argparse.ArgumentParser()
     generate.add_arguments(parser)

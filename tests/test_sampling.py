@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from specstream_core import DecodeConfig, Engine, StreamParams
-from specstream_core.verify import SamplingConfig, target_probs
+from specstream_core.decoding.verify import SamplingConfig, target_probs
 from tiny_models import tiny_model
 
 scipy_stats = pytest.importorskip("scipy.stats")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from specstream_core import DecodeConfig, Engine, SpecstreamError, StreamParams
-from specstream_core.train import TrainConfig, evaluate_streams, pack, train
+from specstream_core.training.streams import TrainConfig, evaluate_streams, pack, train
 from tiny_models import tiny_model
 
 
@@ -157,7 +157,7 @@ def test_resume_checks_the_base_model_settings_and_data(tmp_path):
 
 def test_an_older_checkpoint_with_other_shapes_is_a_clear_error(tmp_path):
     """The multi-file format of earlier versions still resumes, and its tensor shapes are checked."""
-    from specstream_core.train import build_streams
+    from specstream_core.training.streams import build_streams
 
     ckpt = tmp_path / "checkpoint"
     model, streams = build_streams(tiny_model("llama", seed=0), replace(RESUME_CFG, adapter_rank=4))

@@ -1,0 +1,186 @@
+"""What one forward pass costs on this machine, by shape — the other half of every speedup.
+
+Speculative decoding trades passes for work per pass: speedup ≈ τ ÷ (cost of a speculative pass ÷
+cost of a plain pass). τ comes from the drafts; the cost ratio comes from the hardware, the model's
+shape and the draft's shape, and it can be measured without any trained drafter. This module times,
+after a prefix of `context` tokens in the KV cache:
+
+    plain       one token (plain decoding's pass), logits of that row
+    verify k    a chain of k tokens without streams (the pass that checks a draft from prompt lookup,
+                a draft model or Medusa heads), logits of all k rows
+    ss g        Speculative Streaming with a chain g deep: g+1 tree nodes, each carrying streams
+                1..g in the multi-stream layers; logits of the g+1 main rows and of one node's g
+                stream rows (what the decoder computes)
+
+Every pass writes into the cache's scratch slots and commits nothing, so the prefix is the same for
+every measurement. The kinds run in a rotating order within each repeat; each figure is a median.
+From the ratio r of a pass to the plain pass: τ must exceed r to win at all and reach 2r for 2×;
+a g-deep draft can give at most τ = g+1.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import torch
+
+from specstream_core.model import msa
+from specstream_core.model.cache import KVCache
+from specstream_core.errors import SpecstreamError
+from specstream_core.decoding.tree import chain
+
+
+@dataclass
+class PassCost:
+    kind: str  # plain | verify | ss
+    label: str  # "plain", "verify 5", "ss γ=4"
+    nodes: int  # tree nodes (main rows)
+    rows_bottom: int  # rows per pass below the multi-stream layers
+    rows_top: int  # rows per pass in the multi-stream layers (= rows_bottom without streams)
+    median_ms: float
+    ratio: float  # median_ms / plain median_ms
+    max_tau: int  # the most tokens this pass can yield (nodes)
+    tau_break_even: float  # = ratio
+    tau_for_2x: float  # = 2 * ratio
+
+    @property
+    def reachable_2x(self) -> bool:
+        return self.tau_for_2x <= self.max_tau
+
+
+def _context_ids(engine, context: int) -> list[int]:
+    """`context` real token ids: eval prompts of the task suite one after another (or cycled ids)."""
+    ids: list[int] = []
+    if engine.tokenizer is not None:
+        from specstream_core.tasks import CATEGORIES, load_split
+
+        for cat in CATEGORIES:
+            for ex in load_split("eval", cat, n=4):
+                ids.extend(engine.tokenizer(ex["prompt"])["input_ids"])
+                if len(ids) >= context:
+                    return ids[:context]
+    vocab = int(engine.model.config.vocab_size)
+    while len(ids) < context:
+        ids.append(1 + len(ids) % (vocab - 1))
+    return ids[:context]
+
+
+def measure(engine, context: int = 256, verify_rows=(2, 3, 5, 9), repeats: int = 30,
+            progress: bool = True) -> list[PassCost]:
+    """Median time of each pass kind (see the module docstring), plain first in the result."""
+    if repeats < 1:
+        raise SpecstreamError(f"repeats must be >= 1, got {repeats}")
+    if context < 1:
+        raise SpecstreamError(f"context must be >= 1 token, got {context}")
+    verify_rows = tuple(dict.fromkeys(verify_rows))  # each kind once
+    streams = engine.streams
+    gamma = streams.cfg.gamma if streams is not None else 0
+    if any(k < 2 or k > 64 for k in verify_rows):
+        raise SpecstreamError(f"verify rows must be between 2 and 64, got {list(verify_rows)}")
+    widest = max([1, *verify_rows, gamma + 1])
+    engine.check_length(context, widest)
+    ids = _context_ids(engine, context)
+    cache = KVCache.for_model(engine.model, batch=1, capacity=context + widest * (1 + gamma) + 8)
+    device = engine.device
+    with torch.inference_mode():
+        positions = torch.arange(context, device=device)[None]
+        msa.forward(engine.model, torch.tensor([ids], device=device), positions, engine.causal(context),
+                    cache=cache, window=engine.window)
+        cache.advance(context)
+
+    def chain_pass(k: int, g: int) -> Callable[[], tuple[int, int]]:
+        tree = chain(ids[-1], ids[-k:][: k - 1] if k > 1 else [])
+        tokens = torch.tensor([tree.tokens], device=device)
+        pos = (context + torch.tensor(tree.depths, device=device))[None]
+        visible = tree.visibility(device)[None]
+        carriers = torch.arange(k, device=device)[None] if g else None
+
+        def run() -> tuple[int, int]:
+            out = msa.forward(engine.model, tokens, pos, visible, streams=streams if g else None, carriers=carriers,
+                              cache=cache, window=engine.window, num_streams=g or None)
+            engine.logits(out.main[0]).argmax(dim=-1).tolist()  # verification rows, host sync as in decoding
+            if g:
+                engine.draft_logits(out.streams[0, k - 1]).argmax(dim=-1).tolist()  # one node's streams: the next draft
+            return out.rows_bottom, out.rows_top
+        return run
+
+    kinds: list[tuple[str, str, int, Callable]] = [("plain", "plain", 1, chain_pass(1, 0))]
+    kinds += [("verify", f"verify {k}", k, chain_pass(k, 0)) for k in verify_rows]
+    kinds += [("ss", f"ss γ={g}", g + 1, chain_pass(g + 1, g)) for g in range(1, gamma + 1)]
+
+    from tqdm.auto import tqdm
+
+    times: dict[str, list[float]] = {label: [] for _, label, _, _ in kinds}
+    rows: dict[str, tuple[int, int]] = {}
+    with torch.inference_mode():
+        for _, label, _, run in kinds:  # warm-up
+            rows[label] = run()
+            run()
+        for r in tqdm(range(repeats), disable=not progress, desc="pass cost", unit="round"):
+            order = kinds[r % len(kinds):] + kinds[: r % len(kinds)]  # rotate: none always first
+            for _, label, _, run in order:
+                t = time.perf_counter()
+                run()
+                times[label].append(time.perf_counter() - t)
+    if cache.lengths != [context]:
+        raise RuntimeError("a measured pass changed the cached prefix")
+    plain = statistics.median(times["plain"]) * 1e3
+    out = []
+    for kind, label, nodes, _ in kinds:
+        ms = statistics.median(times[label]) * 1e3
+        ratio = ms / plain
+        out.append(PassCost(kind, label, nodes, rows[label][0], rows[label][1], round(ms, 3), round(ratio, 3),
+                            nodes, round(ratio, 2), round(2 * ratio, 2)))
+    return out
+
+
+def markdown(runs: list[dict]) -> str:
+    """One table per run; runs are `to_json` records."""
+    parts = []
+    for run in runs:
+        st = run["settings"]
+        parts.append(f"**{run['label']}** — after a {st['context']}-token prefix, {st['device']}, {st['threads']} "
+                     f"thread(s), median of {st['repeats']} rounds (kinds rotated within each round)\n\n"
+                     "| pass | tree nodes | rows (bottom / multi-stream layers) | median ms | × plain | τ to break even | "
+                     "τ for 2× | 2× possible (τ ≤ nodes) |\n|---|---|---|---|---|---|---|---|")
+        for c in run["passes"]:
+            possible = "—" if c["kind"] == "plain" else ("yes" if c["reachable_2x"] else "no")
+            parts.append(f"| {c['label']} | {c['nodes']} | {c['rows_bottom']} / {c['rows_top']} | {c['median_ms']:.2f} | "
+                         f"{c['ratio']:.2f}× | {c['tau_break_even']:.2f} | {c['tau_for_2x']:.2f} | {possible} |")
+        parts.append("")
+    return "\n".join(parts)
+
+
+def to_json(label: str, costs: list[PassCost], settings: dict) -> dict:
+    return {"label": label, "settings": settings,
+            "passes": [asdict(c) | {"reachable_2x": c.reachable_2x} for c in costs]}
+
+
+def figure_series(runs: list[dict]) -> tuple[list[str], dict[str, list]]:
+    """Pass labels (x) and each run's × plain ratios, for the bar figures."""
+    labels = list(dict.fromkeys(p["label"] for run in runs for p in run["passes"]))
+    series = {}
+    for run in runs:
+        ratio = {p["label"]: p["ratio"] for p in run["passes"]}
+        series[run["label"]] = [ratio.get(x) for x in labels]
+    return labels, series
+
+
+def load_runs(path: str) -> list[dict] | None:
+    """Runs of a `pass-cost --json` file; None when the file does not exist; a clear error when it is not one."""
+    from specstream_core.bench.plots import read_json
+
+    data = read_json(path, "pass costs")
+    if data is None:
+        return None
+    runs = data.get("runs") if isinstance(data, dict) else None
+    ok = isinstance(runs, list) and runs and all(
+        isinstance(r, dict) and isinstance(r.get("label"), str) and isinstance(r.get("passes"), list)
+        and all(isinstance(p, dict) and isinstance(p.get("label"), str) and isinstance(p.get("ratio"), (int, float))
+                for p in r["passes"]) for r in runs)
+    if not ok:
+        raise SpecstreamError(f"{path} is not a pass-cost result (expected {{'runs': [{{'label', 'passes'}}]}})")
+    return runs

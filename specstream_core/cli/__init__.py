@@ -1,0 +1,58 @@
+"""Command-line entry point: `python -m specstream_core COMMAND ...`.
+
+Each command lives in `specstream_core/commands/<name>.py` and exposes
+`add_arguments(parser)` and `run(args) -> int`. Errors the user can fix are raised as
+`SpecstreamError` and printed as one line on stderr (exit status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from specstream_core.errors import SpecstreamError
+
+# command name -> (module, one-line help)
+COMMANDS = {
+    "generate": ("specstream_core.cli.commands.generate", "decode one prompt (plain or speculative)"),
+    "generate-batch": ("specstream_core.cli.commands.generate_batch",
+                       "decode a JSONL file of prompts to a JSONL file (batched, resumable)"),
+    "train": ("specstream_core.cli.commands.train", "train stream parameters (lossless or shared mode)"),
+    "bench": ("specstream_core.cli.commands.bench", "benchmark speculative streaming against other methods per category"),
+    "distill": ("specstream_core.cli.commands.distill", "write the base model's greedy answers (self-distillation targets)"),
+    "pretrain": ("specstream_core.cli.commands.pretrain", "pretrain the bundled base model from offline text"),
+    "bench-batch": ("specstream_core.cli.commands.bench_batch", "batched decoding throughput (samples/s) and the shared-prompt cache"),
+    "eval-tasks": ("specstream_core.cli.commands.eval_tasks", "score a model on the task suite (plain greedy)"),
+    "train-medusa": ("specstream_core.cli.commands.train_medusa", "train Medusa-style heads (a benchmark baseline)"),
+    "prompts": ("specstream_core.cli.commands.prompts",
+                "write the chat prompt corpus (8 categories; train, or the differently worded eval split) as JSONL"),
+    "pass-cost": ("specstream_core.cli.commands.pass_cost",
+                  "cost of a plain, a verification and a speculative pass here, and the τ each needs"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m specstream_core", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (module_name, help_text) in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except SpecstreamError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,501 @@
+"""`bench`: speculative streaming vs plain decoding and other methods, per category, precision and
+ablation.
+
+    python -m specstream_core bench --json docs/bench/latest.json --markdown docs/bench/latest.md \
+        --plots docs/bench/
+
+Methods on the same base model, same prompts and lengths, greedy: ar (our plain loop), hf-greedy,
+hf-pld (transformers prompt lookup), hf-assisted (transformers assisted generation with the small
+draft model in assets/draft), pld (our prompt-lookup drafter through our tree verifier), medusa
+(Medusa-style heads in assets/medusa through our tree verifier), ss-lossless and ss-shared.
+Ablations (fp32, lossless streams, a subset of categories): draft depth γ (first g streams), per-depth
+top-k, Ns (with --ablation-streams) and the pruning threshold.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import warnings
+from dataclasses import asdict, replace
+
+from specstream_core.model import defaults
+from specstream_core.decoding.config import DecodeConfig, parse_topk
+from specstream_core.errors import SpecstreamError
+
+ALL_METHODS = ("ar", "hf-greedy", "hf-pld", "hf-assisted", "pld", "medusa", "ss-lossless", "ss-shared")
+ABLATIONS = ("gamma", "topk", "ns", "prune")
+DRAFT_DIR = os.path.join(defaults.SMOL_ASSETS, "draft")
+MEDUSA_DIR = defaults.SMOL_MEDUSA_DIR
+SUITES = ("chat", "tasks")  # chat: the chat prompt corpus's eval split (default); tasks: the old templated suite
+TOPK_GRID = ((1, 1, 1, 1), (2, 1, 1, 1), (2, 2, 1, 1), (3, 2, 2, 1), (4, 3, 2, 1))
+PRUNE_TREE = (3, 2, 2, 1)
+PRUNE_GRID = (0.0, 0.02, 0.05, 0.1, 0.2)
+# default run sized to finish in <= 20 minutes on the project's 2-core CPU (see docs/BENCHMARKS.md)
+DEFAULT_N, DEFAULT_MAX_NEW = 6, 64
+ABLATION_CATEGORIES, ABLATION_N = 3, 4
+DOC_BEGIN, DOC_END = "<!-- bench:begin -->", "<!-- bench:end -->"
+QUICK = {"categories": 2, "n": 2, "max_new": 32, "precisions": "fp32", "ablations": "gamma"}
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--base", help="base model (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--streams", help="lossless stream directory (default: the default model's, in assets/smollm2/)")
+    p.add_argument("--shared-streams", help="shared-mode stream directory (default: the default model's)")
+    p.add_argument("--suite", choices=SUITES, default="chat",
+                   help="prompts: 'chat' = the chat corpus's eval split, worded unlike its train split (default); "
+                        "'tasks' = the old templated task suite")
+    p.add_argument("--raw", action="store_true", help="do not wrap prompts in the model's chat template")
+    p.add_argument("--draft", help=f"draft model for hf-assisted (default: {os.path.relpath(DRAFT_DIR, defaults.ROOT)})")
+    p.add_argument("--medusa", help=f"Medusa heads directory (default: {os.path.relpath(MEDUSA_DIR, defaults.ROOT)})")
+    p.add_argument("--methods", default=",".join(ALL_METHODS), help=f"comma-separated subset of {', '.join(ALL_METHODS)}")
+    p.add_argument("--baseline", default="hf-greedy", help="method the speedup column is relative to")
+    p.add_argument("--categories", default="", help="comma-separated task categories (default: all)")
+    p.add_argument("--n", type=int, default=None, help=f"eval prompts per category (default {DEFAULT_N})")
+    p.add_argument("--max-new-tokens", type=int, default=None, help=f"default {DEFAULT_MAX_NEW}")
+    p.add_argument("--topk", default="", help="draft tree per depth (default: the streams' recommended)")
+    p.add_argument("--prune-threshold", type=float, default=None)
+    p.add_argument("--node-budget", type=int, default=None)
+    p.add_argument("--precisions", default=None, help="comma-separated: fp32,nf4 (default both; --quick: fp32)")
+    p.add_argument("--quantize", choices=("none", "nf4"), default=None, help="shorthand for --precisions fp32 / nf4")
+    p.add_argument("--ablations", default=None,
+                   help=f"comma-separated subset of {', '.join(ABLATIONS)}, or 'none' (default: all that apply)")
+    p.add_argument("--ablation-streams", default="", help="comma-separated stream directories with different Ns "
+                   "(the Ns ablation runs only with these)")
+    p.add_argument("--ablation-categories", type=int, default=ABLATION_CATEGORIES, help="categories in the ablations")
+    p.add_argument("--ablation-n", type=int, default=ABLATION_N, help="prompts per category in the ablations")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--quick", action="store_true",
+                   help="smoke test: 2 categories × 2 prompts × 32 tokens, fp32, γ ablation only (≤ 3 minutes)")
+    p.add_argument("--json", metavar="FILE", help="write rows, ablation rows, summary and settings as JSON")
+    p.add_argument("--markdown", metavar="FILE", help="write the Markdown tables")
+    p.add_argument("--plots", metavar="DIR", help="write figures (SVG + Plotly HTML) into DIR")
+    p.add_argument("--doc", metavar="FILE", help="rewrite the generated section of this Markdown page (between "
+                   f"{DOC_BEGIN} and {DOC_END}; e.g. docs/BENCHMARKS.md) with the tables, figures and command")
+
+
+def lora_parameter_count(streams_dir: str) -> int:
+    from safetensors import safe_open
+
+    path = os.path.join(streams_dir, "lora", "adapter_model.safetensors")
+    if not os.path.isfile(path):
+        return 0
+    with safe_open(path, "pt") as f:
+        return sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+
+
+def recommended(streams_dir: str | None) -> dict:
+    """Decoding settings stored with trained streams (chosen by the bundled model's build)."""
+    if not streams_dir:
+        return {}
+    path = os.path.join(streams_dir, "streams_config.json")
+    try:
+        with open(path) as f:
+            return json.load(f).get("extra", {}).get("decode", {}) or {}
+    except (OSError, ValueError):
+        return {}
+
+
+def tree_nodes(topk: tuple[int, ...], budget: int) -> int:
+    total, width = 1, 1
+    for k in topk:
+        width *= k
+        total += width
+    return min(total, budget)
+
+
+def _csv(text: str | None) -> list[str]:
+    return [t.strip() for t in (text or "").split(",") if t.strip()]
+
+
+def plan(args) -> dict:
+    """Resolve sizes, methods, precisions and ablations from the flags (quick mode fills defaults)."""
+    CATEGORIES = suite_categories(args.suite)
+    methods = _csv(args.methods)
+    unknown = [m for m in methods if m not in ALL_METHODS]
+    if unknown:
+        raise SpecstreamError(f"unknown methods {unknown}; choose from {', '.join(ALL_METHODS)}")
+    if "ar" not in methods:
+        methods.insert(0, "ar")
+    categories = _csv(args.categories) or list(CATEGORIES)
+    bad = [c for c in categories if c not in CATEGORIES]
+    if bad:
+        raise SpecstreamError(f"unknown categories {bad}; choose from {', '.join(CATEGORIES)}")
+    if args.quick and not args.categories:
+        categories = categories[: QUICK["categories"]]
+    n = args.n if args.n is not None else (QUICK["n"] if args.quick else DEFAULT_N)
+    max_new = args.max_new_tokens if args.max_new_tokens is not None else (QUICK["max_new"] if args.quick else DEFAULT_MAX_NEW)
+    if args.precisions is not None:
+        precisions = _csv(args.precisions)
+    elif args.quantize is not None:
+        precisions = ["nf4" if args.quantize == "nf4" else "fp32"]
+    else:
+        precisions = _csv(QUICK["precisions"]) if args.quick else ["fp32", "nf4"]
+    bad = [p for p in precisions if p not in ("fp32", "nf4")]
+    if bad or not precisions:
+        raise SpecstreamError(f"--precisions must list fp32 and/or nf4, got {args.precisions!r}")
+    if args.ablations is not None:
+        ablations = [] if args.ablations.strip() == "none" else _csv(args.ablations)
+    else:
+        ablations = _csv(QUICK["ablations"]) if args.quick else list(ABLATIONS)
+    bad = [a for a in ablations if a not in ABLATIONS]
+    if bad:
+        raise SpecstreamError(f"unknown ablations {bad}; choose from {', '.join(ABLATIONS)} or 'none'")
+    if "ns" in ablations and not args.ablation_streams and args.base == defaults.BASE_DIR and os.path.isdir(defaults.NS2_DIR):
+        # the old 9.4M model ships a second lossless stream set with Ns = 2 for this ablation
+        args.ablation_streams = f"{defaults.NS2_DIR},{defaults.LOSSLESS_DIR}"
+    if "ns" in ablations and not args.ablation_streams:
+        ablations.remove("ns")  # only with stream sets of different Ns
+    if n < 1 or max_new < 1:
+        raise SpecstreamError("--n and --max-new-tokens must be >= 1")
+    baseline = args.baseline if args.baseline in methods else "ar"
+    return {"methods": methods, "categories": categories, "n": n, "max_new": max_new, "precisions": precisions,
+            "ablations": ablations, "baseline": baseline}
+
+
+def _load_engine(base, streams_dir, precision, device, chat=True):
+    from specstream_core.decoding.engine import Engine
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return Engine.load(base, streams_dir, precision=precision, device=device, fresh_streams=False, chat=chat)
+
+
+def suite_categories(suite: str) -> tuple[str, ...]:
+    if suite == "tasks":
+        from specstream_core.tasks import CATEGORIES
+    else:
+        from specstream_core.tasks.corpus import CATEGORIES
+    return tuple(CATEGORIES)
+
+
+def suite_examples(suite: str, category: str, n: int) -> list[dict]:
+    """Eval examples of one category: {"prompt", ...} records the suite's scorer understands."""
+    if suite == "tasks":
+        from specstream_core.tasks import load_split
+
+        return load_split("eval", category, n=n)
+    from specstream_core.tasks.corpus import load_corpus
+
+    return load_corpus("eval", category, n=n)
+
+
+def suite_scorer(suite: str, examples: dict[str, list[dict]], engine):
+    """score(category, index, output tokens) -> the example's task score of the decoded answer."""
+    if suite == "tasks":
+        from specstream_core.tasks import score as task_score
+
+        def score(category, i, tokens):
+            return float(task_score(examples[category][i], engine.decode_text(tokens)))
+    else:
+        from specstream_core.tasks.corpus import score as corpus_score
+
+        def score(category, i, tokens):
+            return float(corpus_score(examples[category][i], engine.decode_text(tokens)))
+    return score
+
+
+def build_methods(names, engine, precision, ctx, shared_engine=None) -> list:
+    """Benchmark methods on one engine (one precision)."""
+    from specstream_core.bench.runner import engine_method, hf_method
+    from specstream_core.decoding.drafters import PromptLookupDrafter
+
+    max_new, ss_cfg, ar_cfg = ctx["max_new"], ctx["ss_cfg"], ctx["ar_cfg"]
+    built = []
+    for name in names:
+        if name == "ar":
+            built.append(engine_method("ar", engine, ar_cfg))
+        elif name == "hf-greedy":
+            built.append(hf_method("hf-greedy", engine.model, max_new))
+        elif name == "hf-pld":
+            built.append(hf_method("hf-pld", engine.model, max_new, prompt_lookup_num_tokens=10))
+        elif name == "hf-assisted":
+            draft = ctx.get("draft_model")
+            if draft is None:
+                continue
+            built.append(hf_method("hf-assisted", engine.model, max_new, extra_params=ctx["draft_params"],
+                                   assistant_model=draft))
+        elif name == "pld":
+            built.append(engine_method("pld", engine, ss_cfg, lambda: PromptLookupDrafter(),
+                                       tree_nodes=11))
+        elif name == "medusa":
+            if not ctx.get("medusa_dir"):
+                continue
+            from specstream_core.training.medusa import MedusaDrafter, MedusaHeads, recommended_topk
+
+            heads = MedusaHeads.load(ctx["medusa_dir"], engine.model)
+            topk = recommended_topk(ctx["medusa_dir"]) or ss_cfg.tree_topk
+            budget = ss_cfg.node_budget
+            built.append(engine_method("medusa", engine, ss_cfg,
+                                       lambda heads=heads, topk=topk: MedusaDrafter(heads, engine.logits, topk, budget),
+                                       extra_params=heads.extra_parameter_count(), tree_nodes=tree_nodes(topk, budget)))
+        elif name == "ss-lossless":
+            if engine.streams is None:
+                continue
+            built.append(engine_method("ss-lossless", engine, ss_cfg, extra_params=engine.streams.extra_parameter_count(),
+                                       tree_nodes=tree_nodes(ss_cfg.tree_topk, ss_cfg.node_budget)))
+        elif name == "ss-shared" and shared_engine is not None:
+            scfg = ctx["shared_cfg"]
+            built.append(engine_method("ar-shared", shared_engine, ar_cfg))
+            lora = lora_parameter_count(ctx["shared_dir"])  # merged into the weights on load: count the file
+            built.append(engine_method("ss-shared", shared_engine, scfg, reference="ar-shared",
+                                       extra_params=shared_engine.streams.extra_parameter_count() + lora,
+                                       tree_nodes=tree_nodes(scfg.tree_topk, scfg.node_budget)))
+    return built
+
+
+def ablation_methods(names_needed, engine, ctx, plan_) -> list:
+    """Ablation variants of lossless speculative streaming on the fp32 engine (γ, k, Ns, pruning)."""
+    from specstream_core.bench.runner import engine_method, hf_method
+
+    ss_cfg, max_new = ctx["ss_cfg"], ctx["max_new"]
+    out = [engine_method("ar", engine, ctx["ar_cfg"])]
+    if plan_["baseline"] == "hf-greedy":
+        out.append(hf_method("hf-greedy", engine.model, max_new))
+    extra = engine.streams.extra_parameter_count()
+    gamma = engine.streams.cfg.gamma
+    rec = tuple(ss_cfg.tree_topk) + (1,) * gamma
+    if "gamma" in names_needed:
+        for g in range(1, gamma + 1):
+            cfg = replace(ss_cfg, tree_topk=rec[:g])
+            out.append(engine_method(f"ss γ={g}", engine, cfg, extra_params=extra, ablation="gamma", value=str(g),
+                                     tree_nodes=tree_nodes(cfg.tree_topk, cfg.node_budget)))
+    if "topk" in names_needed:
+        for t in TOPK_GRID:
+            t = t[:gamma]
+            cfg = replace(ss_cfg, tree_topk=t, prune_threshold=0.0)
+            label = ",".join(map(str, t))
+            out.append(engine_method(f"ss k={label}", engine, cfg, extra_params=extra, ablation="topk",
+                                     value=f"{label} ({tree_nodes(t, cfg.node_budget)} nodes)",
+                                     tree_nodes=tree_nodes(t, cfg.node_budget)))
+    if "prune" in names_needed and engine.streams.prune is not None:
+        t = PRUNE_TREE[:gamma]
+        for th in PRUNE_GRID:
+            cfg = replace(ss_cfg, tree_topk=t, prune_threshold=th)
+            out.append(engine_method(f"ss prune={th}", engine, cfg, extra_params=extra, ablation="prune",
+                                     value=f"{th}", tree_nodes=tree_nodes(t, cfg.node_budget)))
+    if "ns" in names_needed:
+        for d in _csv(ctx["ablation_streams"]):
+            other = _load_engine(ctx["base"], d, "fp32", ctx["device"])
+            rec_d = recommended(d)
+            cfg = replace(ss_cfg, tree_topk=tuple(rec_d.get("topk", ss_cfg.tree_topk)))
+            ns = other.streams.cfg.n_stream_layers
+            out.append(engine_method(f"ss Ns={ns} ({os.path.basename(d.rstrip('/'))})", other, cfg,
+                                     extra_params=other.streams.extra_parameter_count(), ablation="ns",
+                                     value=f"{ns} ({os.path.basename(d.rstrip('/'))})",
+                                     tree_nodes=tree_nodes(cfg.tree_topk, cfg.node_budget)))
+    return out
+
+
+def run(args) -> int:
+    import torch
+
+    from specstream_core.bench.runner import markdown_table, run_benchmark, summarize, summary_table
+
+    t_start = time.time()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    pl = plan(args)
+    base, lossless = defaults.resolve(args.base, args.streams)
+    bundled = not args.base
+    shared = args.shared_streams or (defaults.default_streams("shared") if bundled else None)
+    draft_dir = args.draft or (DRAFT_DIR if bundled and os.path.isdir(DRAFT_DIR) else None)
+    medusa_dir = args.medusa or (MEDUSA_DIR if bundled and os.path.isdir(MEDUSA_DIR) else None)
+    for name, have, what in (("hf-assisted", draft_dir, "--draft (a draft model)"), ("medusa", medusa_dir, "--medusa"),
+                             ("ss-shared", shared, "--shared-streams")):
+        if name in pl["methods"] and not have:
+            print(f"skipping {name}: no {what}")
+    rec = recommended(lossless)
+    topk = parse_topk(args.topk) if args.topk else tuple(rec.get("topk", (4, 3, 2, 1)))
+    prune = args.prune_threshold if args.prune_threshold is not None else rec.get("prune_threshold", 0.0)
+    budget = args.node_budget if args.node_budget is not None else rec.get("node_budget", 64)
+    max_new = pl["max_new"]
+    ctx = {"max_new": max_new, "base": base, "device": args.device, "ablation_streams": args.ablation_streams,
+           "ss_cfg": DecodeConfig(mode="ss", max_new_tokens=max_new, tree_topk=topk, prune_threshold=prune,
+                                  node_budget=budget),
+           "ar_cfg": DecodeConfig(mode="ar", max_new_tokens=max_new), "medusa_dir": medusa_dir, "shared_dir": shared}
+    if shared:
+        srec = recommended(shared)
+        ctx["shared_cfg"] = DecodeConfig(mode="ss", max_new_tokens=max_new, tree_topk=tuple(srec.get("topk", topk)),
+                                         prune_threshold=srec.get("prune_threshold", prune),
+                                         node_budget=srec.get("node_budget", budget))
+    if draft_dir and "hf-assisted" in pl["methods"]:
+        from transformers import AutoModelForCausalLM
+
+        ctx["draft_model"] = AutoModelForCausalLM.from_pretrained(draft_dir, dtype=torch.float32).to(args.device).eval()
+        ctx["draft_params"] = sum(p.numel() for p in ctx["draft_model"].parameters())
+
+    rows, ablation_rows, engines = [], [], {}
+    prompts = None
+    print(f"bench: {len(pl['categories'])} categories × {pl['n']} prompts × ≤{max_new} tokens; precisions "
+          f"{', '.join(pl['precisions'])}; ablations {', '.join(pl['ablations']) or 'none'}; ss tree {list(topk)}, "
+          f"prune {prune}, budget {budget}; torch threads {torch.get_num_threads()}", flush=True)
+    for precision in pl["precisions"]:
+        engine = _load_engine(base, lossless, precision, args.device, chat=not args.raw)
+        engines[precision] = engine
+        shared_engine = (_load_engine(base, shared, precision, args.device, chat=not args.raw)
+                         if shared and "ss-shared" in pl["methods"] else None)
+        if prompts is None:
+            examples = {c: suite_examples(args.suite, c, pl["n"]) for c in pl["categories"]}
+            prompts = {c: [engine.encode(ex["prompt"], max_new) for ex in exs] for c, exs in examples.items()}
+            scorer = suite_scorer(args.suite, examples, engine)
+        built = build_methods(pl["methods"], engine, precision, ctx, shared_engine)
+        baseline = pl["baseline"] if pl["baseline"] in [m.name for m in built] else "ar"
+        rows += run_benchmark(prompts, built, baseline=baseline, precision=precision, desc=f"bench {precision}",
+                              score=scorer)
+    if pl["ablations"]:
+        engine = engines.get("fp32") or _load_engine(base, lossless, "fp32", args.device, chat=not args.raw)
+        if engine.streams is None:
+            print("skipping ablations: no lossless streams")
+        else:
+            cats = pl["categories"][: args.ablation_categories]
+            sub = {c: prompts[c][: args.ablation_n] for c in cats}
+            variants = ablation_methods(pl["ablations"], engine, ctx, pl)
+            baseline = pl["baseline"] if pl["baseline"] in [m.name for m in variants] else "ar"
+            ablation_rows = [r for r in run_benchmark(sub, variants, baseline=baseline, desc="ablations")
+                             if r.ablation]
+    summary = summarize(rows)
+    table = markdown_table(rows, pl["baseline"])
+    overview = summary_table(summary, pl["baseline"])
+    abl_table = markdown_table(ablation_rows, pl["baseline"]) if ablation_rows else ""
+    wall = time.time() - t_start
+    print(overview)
+    print(table)
+    if abl_table:
+        print(abl_table)
+    print(f"bench took {wall / 60:.1f} min")
+    settings = {"suite": args.suite, "chat": not args.raw, "topk": list(topk), "prune_threshold": prune, "node_budget": budget, "n": pl["n"],
+                "max_new_tokens": max_new, "precisions": pl["precisions"], "baseline": pl["baseline"],
+                "categories": pl["categories"], "ablations": pl["ablations"], "ablation_categories":
+                pl["categories"][: args.ablation_categories], "ablation_n": args.ablation_n,
+                "device": args.device, "threads": torch.get_num_threads(), "wall_s": round(wall, 1),
+                "draft": draft_dir and os.path.relpath(draft_dir, defaults.ROOT),
+                "medusa": medusa_dir and os.path.relpath(medusa_dir, defaults.ROOT), "quick": bool(args.quick),
+                "date": time.strftime("%Y-%m-%d %H:%M"), "device_name": _device_name(args.device)}
+    data = {"rows": [asdict(r) for r in rows], "ablations": [asdict(r) for r in ablation_rows], "summary": summary,
+            "settings": settings}
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(data, f, indent=1)
+    if args.markdown:
+        os.makedirs(os.path.dirname(os.path.abspath(args.markdown)), exist_ok=True)
+        with open(args.markdown, "w") as f:
+            f.write(f"## Summary\n\n{overview}\n\n## Per category\n\n{table}\n")
+            if abl_table:
+                f.write(f"\n## Ablations (fp32, lossless streams)\n\n{abl_table}\n")
+    if args.plots:
+        from specstream_core.bench.plots import write_plots
+
+        written = write_plots(json.loads(json.dumps(data)), args.plots)
+        print(f"wrote {len(written)} figure files to {args.plots}")
+    if args.doc:
+        update_doc(args.doc, json.loads(json.dumps(data)), command_line(), args.plots)
+        print(f"updated {args.doc}")
+    return 0
+
+
+def command_line() -> str:
+    import shlex
+    import sys
+
+    argv = sys.argv[1:] if sys.argv and sys.argv[0].endswith(("__main__.py", "specstream_core")) else []
+    return "python -m specstream_core " + (shlex.join(argv) if argv else "bench")
+
+
+def doc_section(data: dict, command: str, plots_dir: str | None, doc_dir: str) -> str:
+    """The generated part of docs/BENCHMARKS.md: settings, tables, figures (with the command), and where
+    speculative streaming (lossless) is not ahead."""
+    from specstream_core.bench.plots import ablation_params, method_summary, precisions
+    from specstream_core.bench.runner import _num
+
+    s = data["settings"]
+    base = s["baseline"]
+    out = [f"Measured {s['date']} on {s['device_name']} ({s['device']}, {s['threads']} torch threads), "
+           f"{len(s['categories'])} categories × {s['n']} eval prompts × ≤ {s['max_new_tokens']} new tokens, greedy; "
+           f"ablations on {', '.join(s['ablation_categories'])} × {s['ablation_n']} prompts (fp32). The run took "
+           f"{s['wall_s'] / 60:.1f} min. Every figure and table below comes from this one command:",
+           "", "```bash", command, "```", "",
+           f"Speedup: median over prompts of {base} wall time ÷ method wall time, measured in the same process with "
+           "the methods alternating per prompt after a warm-up. τ: tokens per forward pass of the target model "
+           "(transformers' methods: counted with a hook; the draft model's own passes are not counted). "
+           "speedup ÷ τ near 1 means a speculative pass costs what a plain pass costs.", "",
+           "### Summary (median over categories)", ""]
+    out.append(f"| method | precision | speedup vs {base} | mean τ | speedup ÷ τ | identical to greedy | extra params |")
+    out.append("|---|---|---|---|---|---|---|")
+    for m in method_summary(data):
+        rows = [r for r in data["rows"] if r["method"] == m["method"] and r["precision"] == m["precision"]]
+        same = f"{sum(r['identical_count'] for r in rows)}/{sum(r['prompts'] for r in rows)}"
+        out.append(f"| {m['method']} | {m['precision']} | {m['speedup']:.2f}× | {_num(m['tau'] or float('nan'))} | "
+                   f"{_num(m['bound'] or float('nan'))} | {same} | {rows[0]['extra_params']:,} |")
+    for p in precisions(data):
+        names = list(dict.fromkeys(r["method"] for r in data["rows"] if r["precision"] == p))
+        out += ["", f"### Per category, {p}: speedup vs {base} (τ)", "",
+                "| category | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+        for c in s["categories"]:
+            cells = []
+            for n in names:
+                r = next((r for r in data["rows"] if r["precision"] == p and r["method"] == n and r["category"] == c), None)
+                cells.append("–" if r is None else f"{r['speedup']:.2f}× ({_num(r['tau'])})" +
+                             ("" if r["identical"] else f" ≠{r['prompts'] - r['identical_count']}"))
+            out.append(f"| {c} | " + " | ".join(cells) + " |")
+    out += ["", "### Where speculative streaming is not ahead", "",
+            "Categories where a method other than speculative streaming is faster (median speedups above):", ""]
+    behind = []
+    for mode in ("ss-lossless", "ss-shared"):
+        for p in precisions(data):
+            for c in s["categories"]:
+                rows = {r["method"]: r for r in data["rows"] if r["precision"] == p and r["category"] == c}
+                ss = rows.get(mode)
+                if ss is None:
+                    continue
+                better = sorted(((r["speedup"], n) for n, r in rows.items()
+                                 if not n.startswith(("ss-", "ar-shared")) and r["speedup"] > ss["speedup"]), reverse=True)
+                if better:
+                    behind.append(f"- {mode}, {c} ({p}): {ss['speedup']:.2f}× (τ {_num(ss['tau'])}) behind " +
+                                  ", ".join(f"{n} {v:.2f}× (τ {_num(rows[n]['tau'])})" for v, n in better))
+    out += behind or ["- nowhere in this run."]
+    if data.get("ablations"):
+        out += ["", "### Ablations (fp32, lossless streams)", "",
+                f"| ablation | value | tree nodes | mean τ | median speedup vs {base} | speedup ÷ τ |", "|---|---|---|---|---|---|"]
+        from specstream_core.bench.plots import ablation_series
+
+        for param in ablation_params(data):
+            for pt in ablation_series(data, param):
+                out.append(f"| {param} | {pt['value']} | {pt['tree_nodes']} | {_num(pt['tau'] or float('nan'))} | "
+                           f"{pt['speedup']:.2f}× | {_num(pt['bound'] or float('nan'))} |")
+        out += ["", "γ here is the depth of the draft built from the first g streams of the γ = 4 trained streams "
+                "(the streams were not retrained per γ)."]
+    if plots_dir:
+        rel = os.path.relpath(os.path.abspath(plots_dir), os.path.abspath(doc_dir))
+        out += ["", "### Figures", "", f"All made by the command above (`--plots {plots_dir}`); interactive versions: "
+                "the `.html` files beside them, and the lab's Benchmarks panel.", ""]
+        names = [f"speedup-{p}" for p in precisions(data)] + [f"tau-{p}" for p in precisions(data)] + ["bound"]
+        names += [f"ablation-{a}" for a in ablation_params(data)]
+        for n in names:
+            out += [f"![{n}]({rel}/{n}.svg)", ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def update_doc(path: str, data: dict, command: str, plots_dir: str | None) -> None:
+    text = open(path).read() if os.path.isfile(path) else f"# Benchmarks\n\n{DOC_BEGIN}\n{DOC_END}\n"
+    if DOC_BEGIN not in text or DOC_END not in text:
+        text = text.rstrip() + f"\n\n{DOC_BEGIN}\n{DOC_END}\n"
+    head, rest = text.split(DOC_BEGIN, 1)
+    _, tail = rest.split(DOC_END, 1)
+    section = doc_section(data, command, plots_dir, os.path.dirname(os.path.abspath(path)))
+    with open(path, "w") as f:
+        f.write(f"{head}{DOC_BEGIN}\n{section}{DOC_END}{tail}")
+
+
+def _device_name(device: str) -> str:
+    import platform
+
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.get_device_name(0)
+    return f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores)"

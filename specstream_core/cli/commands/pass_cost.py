@@ -1,0 +1,114 @@
+"""`pass-cost`: what a plain pass, a draft-verification pass and a Speculative Streaming pass cost on this
+machine, and the τ each needs to break even or reach 2× (see specstream_core/pass_cost.py).
+
+    python -m specstream_core pass-cost                       # the bundled model and its lossless streams
+    python -m specstream_core pass-cost --precisions fp32,nf4 --streams assets/streams-lossless,assets/streams-shared
+    python -m specstream_core pass-cost --base MODEL --gamma 4 --n-stream-layers 4   # any model, fresh streams
+
+No trained drafter is needed: a pass costs the same whatever the streams have learned.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import warnings
+
+from specstream_core.model import defaults
+from specstream_core.errors import SpecstreamError
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--base", help="base model directory or hub id (default: the bundled one)")
+    p.add_argument("--streams", default="", help="stream directory, or several separated by commas (default: the "
+                   "bundled lossless streams; with --base: fresh streams)")
+    p.add_argument("--gamma", type=int, default=4, help="streams of fresh (untrained) stream parameters")
+    p.add_argument("--n-stream-layers", type=int, default=None, help="multi-stream layers of fresh streams")
+    p.add_argument("--precisions", default="fp32", help="comma-separated subset of fp32, bf16, nf4, int8")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--context", type=int, default=256, help="tokens already in the KV cache")
+    p.add_argument("--verify-rows", default="2,3,5,9", help="chain lengths of the draft-verification passes")
+    p.add_argument("--repeats", type=int, default=30, help="timed rounds (median)")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--json", metavar="FILE", help="write every run (passes and settings) as JSON")
+    p.add_argument("--markdown", metavar="FILE", help="write the tables as Markdown")
+    p.add_argument("--plots", metavar="DIR", help="write the figure (pass-cost.svg and pass-cost.html) into DIR")
+
+
+def _plan(args) -> tuple[tuple[int, ...], list[str], list[str | None]]:
+    from specstream_core.model.loading import PRECISIONS
+
+    try:
+        verify_rows = tuple(int(x) for x in args.verify_rows.split(",") if x.strip())
+    except ValueError:
+        raise SpecstreamError(f"--verify-rows must be comma-separated integers, got {args.verify_rows!r}") from None
+    precisions = [x.strip() for x in args.precisions.split(",") if x.strip()]
+    bad = [x for x in precisions if x not in PRECISIONS]
+    if bad or not precisions:
+        raise SpecstreamError(f"--precisions must list some of {', '.join(PRECISIONS)}, got {args.precisions!r}")
+    if not 1 <= args.gamma <= 16:
+        raise SpecstreamError(f"--gamma must be between 1 and 16, got {args.gamma}")
+    if not 1 <= args.repeats <= 10000:
+        raise SpecstreamError(f"--repeats must be between 1 and 10000, got {args.repeats}")
+    if args.context < 1:
+        raise SpecstreamError(f"--context must be at least 1 token, got {args.context}")
+    stream_dirs = [x.strip() for x in args.streams.split(",") if x.strip()] or [None]
+    for d in stream_dirs:
+        if d is not None and not os.path.isfile(os.path.join(d, "streams_config.json")):
+            raise SpecstreamError(f"{d} is not a stream directory (no streams_config.json)")
+    return verify_rows, precisions, stream_dirs
+
+
+def run(args) -> int:
+    import torch
+
+    from specstream_core.bench.plots import pass_cost_figure, svg_bars
+    from specstream_core.decoding.engine import Engine
+    from specstream_core.bench.pass_cost import figure_series, markdown, measure, to_json
+
+    verify_rows, precisions, stream_dirs = _plan(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    runs = []
+    for streams_arg in stream_dirs:
+        base, streams = defaults.resolve(args.base, streams_arg)
+        for precision in precisions:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # fresh streams cost the same as trained ones: no warning here
+                engine = Engine.load(base, streams_dir=streams, precision=precision, device=args.device,
+                                     gamma=args.gamma, n_stream_layers=args.n_stream_layers)
+            name = os.path.basename(streams.rstrip("/")) if streams else f"fresh streams (γ {args.gamma})"
+            label = f"{precision} · {name}"
+            print(f"measuring {label} ...", flush=True)
+            costs = measure(engine, context=args.context, verify_rows=verify_rows, repeats=args.repeats,
+                            progress=not args.no_progress)
+            settings = {"model": base, "streams": streams or name, "precision": precision, "device": str(engine.device),
+                        "threads": torch.get_num_threads(), "context": args.context, "repeats": args.repeats,
+                        "gamma": engine.streams.cfg.gamma, "n_stream_layers": engine.streams.cfg.n_stream_layers,
+                        "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+                        "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+                        "torch": torch.__version__}
+            runs.append(to_json(label, costs, settings))
+            del engine
+    tables = markdown(runs)
+    print(tables)
+    if args.json:
+        _write(args.json, json.dumps({"runs": runs}, indent=1) + "\n")
+    if args.markdown:
+        _write(args.markdown, tables)
+    if args.plots:
+        labels, series = figure_series(runs)
+        title = "Cost of one forward pass ÷ a plain pass"
+        _write(os.path.join(args.plots, "pass-cost.svg"), svg_bars(title, labels, series, "× plain pass"))
+        pass_cost_figure(runs).write_html(os.path.join(args.plots, "pass-cost.html"), include_plotlyjs="cdn",
+                                          full_html=True)
+    return 0
+
+
+def _write(path: str, text: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)

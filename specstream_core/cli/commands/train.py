@@ -1,0 +1,175 @@
+"""`train`: train stream parameters (lossless or shared mode) on the task suite or a JSONL file."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+
+from specstream_core.model import defaults
+from specstream_core.errors import SpecstreamError
+from specstream_core.training.streams import TrainConfig, pack, require_checkpoint, train
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--base", help="base model directory or hub id (default: the bundled base model)")
+    p.add_argument("--out", required=True, help="output directory for the streams")
+    p.add_argument("--mode", choices=("lossless", "shared"), default="lossless")
+    p.add_argument("--data", default="tasks", help="'tasks' (the bundled task suite) or a JSONL file with "
+                   "{\"prompt\", \"completion\"} or {\"text\"} lines")
+    p.add_argument("--examples-per-category", type=int, default=1500, help="task-suite examples per category")
+    p.add_argument("--gamma", type=int, default=4)
+    p.add_argument("--n-stream-layers", type=int, default=2)
+    p.add_argument("--adapter-rank", type=int, default=16, help="stream-rows-only LoRA rank (lossless)")
+    p.add_argument("--lora-rank", type=int, default=16, help="shared LoRA rank (shared mode)")
+    p.add_argument("--steps", type=int, default=600)
+    p.add_argument("--minutes", type=float, default=0.0, help="stop after this many minutes (0 = no limit)")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="bf16 autocast (fast on GPUs; measured ~10x slower than fp32 on this CPU)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (0 = torch default)")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint (an error when there is "
+                   "none, or when it was made with another base model, settings or data)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--distill", action="store_true",
+                   help="train on the base model's own greedy answers to the prompts (self-distillation: "
+                        "what lossless streams must predict to be accepted)")
+    p.add_argument("--distill-max-new-tokens", type=int, default=128, help="cap on each distilled answer")
+    p.add_argument("--distill-cache", default="", help="JSONL file that keeps distilled answers between runs")
+    p.add_argument("--eval-data", default="", help="JSONL file of eval examples (default: the last 5%% of --data)")
+    p.add_argument("--max-examples", type=int, default=0, help="use only the first N training examples (0 = all)")
+    p.add_argument("--raw", action="store_true", help="do not wrap prompts in the model's chat template")
+    p.add_argument("--draft-vocab", type=int, default=0,
+                   help="streams score only the N most frequent answer tokens (0 = the whole vocabulary)")
+    p.add_argument("--feature-cache-gb", type=float, default=4.0,
+                   help="lossless: memory for reusing the frozen lower layers' output per sequence (0 = off)")
+    p.add_argument("--recommend-topk", default="", help="store a recommended draft tree (e.g. 3,2,1,1) with the streams")
+    p.add_argument("--recommend-prune", type=float, default=None, help="store a recommended pruning threshold")
+    p.add_argument("--recommend-budget", type=int, default=None, help="store a recommended node budget")
+
+
+def load_examples(data: str, tokenizer, per_category: int, split: str,
+                  chat: bool = True) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, answer ids + EOS) pairs; the loss is taken on answers only.
+
+    data: 'tasks' (the old templated suite), or a JSONL file of {"text"} or {"prompt", "completion"}
+    lines (a `prompts` corpus file: {"prompt", "reference"}; with --distill the answer may be missing).
+    A file's last 5 % is its eval split unless a separate eval file is given. Prompts are wrapped in the
+    tokenizer's chat template (when it has one) unless `chat` is False."""
+    from specstream_core.model.chat import encode_prompt
+
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    if data == "tasks":
+        from specstream_core.tasks import load_split
+
+        rows = [(ex["prompt"], ex["reference"]) for ex in load_split(split, n=per_category)]
+    else:
+        rows = read_jsonl_examples(data)
+        if split == "eval":
+            rows = rows[-max(1, len(rows) // 20):]
+        elif split == "train":
+            rows = rows[: len(rows) - max(1, len(rows) // 20)] if len(rows) > 20 else rows
+    pairs = []
+    for prompt, answer in rows:
+        if not prompt:
+            pairs.append(([], tokenizer(answer, add_special_tokens=True)["input_ids"] + eos))
+        elif chat:
+            pairs.append((encode_prompt(tokenizer, prompt, True),
+                          (tokenizer(answer, add_special_tokens=False)["input_ids"] if answer else []) + eos))
+        else:
+            full = tokenizer(prompt + answer, add_special_tokens=True)["input_ids"]
+            cut = len(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+            pairs.append((full[:cut], full[cut:] + eos))
+    return pairs
+
+
+def read_jsonl_examples(path: str) -> list[tuple[str, str]]:
+    """(prompt, answer) rows of a JSONL file: {"text"}, {"prompt", "completion"} or {"prompt", "reference"}."""
+    if not os.path.isfile(path):
+        raise SpecstreamError(f"training data file not found: {path}")
+    rows = []
+    with open(path, encoding="utf-8-sig") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                raise SpecstreamError(f"{path}:{n}: not valid JSON") from None
+            if not isinstance(obj, dict):
+                raise SpecstreamError(f"{path}:{n}: expected a JSON object")
+            if isinstance(obj.get("text"), str):
+                rows.append(("", obj["text"]))
+            elif isinstance(obj.get("prompt"), str):
+                answer = obj.get("completion", obj.get("reference")) or ""
+                rows.append((obj["prompt"], answer if isinstance(answer, str) else str(answer)))
+            else:
+                raise SpecstreamError(f"{path}:{n}: expected 'text' or 'prompt' (+ 'completion')")
+    return rows
+
+
+def run(args) -> int:
+    from specstream_core.model.loading import LoadConfig, load_model, load_tokenizer
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cfg = TrainConfig(mode=args.mode, gamma=args.gamma, n_stream_layers=args.n_stream_layers,
+                      adapter_rank=args.adapter_rank, lora_rank=args.lora_rank, steps=args.steps,
+                      minutes=args.minutes, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
+                      precision=args.precision, seed=args.seed, draft_vocab_size=args.draft_vocab,
+                      feature_cache_gb=args.feature_cache_gb)
+    if args.resume:  # before loading and distilling anything
+        require_checkpoint(args.out, cfg.checkpoint_every)
+    base, _ = defaults.resolve(args.base, None)
+    tokenizer = load_tokenizer(base)
+    model = load_model(LoadConfig(base, precision="fp32", device=args.device))
+    chat = not args.raw
+    if args.eval_data:
+        train_pairs = load_examples(args.data, tokenizer, args.examples_per_category, "all", chat)
+        eval_pairs = load_examples(args.eval_data, tokenizer, 0, "all", chat)
+    else:
+        train_pairs = load_examples(args.data, tokenizer, args.examples_per_category, "train", chat)
+        eval_pairs = load_examples(args.data, tokenizer, max(20, args.examples_per_category // 20), "eval", chat)
+    if args.max_examples:
+        train_pairs = train_pairs[: args.max_examples]
+    if args.distill:
+        from specstream_core.training.distill import distilled_pairs
+
+        cache = args.distill_cache or None
+        train_pairs = distilled_pairs(model, tokenizer, train_pairs, args.distill_max_new_tokens, cache_file=cache)
+        eval_pairs = distilled_pairs(model, tokenizer, eval_pairs, args.distill_max_new_tokens, cache_file=cache)
+    train_pairs = [p for p in train_pairs if p[1]]  # prompts without an answer (not yet distilled)
+    if not train_pairs:
+        raise SpecstreamError("no training examples with an answer (use --distill for prompt-only data)")
+    draft_vocab = None
+    if args.draft_vocab:
+        from specstream_core.training.streams import draft_vocab_coverage, frequent_tokens
+
+        draft_vocab = frequent_tokens(train_pairs, args.draft_vocab, always=(tokenizer.eos_token_id,))
+        print(f"draft vocabulary: {len(draft_vocab)} tokens cover "
+              f"{draft_vocab_coverage(train_pairs, draft_vocab):.1%} of training answer tokens and "
+              f"{draft_vocab_coverage(eval_pairs, draft_vocab):.1%} of eval answer tokens")
+    train_data = pack(train_pairs, cfg.seq_len)
+    eval_data = pack(eval_pairs, cfg.seq_len)
+    print(f"training {cfg.mode} streams on {train_data[0].numel():,} tokens "
+          f"({int(train_data[1].sum()):,} answer tokens); eval {eval_data[0].numel():,} tokens")
+    decode = {}
+    extra = {"targets": "self-distilled (base greedy answers)" if args.distill else "data"}
+    if args.recommend_topk:
+        from specstream_core.decoding.config import parse_topk
+
+        decode["topk"] = list(parse_topk(args.recommend_topk))
+    if args.recommend_prune is not None:
+        decode["prune_threshold"] = args.recommend_prune
+    if args.recommend_budget is not None:
+        decode["node_budget"] = args.recommend_budget
+    summary = train(model, cfg, train_data, args.out, eval_data=eval_data, resume=args.resume,
+                    extra={**extra, "decode": decode} if decode else extra, draft_vocab=draft_vocab)
+    ev = summary.get("eval", {})
+    print(json.dumps({"out": args.out, "steps": summary["steps"], "train_seconds": round(summary["train_seconds"], 1),
+                      "extra_parameters": summary["extra_parameters"], "eval": ev}, indent=1))
+    return 0

@@ -1,0 +1,203 @@
+"""The engine: a base model, its tokenizer and (optionally) stream parameters, ready to decode.
+
+    engine = Engine.load("assets/base", streams_dir="assets/streams-lossless")
+    result = engine.generate("### Task: sql ...", DecodeConfig(mode="ss", max_new_tokens=64))
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from functools import lru_cache
+
+import torch
+
+from specstream_core.model import compat
+from specstream_core.decoding.config import DecodeConfig, PlainDecoding, Result, SpeculativeDecoding
+from specstream_core.decoding.drafters import Drafter
+from specstream_core.model.chat import encode_prompt
+from specstream_core.errors import SpecstreamError
+from specstream_core.model.loading import LoadConfig, load_model, load_tokenizer
+from specstream_core.model.streams import LORA_DIR, StreamParams, read_stream_config, warn_fresh
+
+
+class Engine:
+    def __init__(self, model, tokenizer=None, streams: StreamParams | None = None, name: str = "model",
+                 precision: str = "fp32", chat: bool = True):
+        compat_check(model)
+        self.chat = chat  # wrap text prompts in the tokenizer's chat template, when it has one
+        self.model = model
+        self.tokenizer = tokenizer
+        self.streams = streams
+        self.name = name
+        self.precision = precision
+        self.device = next(model.parameters()).device
+        self.window = compat.sliding_window(model.config)
+        self.context_length = int(getattr(model.config, "max_position_embeddings", 2048))
+        eos = getattr(model.generation_config, "eos_token_id", None) if hasattr(model, "generation_config") else None
+        if eos is None:
+            eos = getattr(model.config, "eos_token_id", None)
+        self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else ([eos] if eos is not None else []))
+        self._lm_head = compat.lm_head(model)
+        self._causal_cache: dict[int, torch.Tensor] = {}
+        self.token_text = lru_cache(maxsize=65536)(self._token_text)
+
+    # ---- construction ------------------------------------------------------------------------
+    @classmethod
+    def load(cls, base: str, streams_dir: str | None = None, precision: str = "fp32", device: str = "cpu",
+             gamma: int = 4, n_stream_layers: int | None = None, exact_nf4: bool = True,
+             fresh_streams: bool = True, chat: bool = True) -> "Engine":
+        """Base model (directory or hub id) + stream directory; fresh streams when none is given.
+
+        chat: wrap text prompts as a user turn of the model's chat template (when it has one)."""
+        if streams_dir is not None:
+            read_stream_config(streams_dir)  # fail on a bad adapter before loading a large model
+        model = load_model(LoadConfig(base, precision=precision, device=device, exact_nf4=exact_nf4))
+        tokenizer = load_tokenizer(base)
+        streams = None
+        if streams_dir is not None:
+            model = apply_shared_lora(model, streams_dir)
+            streams = StreamParams.load(streams_dir, model)
+        elif fresh_streams:
+            warn_fresh(gamma)
+            streams = StreamParams.fresh(model, gamma=gamma, n_stream_layers=n_stream_layers)
+        return cls(model, tokenizer, streams, name=os.path.basename(base.rstrip("/")) or base, precision=precision,
+                   chat=chat)
+
+    # ---- tokens ----------------------------------------------------------------------------------
+    def encode(self, prompt: str, max_new_tokens: int = 0) -> list[int]:
+        if self.tokenizer is None:
+            raise SpecstreamError("this engine has no tokenizer; pass token ids")
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise SpecstreamError("the prompt is empty")
+        try:
+            prompt.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a non-UTF-8 byte in argv, "\ud800" from JSON: the tokenizer raises
+            raise SpecstreamError(f"the prompt is not Unicode text: a lone surrogate at character {exc.start + 1}") from None
+        ids = encode_prompt(self.tokenizer, prompt, self.chat)
+        self.check_length(len(ids), max_new_tokens)
+        return ids
+
+    def check_length(self, prompt_len: int, max_new_tokens: int) -> None:
+        if prompt_len == 0:
+            raise SpecstreamError("the prompt is empty")
+        if prompt_len + max_new_tokens > self.context_length:
+            raise SpecstreamError(
+                f"prompt of {prompt_len} tokens + {max_new_tokens} new tokens exceeds the model's context "
+                f"length of {self.context_length} tokens; shorten the prompt or lower max new tokens"
+            )
+
+    def decode_text(self, ids: list[int]) -> str:
+        if self.tokenizer is None:
+            return " ".join(map(str, ids))
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def _token_text(self, token: int) -> str:
+        if self.tokenizer is None:
+            return str(token)
+        return self.tokenizer.decode([token], skip_special_tokens=False)
+
+    # ---- model pieces the decoders use -------------------------------------------------------
+    def logits(self, normed_hidden: torch.Tensor) -> torch.Tensor:
+        """Shared LM head on already final-normed rows."""
+        return self._lm_head(normed_hidden)
+
+    def draft_logits(self, normed_hidden: torch.Tensor) -> torch.Tensor:
+        """Stream rows' logits [..., V]: over the stream set's draft vocabulary when it has one."""
+        if self.streams is None:
+            return self._lm_head(normed_hidden)
+        return self.streams.draft_logits(self._lm_head, normed_hidden, self.model.config.vocab_size)
+
+    def causal(self, n: int) -> torch.Tensor:
+        if n not in self._causal_cache:
+            self._causal_cache[n] = torch.tril(torch.ones(n, n, dtype=torch.bool, device=self.device))[None]
+        return self._causal_cache[n]
+
+    def trace_meta(self, cfg: DecodeConfig) -> dict:
+        s = self.streams.cfg if self.streams is not None else None
+        return {"model": self.name, "precision": self.precision, "device": str(self.device), "mode": cfg.mode,
+                "gamma": s.gamma if s else 0, "n_stream_layers": s.n_stream_layers if s else 0,
+                "num_layers": self.model.config.num_hidden_layers, "stream_mode": s.mode if s else None,
+                "topk": list(cfg.tree_topk), "prune_threshold": cfg.prune_threshold, "node_budget": cfg.node_budget,
+                "temperature": cfg.temperature, "top_k": cfg.top_k, "top_p": cfg.top_p, "seed": cfg.seed,
+                "max_new_tokens": cfg.max_new_tokens, "no_repeat_ngram_size": cfg.no_repeat_ngram_size,
+                "repetition_penalty": cfg.repetition_penalty}
+
+    # ---- decoding ------------------------------------------------------------------------------
+    def recommended_decode(self) -> dict:
+        """The draft settings the stream set records as fastest measured (tree, pruning, node budget),
+        as DecodeConfig fields; a chain as deep as the streams when it records none (the cheapest tree
+        on a CPU)."""
+        if self.streams is None:
+            return {}
+        stored = (self.streams.cfg.extra or {}).get("decode") or {}
+        out = {"tree_topk": tuple(stored.get("topk") or (1,) * min(4, self.streams.cfg.gamma))}
+        if stored.get("prune_threshold") is not None:
+            out["prune_threshold"] = float(stored["prune_threshold"])
+        if stored.get("node_budget") is not None:
+            out["node_budget"] = int(stored["node_budget"])
+        return out
+
+    def decode_config(self, **settings) -> DecodeConfig:
+        """A DecodeConfig with this stream set's recommended draft settings; `settings` override them."""
+        return DecodeConfig(**{**self.recommended_decode(), **settings})
+
+
+    def start(self, prompt: str | list[int], cfg: DecodeConfig, drafter: Drafter | None = None):
+        """A step-wise decoding of one prompt (`.step()` per forward pass, `.run()` to finish)."""
+        ids = self.encode(prompt, cfg.max_new_tokens) if isinstance(prompt, str) else list(prompt)
+        if not isinstance(prompt, str):
+            self.check_length(len(ids), cfg.max_new_tokens)
+        if cfg.mode == "ar":
+            return PlainDecoding(self, ids, cfg)
+        return SpeculativeDecoding(self, ids, cfg, drafter)
+
+    def generate(self, prompt: str | list[int], cfg: DecodeConfig, drafter: Drafter | None = None) -> Result:
+        return self.start(prompt, cfg, drafter).run()
+
+    def start_batch(self, prompts: list[str | list[int]], cfg: DecodeConfig, share_prefix: bool | None = None,
+                    drafter_factory=None):
+        """A step-wise batched decoding (`specstream_core.decoding.loop`): one forward pass per step for all rows."""
+        from specstream_core.decoding.loop import start_batch
+
+        return start_batch(self, prompts, cfg, share_prefix, drafter_factory)
+
+    def generate_batch(self, prompts: list[str | list[int]], cfg: DecodeConfig,
+                       share_prefix: bool | None = None, drafter_factory=None) -> list[Result]:
+        """Decode several prompts together; results in input order, per-sequence stats.
+
+        Greedy rows equal `generate(prompt, cfg)`; with sampling, row i uses seed (cfg.seed or 0) + i.
+        share_prefix (None = when all prompts are the same): store the common prompt's K/V once.
+        """
+        return self.start_batch(prompts, cfg, share_prefix, drafter_factory).run()
+
+    def generate_n(self, prompt: str | list[int], n: int, cfg: DecodeConfig) -> list[Result]:
+        """n continuations of one prompt (samples with seeds seed, seed+1, ...), the prompt's K/V stored once."""
+        if not isinstance(n, int) or n < 1:
+            raise SpecstreamError(f"n must be a positive integer, got {n!r}")
+        return self.generate_batch([prompt] * n, cfg, share_prefix=n > 1)
+
+
+def compat_check(model) -> None:
+    from specstream_core.model.loading import check_architecture
+
+    check_architecture(model.config)
+
+
+def apply_shared_lora(model, streams_dir: str):
+    """Shared mode: merge the peft LoRA stored beside the streams into the base weights."""
+    lora = os.path.join(streams_dir, LORA_DIR)
+    cfg = read_stream_config(streams_dir)
+    if cfg.mode != "shared":
+        return model
+    if not os.path.isdir(lora):
+        raise SpecstreamError(f"shared-mode streams in {streams_dir} lack their LoRA adapter directory {LORA_DIR}/")
+    try:
+        from peft import PeftModel
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            peft_model = PeftModel.from_pretrained(model, lora)
+        return peft_model.merge_and_unload()
+    except (OSError, ValueError, RuntimeError, KeyError) as exc:
+        raise SpecstreamError(f"cannot load the shared-mode LoRA in {lora}: {str(exc).splitlines()[0]}") from None

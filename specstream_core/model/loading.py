@@ -1,0 +1,139 @@
+"""Load a Hugging Face causal LM (local directory or hub id) at a chosen precision and device.
+
+Precision: fp32, bf16, nf4 (bitsandbytes 4-bit) or int8 (bitsandbytes 8-bit). Only the
+architectures in `compat.SUPPORTED_MODEL_TYPES` are accepted; anything else is refused with a
+message naming the supported families.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from specstream_core.model import compat
+from specstream_core.errors import SpecstreamError
+
+PRECISIONS = ("fp32", "bf16", "nf4", "int8")
+QUANTIZE_CHOICES = ("none", "nf4", "int8")
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    base: str
+    precision: str = "fp32"  # fp32 | bf16 | nf4 | int8
+    device: str = "cpu"  # cpu | cuda | cuda:N
+    exact_nf4: bool = True  # CPU nf4: disable the bf16 fast path so tree and sequential logits agree
+
+    def __post_init__(self):
+        if self.precision not in PRECISIONS:
+            raise SpecstreamError(f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
+        if not (self.device == "cpu" or self.device.startswith("cuda")):
+            raise SpecstreamError(f"unknown device {self.device!r}; use cpu or cuda")
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise SpecstreamError("--device cuda was asked for but no CUDA device is available")
+
+
+def precision_from_flags(quantize: str = "none", dtype: str = "fp32") -> str:
+    if quantize not in QUANTIZE_CHOICES:
+        raise SpecstreamError(f"unknown --quantize {quantize!r}; choose one of {', '.join(QUANTIZE_CHOICES)}")
+    return dtype if quantize == "none" else quantize
+
+
+def _is_local(base: str) -> bool:
+    return os.path.isdir(base)
+
+
+def load_config(base: str):
+    from transformers import AutoConfig
+
+    if not base:
+        raise SpecstreamError("no base model given")
+    if not _is_local(base) and (base.startswith((".", "/", "~")) or os.sep in base.strip("/").split("/", 1)[-1]):
+        raise SpecstreamError(f"model directory not found: {base}")
+    try:
+        config = AutoConfig.from_pretrained(base)
+    except (OSError, ValueError) as exc:
+        where = "directory" if _is_local(base) else "hub id (no network? set HF_HUB_OFFLINE=0)"
+        raise SpecstreamError(f"cannot read a model config from {base!r} ({where}): {str(exc).splitlines()[0]}") from None
+    check_architecture(config)
+    return config
+
+
+def check_architecture(config) -> None:
+    model_type = getattr(config, "model_type", None)
+    if model_type not in compat.SUPPORTED_MODEL_TYPES:
+        raise SpecstreamError(
+            f"unsupported architecture {model_type!r}; supported families: {compat.supported_names()}"
+        )
+
+
+def load_tokenizer(base: str):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(base)
+    except (OSError, ValueError) as exc:
+        raise SpecstreamError(f"cannot load a tokenizer from {base!r}: {str(exc).splitlines()[0]}") from None
+
+
+def load_model(cfg: LoadConfig):
+    """Returns the causal LM in eval mode, on `cfg.device`, with the requested precision."""
+    from transformers import AutoModelForCausalLM
+
+    load_config(cfg.base)  # clear error for missing dirs / unsupported architectures
+    kwargs: dict = {"attn_implementation": "sdpa"}
+    if cfg.precision in ("nf4", "int8"):
+        kwargs["quantization_config"] = bnb_config(cfg.precision)
+        kwargs["device_map"] = {"": cfg.device if cfg.device != "cuda" else 0}
+        kwargs["dtype"] = torch.float32 if cfg.device == "cpu" else torch.bfloat16
+    else:
+        kwargs["dtype"] = torch.bfloat16 if cfg.precision == "bf16" else torch.float32
+    from safetensors import SafetensorError
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(cfg.base, **kwargs)
+    except ImportError as exc:
+        raise SpecstreamError(f"cannot load {cfg.precision}: {exc}") from None
+    except (OSError, ValueError) as exc:
+        raise SpecstreamError(f"cannot load model weights from {cfg.base!r}: {str(exc).splitlines()[0]}") from None
+    except SafetensorError as exc:  # a truncated or otherwise corrupt .safetensors file
+        raise SpecstreamError(f"cannot load model weights from {cfg.base!r}: corrupt or truncated safetensors file "
+                              f"({str(exc).splitlines()[0] if str(exc) else 'unreadable'})") from None
+    if cfg.precision not in ("nf4", "int8"):
+        model.to(cfg.device)
+    model.eval()
+    if cfg.precision == "nf4" and cfg.device == "cpu" and cfg.exact_nf4:
+        make_nf4_exact(model)
+    return model
+
+
+def bnb_config(precision: str):
+    from transformers import BitsAndBytesConfig
+
+    if precision == "nf4":
+        return BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32
+        )
+    return BitsAndBytesConfig(load_in_8bit=True)
+
+
+def quantize_in_memory(model, precision: str, device: str = "cpu", exact_nf4: bool = True):
+    """Quantize an already-built fp32 model (used by tests on models made from configs)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        return load_model(LoadConfig(tmp, precision=precision, device=device, exact_nf4=exact_nf4))
+
+
+def make_nf4_exact(model) -> None:
+    """bitsandbytes' CPU bf16 fast path makes tree and sequential logits differ (~2e-2); turn it off."""
+    try:
+        import bitsandbytes as bnb
+    except ImportError:  # pragma: no cover
+        return
+    for module in model.modules():
+        if isinstance(module, bnb.nn.Linear4bit):
+            module.support_avx512bf16_for_cpu = False

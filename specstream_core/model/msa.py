@@ -1,0 +1,158 @@
+"""The multi-stream attention forward pass, driving the base model's own modules.
+
+One function serves both shapes:
+- training: every position carries γ streams, no cache (`forward(..., cache=None)`);
+- decoding: tree nodes after a cached prefix, the surviving nodes carry streams, and an optional
+  `select` callback prunes nodes at the stream-birth layer N−Ns before the (1+γ)-wide layers run.
+
+Returns final-normed hidden states; callers apply the shared LM head only to the rows whose logits
+they need (verification rows, the accepted node's streams, the loss rows).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from specstream_core.model import compat, masks
+from specstream_core.model.streams import StreamParams
+
+
+@dataclass
+class ForwardOutput:
+    main: torch.Tensor  # [B, m, d] final-normed main rows (after pruning: survivors only)
+    streams: torch.Tensor | None  # [B, s, γ, d] final-normed stream rows, per carrier
+    keep: torch.Tensor | None  # [m] indices of surviving main rows (None: all kept)
+    rows_bottom: int  # rows per sequence in layers below N−Ns
+    rows_top: int  # rows per sequence in the multi-stream layers
+    attention: dict = field(default_factory=dict)  # layer -> weights [B, H, q, keys] when captured
+    birth: torch.Tensor | None = None  # [B, n, d] main rows entering layer N−Ns (before pruning)
+
+
+def forward(model, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor, *,
+            streams: StreamParams | None = None, carriers: torch.Tensor | None = None, cache=None,
+            select: Callable[[torch.Tensor], torch.Tensor] | None = None,
+            capture_layers: tuple[int, ...] = (), window: int | None = None,
+            frozen_bottom: bool = False, num_streams: int | None = None,
+            birth_hidden: torch.Tensor | None = None) -> ForwardOutput:
+    """ids, positions: [B, n]; visible: [B, n, n] main-row visibility inside this step.
+
+    carriers: [B, s] main rows that carry streams (indices before pruning), or None for a plain pass.
+    select(h_birth [B, n, d]) -> LongTensor [m] of main rows to keep (B == 1), applied at layer N−Ns.
+    frozen_bottom: run layers below N−Ns without autograd (lossless training: nothing there trains).
+    num_streams: run only streams 1..k (k <= γ) — a draft tree k deep needs no more, and stream j sees
+    only streams 1..j, so the streams that run are unchanged.
+    birth_hidden: [B, n, d] main rows entering layer N−Ns, computed earlier (`bottom_hidden`); the
+    embedding and the layers below are then skipped (lossless training reuses them: they are frozen).
+    """
+    layers = compat.decoder_layers(model)
+    prefix = cache.lengths if cache is not None else [0] * ids.shape[0]
+    use_streams = streams is not None and carriers is not None
+    birth = streams.cfg.birth_layer if use_streams else len(layers)
+
+    with _capture(layers, capture_layers) as attention:
+        if birth_hidden is not None and use_streams:
+            h = birth_hidden
+        else:
+            h = _bottom(model, layers[:birth], ids, positions, visible, prefix, cache, window,
+                        grad=torch.is_grad_enabled() and not frozen_bottom)
+        rows_bottom = h.shape[1]
+        keep = None
+        if not use_streams:
+            return ForwardOutput(compat.final_norm(model, h), None, None, rows_bottom, rows_bottom, attention)
+        h_birth = h
+
+        # 1. prune inside the pass: survivors only enter the (1+γ)-wide layers
+        if select is not None:
+            keep = select(h)
+            h, positions = h[:, keep], positions[:, keep]
+            visible = visible[:, keep][:, :, keep]
+            carriers = _remap(carriers, keep)
+        # 2. streams are born: S_j = M + P_j, laid out after the main rows
+        gamma = min(num_streams or streams.cfg.gamma, streams.cfg.gamma)
+        B, n, d = h.shape
+        s = carriers.shape[1]
+        born = torch.gather(h, 1, carriers[:, :, None].expand(B, s, d))  # [B, s, d]
+        stream_rows = (born[:, :, None, :] + streams.embeddings[:gamma].to(h.dtype)).reshape(B, s * gamma, d)
+        h = torch.cat([h, stream_rows], dim=1)  # [B, n + s*γ, d]
+        q_pos = torch.cat([positions, masks.stream_positions(positions, carriers, gamma)], dim=1)
+        local = masks.local_visibility(visible, carriers, gamma)
+        mask = masks.additive_mask(prefix, local, q_pos, h.dtype, window)
+        pe = compat.rotary(model, h, q_pos)
+        # 3. the multi-stream layers (row adapters act on rows >= n only)
+        with streams.rows.streams_after(n):
+            for layer in layers[birth:]:
+                h = compat.run_layer(layer, h, mask, pe, cache)
+        h = compat.final_norm(model, h)
+        return ForwardOutput(h[:, :n], h[:, n:].reshape(B, s, gamma, d), keep, rows_bottom, h.shape[1], attention,
+                             h_birth)
+
+
+def _bottom(model, layers, ids, positions, visible, prefix, cache, window, grad: bool) -> torch.Tensor:
+    h = compat.embed(model, ids)  # [B, n, d]
+    mask = masks.additive_mask(prefix, visible, positions, h.dtype, window)
+    pe = compat.rotary(model, h, positions)
+    with torch.set_grad_enabled(grad):
+        for layer in layers:
+            h = compat.run_layer(layer, h, mask, pe, cache)
+    return h
+
+
+@torch.no_grad()
+def bottom_hidden(model, ids: torch.Tensor, n_bottom: int) -> torch.Tensor:
+    """[B, T] ids -> [B, T, d] main rows entering layer `n_bottom`, causal, no cache (training data).
+
+    Each sequence runs alone, so the result does not depend on what else is in a batch (a resumed
+    training run then sees bit-identical features)."""
+    layers = compat.decoder_layers(model)[:n_bottom]
+    rows = []
+    for seq in ids:
+        x = seq[None]
+        T = x.shape[1]
+        pos = torch.arange(T, device=x.device)[None]
+        rows.append(_bottom(model, layers, x, pos, masks.causal_visibility(T, 1, x.device), [0], None, None, False))
+    return torch.cat(rows)
+
+
+def prune_hidden(model, streams: StreamParams, h_birth: torch.Tensor) -> torch.Tensor:
+    """Early-exit hidden for the pruning head: layer-(N−Ns) state → low-rank map → final norm."""
+    return compat.final_norm(model, streams.prune(h_birth))
+
+
+def _remap(carriers: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """Carrier indices into the survivor ordering (carriers that were pruned are dropped)."""
+    lookup = torch.full((int(keep.max()) + 1 if keep.numel() else 1,), -1, dtype=torch.long, device=keep.device)
+    lookup[keep] = torch.arange(keep.numel(), device=keep.device)
+    c = carriers[0]
+    c = c[c <= lookup.numel() - 1]
+    mapped = lookup[c]
+    return mapped[mapped >= 0][None]
+
+
+@contextmanager
+def _capture(layers, layer_ids: tuple[int, ...]):
+    """Record attention weights of chosen layers (eager attention there, only while capturing)."""
+    captured: dict[int, torch.Tensor] = {}
+    if not layer_ids:
+        yield captured
+        return
+    handles, configs = [], {}
+    for li in layer_ids:
+        attn = layers[li].self_attn
+        configs[li] = attn.config
+        compat.set_attention_implementation(layers[li], "eager")
+
+        def hook(module, args, output, li=li):
+            captured[li] = output[1].detach()
+
+        handles.append(attn.register_forward_hook(hook))
+    try:
+        yield captured
+    finally:
+        for handle in handles:
+            handle.remove()
+        for li, cfg in configs.items():
+            layers[li].self_attn.config = cfg

@@ -1,0 +1,338 @@
+"""Speculative-stream parameters: what Speculative Streaming adds to a base model.
+
+- `γ` stream identifier embeddings `P_j ∈ R^d` (streams are born at layer N−Ns as main state + P_j);
+- `Ns`, the number of top layers that run multi-stream attention;
+- optional stream-rows-only LoRA adapters on those layers (lossless mode: main rows untouched);
+- the rank-r early-exit pruning adapter at layer N−Ns (main hidden → low-rank residual map → final
+  norm → shared LM head) that scores tree transitions inside the forward pass.
+
+Saved as `streams.safetensors` + `streams_config.json` (never pickle). Shared mode adds a peft LoRA
+adapter directory `lora/` applied to main and stream rows alike.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import warnings
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+
+import torch
+from torch import nn
+
+from specstream_core.model import compat
+from specstream_core.errors import SpecstreamError
+
+FORMAT_VERSION = 1
+CONFIG_NAME = "streams_config.json"
+WEIGHTS_NAME = "streams.safetensors"
+LORA_DIR = "lora"
+MAX_GAMMA = 8
+ADAPTER_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    gamma: int = 4  # number of speculative streams
+    n_stream_layers: int = 2  # Ns: top layers that run multi-stream attention
+    mode: str = "lossless"  # lossless | shared
+    adapter_rank: int = 0  # stream-rows-only LoRA rank (lossless mode); 0 = none
+    prune_rank: int = 8  # early-exit pruning adapter rank; 0 = none
+    lora_rank: int = 0  # shared-mode LoRA rank (informational; the adapter lives in lora/)
+    hidden_size: int = 0
+    num_layers: int = 0
+    model_type: str = ""
+    format_version: int = FORMAT_VERSION
+    trained_steps: int = 0
+    draft_vocab_size: int = 0  # streams score only this many frequent tokens (0 = the whole vocabulary)
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not 1 <= self.gamma <= MAX_GAMMA:
+            raise SpecstreamError(f"gamma must be between 1 and {MAX_GAMMA}, got {self.gamma}")
+        if self.mode not in ("lossless", "shared"):
+            raise SpecstreamError(f"stream mode must be 'lossless' or 'shared', got {self.mode!r}")
+        if self.num_layers and not 1 <= self.n_stream_layers <= self.num_layers:
+            raise SpecstreamError(
+                f"n_stream_layers (Ns) must be between 1 and the model's {self.num_layers} layers, got {self.n_stream_layers}"
+            )
+        if self.adapter_rank < 0 or self.prune_rank < 0:
+            raise SpecstreamError("adapter ranks must be >= 0")
+        if self.draft_vocab_size < 0:
+            raise SpecstreamError("draft_vocab_size must be >= 0")
+
+    @property
+    def birth_layer(self) -> int:
+        """Index of the first multi-stream layer (N − Ns)."""
+        return self.num_layers - self.n_stream_layers
+
+
+class RowState:
+    """Shared switch telling stream-row adapters how many leading rows are main rows."""
+
+    def __init__(self):
+        self.n_main: int | None = None  # None: no stream rows present, adapters add nothing
+
+    @contextmanager
+    def streams_after(self, n_main: int):
+        previous, self.n_main = self.n_main, n_main
+        try:
+            yield
+        finally:
+            self.n_main = previous
+
+
+class StreamRowLoRA(nn.Module):
+    """Wraps a Linear: `base(x)` for every row plus a LoRA delta on stream rows only.
+
+    Rows are laid out `[main rows | stream rows]` along dim -2; main rows are returned bit-identical.
+    """
+
+    def __init__(self, base: nn.Module, rank: int, state: RowState, in_features: int, out_features: int):
+        super().__init__()
+        self.base = base
+        self.state = state
+        self.lora_A = nn.Linear(in_features, rank, bias=False)
+        self.lora_B = nn.Linear(rank, out_features, bias=False)
+        nn.init.kaiming_uniform_(self.lora_A.weight, a=math.sqrt(5))
+        nn.init.zeros_(self.lora_B.weight)
+
+    def forward(self, x):
+        y = self.base(x)
+        n = self.state.n_main
+        if n is None or n >= x.shape[-2]:
+            return y
+        xs = x[..., n:, :].to(self.lora_A.weight.dtype)
+        delta = self.lora_B(self.lora_A(xs)).to(y.dtype)
+        y[..., n:, :] += delta  # in place: y is a fresh output the base layer's backward does not need
+        return y
+
+
+class PruneHead(nn.Module):
+    """Low-rank residual map on the layer-(N−Ns) main state; logits come from final norm + LM head."""
+
+    def __init__(self, hidden: int, rank: int):
+        super().__init__()
+        self.down = nn.Linear(hidden, rank, bias=False)
+        self.up = nn.Linear(rank, hidden, bias=False)
+        nn.init.zeros_(self.up.weight)  # starts as a plain early exit
+
+    def forward(self, h):
+        return h + self.up(self.down(h.to(self.down.weight.dtype))).to(h.dtype)
+
+
+class StreamParams(nn.Module):
+    """All stream parameters of one model. Attach with `attach(model)` to install row adapters."""
+
+    def __init__(self, cfg: StreamConfig):
+        super().__init__()
+        self.cfg = cfg
+        d = cfg.hidden_size
+        self.embeddings = nn.Parameter(torch.zeros(cfg.gamma, d))
+        self.prune = PruneHead(d, cfg.prune_rank) if cfg.prune_rank else None
+        self.adapters = nn.ModuleDict()  # "L.attn.q_proj" -> StreamRowLoRA (filled by attach)
+        self.rows = RowState()
+        self._attached_to: nn.Module | None = None
+        # draft vocabulary (the FR-Spec idea): stream rows are scored against these token ids only; main
+        # rows always use the full head, so verification and output are unchanged
+        self.register_buffer("draft_vocab", torch.arange(cfg.draft_vocab_size) if cfg.draft_vocab_size else None)
+        self._draft_head: tuple | None = None  # (weight [K, d], bias [K] | None, source weight): cut once
+
+    # ---- construction ------------------------------------------------------------------
+    @classmethod
+    def fresh(cls, model, gamma: int = 4, n_stream_layers: int | None = None, adapter_rank: int = 0,
+              prune_rank: int = 8, mode: str = "lossless", seed: int = 0,
+              draft_vocab: list[int] | None = None) -> "StreamParams":
+        config = model.config
+        n_layers = config.num_hidden_layers
+        ns = n_stream_layers if n_stream_layers is not None else max(1, n_layers // 4)
+        cfg = StreamConfig(gamma=gamma, n_stream_layers=ns, mode=mode, adapter_rank=adapter_rank,
+                           prune_rank=prune_rank, hidden_size=config.hidden_size, num_layers=n_layers,
+                           model_type=config.model_type, draft_vocab_size=len(draft_vocab or ()))
+        params = cls(cfg)
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            params.embeddings.normal_(0.0, 0.02, generator=gen)
+            if draft_vocab:
+                params.set_draft_vocab(draft_vocab, config.vocab_size)
+        params.attach(model)
+        return params
+
+    def attach(self, model) -> "StreamParams":
+        """Place parameters on the model's device and wrap top-layer Linears with row adapters."""
+        device = next(model.parameters()).device
+        self.to(device)
+        if self.cfg.adapter_rank and not self.adapters:
+            layers = compat.decoder_layers(model)
+            for li in range(self.cfg.birth_layer, self.cfg.num_layers):
+                for parent_name, parent in (("attn", layers[li].self_attn), ("mlp", layers[li].mlp)):
+                    for name in ADAPTER_TARGETS:
+                        base = getattr(parent, name, None)
+                        if base is None:
+                            continue
+                        wrapper = StreamRowLoRA(base, self.cfg.adapter_rank, self.rows,
+                                                base.in_features, base.out_features).to(device)
+                        setattr(parent, name, wrapper)
+                        self.adapters[f"{li}_{parent_name}_{name}"] = wrapper
+        self._attached_to = model
+        return self
+
+    def detach(self) -> None:
+        """Restore the model's original Linears (row adapters removed)."""
+        model = self._attached_to
+        if model is None:
+            return
+        layers = compat.decoder_layers(model)
+        for key, wrapper in self.adapters.items():
+            li, parent_name, name = key.split("_", 2)
+            parent = layers[int(li)].self_attn if parent_name == "attn" else layers[int(li)].mlp
+            setattr(parent, name, wrapper.base)
+        self.adapters = nn.ModuleDict()
+        self._attached_to = None
+
+    # ---- the draft vocabulary -------------------------------------------------------------
+    def set_draft_vocab(self, ids, vocab_size: int) -> None:
+        ids = torch.as_tensor(ids, dtype=torch.long).flatten()
+        if ids.numel() != self.cfg.draft_vocab_size or (ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size)):
+            raise SpecstreamError(f"draft vocabulary needs {self.cfg.draft_vocab_size} token ids in [0, {vocab_size})")
+        if torch.unique(ids).numel() != ids.numel():
+            raise SpecstreamError("draft vocabulary has repeated token ids")
+        self.draft_vocab = ids.to(self.embeddings.device)
+        self._draft_head = None
+
+    def draft_head(self, head: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The LM head's rows for the draft vocabulary ([K, d], bias [K]); cut once, reused every step."""
+        weight = head.weight
+        cached = self._draft_head
+        if cached is None or cached[0].device != weight.device or cached[0].dtype != weight.dtype or cached[2] is not weight:
+            idx = self.draft_vocab.to(weight.device)
+            bias = head.bias[idx] if getattr(head, "bias", None) is not None else None
+            cached = (weight.detach()[idx].contiguous(), None if bias is None else bias.detach(), weight)
+            self._draft_head = cached
+        return cached[0], cached[1]
+
+    def draft_logits(self, head: nn.Module, normed_hidden: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        """Stream-row logits over the full vocabulary ([..., V]); tokens outside the draft vocabulary
+        get -inf, so they are never drafted (and cost nothing to score)."""
+        if self.draft_vocab is None:
+            return head(normed_hidden)
+        weight, bias = self.draft_head(head)
+        sub = torch.nn.functional.linear(normed_hidden.to(weight.dtype), weight, bias)  # [..., K]
+        full = sub.new_full((*sub.shape[:-1], vocab_size), float("-inf"))
+        return full.scatter_(-1, self.draft_vocab.to(sub.device).expand_as(sub), sub)
+
+    def trainable_parameters(self):
+        """Stream embeddings, row adapters' LoRA factors and the pruning head (never base weights)."""
+        params = [self.embeddings]
+        if self.prune is not None:
+            params += list(self.prune.parameters())
+        for wrapper in self.adapters.values():
+            params += [wrapper.lora_A.weight, wrapper.lora_B.weight]
+        return params
+
+    def extra_parameter_count(self) -> int:
+        return sum(p.numel() for p in self.trainable_parameters())
+
+    # ---- persistence ----------------------------------------------------------------------
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        tensors = {"embeddings": self.embeddings}
+        if self.prune is not None:
+            tensors["prune.down"] = self.prune.down.weight
+            tensors["prune.up"] = self.prune.up.weight
+        for key, wrapper in self.adapters.items():
+            tensors[f"adapter.{key}.A"] = wrapper.lora_A.weight
+            tensors[f"adapter.{key}.B"] = wrapper.lora_B.weight
+        out = {k: v.detach().float().cpu().contiguous() for k, v in tensors.items()}
+        if self.draft_vocab is not None:
+            out["draft_vocab"] = self.draft_vocab.detach().cpu().to(torch.int64).contiguous()
+        return out
+
+    def save(self, directory: str, extra: dict | None = None) -> None:
+        from safetensors.torch import save_file
+
+        os.makedirs(directory, exist_ok=True)
+        save_file(self.state_tensors(), os.path.join(directory, WEIGHTS_NAME))
+        cfg = asdict(self.cfg)
+        if extra:
+            cfg["extra"] = {**cfg.get("extra", {}), **extra}
+        with open(os.path.join(directory, CONFIG_NAME), "w") as f:
+            json.dump(cfg, f, indent=2)
+
+    @classmethod
+    def load(cls, directory: str, model) -> "StreamParams":
+        cfg = read_stream_config(directory)
+        config = model.config
+        if cfg.hidden_size != config.hidden_size or cfg.num_layers != config.num_hidden_layers:
+            raise SpecstreamError(
+                f"streams in {directory} were made for hidden size {cfg.hidden_size} and {cfg.num_layers} layers; "
+                f"this model has {config.hidden_size} and {config.num_hidden_layers}"
+            )
+        params = cls(cfg)
+        params.attach(model)
+        tensors = read_stream_weights(directory)
+        expected = set(params.state_tensors())
+        if set(tensors) != expected:
+            missing = sorted(expected - set(tensors))[:3]
+            unexpected = sorted(set(tensors) - expected)[:3]
+            raise SpecstreamError(f"stream weights in {directory} do not match their config (missing {missing}, unexpected {unexpected})")
+        with torch.no_grad():
+            own = {"embeddings": params.embeddings}
+            if params.prune is not None:
+                own["prune.down"] = params.prune.down.weight
+                own["prune.up"] = params.prune.up.weight
+            for key, wrapper in params.adapters.items():
+                own[f"adapter.{key}.A"] = wrapper.lora_A.weight
+                own[f"adapter.{key}.B"] = wrapper.lora_B.weight
+            for name, target in own.items():
+                source = tensors[name]
+                if source.shape != target.shape:
+                    raise SpecstreamError(f"stream tensor {name} in {directory} has shape {tuple(source.shape)}, expected {tuple(target.shape)}")
+                if not torch.isfinite(source).all():
+                    raise SpecstreamError(f"stream tensor {name} in {directory} contains NaN or inf")
+                target.copy_(source.to(target.dtype))
+            if params.draft_vocab is not None:
+                params.set_draft_vocab(tensors["draft_vocab"], config.vocab_size)
+        return params
+
+
+def read_stream_config(directory: str) -> StreamConfig:
+    path = os.path.join(directory, CONFIG_NAME)
+    if not os.path.isdir(directory):
+        raise SpecstreamError(f"stream directory not found: {directory}")
+    if not os.path.isfile(path):
+        raise SpecstreamError(f"{directory} holds no {CONFIG_NAME}; is it a stream-adapter directory?")
+    try:
+        with open(path) as f:
+            raw = json.load(f)
+        if not isinstance(raw, dict):
+            raise ValueError("not a JSON object")
+        if raw.get("format_version") != FORMAT_VERSION:
+            raise ValueError(f"format_version {raw.get('format_version')!r}, this version reads {FORMAT_VERSION}")
+        known = set(StreamConfig.__dataclass_fields__)
+        return StreamConfig(**{k: v for k, v in raw.items() if k in known})
+    except SpecstreamError:
+        raise
+    except (ValueError, TypeError) as exc:
+        raise SpecstreamError(f"corrupt stream config {path}: {exc}") from None
+
+
+def read_stream_weights(directory: str) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    path = os.path.join(directory, WEIGHTS_NAME)
+    if not os.path.isfile(path):
+        raise SpecstreamError(f"{directory} holds no {WEIGHTS_NAME}")
+    try:
+        return load_file(path)
+    except Exception as exc:  # safetensors raises its own error types for truncated/corrupt files
+        raise SpecstreamError(f"corrupt stream weights {path}: {str(exc).splitlines()[0]}") from None
+
+
+def warn_fresh(gamma: int) -> None:
+    warnings.warn(
+        f"using {gamma} fresh, untrained speculative streams: output is still exact, but drafts will "
+        "rarely be accepted (train streams with `python -m specstream_core train`)",
+        stacklevel=2,
+    )
