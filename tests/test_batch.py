@@ -173,11 +173,58 @@ def test_step_reports_what_each_row_emitted(engine):
     assert [streamed[i] for i in range(len(ps))] == [r.token_ids for r in dec.results()]
 
 
-def test_pruning_is_ignored_in_batches(engine):
-    cfg = DecodeConfig(mode="ss", max_new_tokens=NEW, stop_on_eos=False, tree_topk=(4, 4, 2), prune_threshold=0.05)
+def test_pruning_works_in_batches(engine):
+    """Rows prune their own trees at layer N−Ns in one pass (survivor counts differ per row): output
+    equals transformers and single decoding, and pruning saves rows."""
+    from specstream_core.decoding.trace import validate
+
     ps = batch_prompts()[:4]
-    for ids, got in zip(ps, engine.generate_batch(ps, cfg)):
+    cfg = DecodeConfig(mode="ss", max_new_tokens=NEW, stop_on_eos=False, tree_topk=(4, 4, 2), prune_threshold=0.05,
+                       trace=True)
+    pruned = engine.generate_batch(ps, cfg)
+    full = engine.generate_batch(ps, replace(cfg, prune_threshold=0.0))
+    for ids, got in zip(ps, pruned):
         assert got.token_ids == hf_greedy(engine.model, ids, NEW)
+        assert got.token_ids == engine.generate(ids, cfg).token_ids
+        validate(got.trace)
+    counts = [sum(n["pruned"] for step in r.trace["steps"] for n in step["nodes"]) for r in pruned]
+    assert all(counts), counts  # every row pruned some nodes
+    for step in (s for r in pruned for s in r.trace["steps"][1:]):
+        kept = [n for n in step["nodes"] if not n["pruned"]]
+        assert all(n["parent"] == -1 or not step["nodes"][n["parent"]]["pruned"] for n in kept)  # a tree
+        assert all(not step["nodes"][i]["pruned"] for i in step["accepted"])
+    assert sum(r.stats["rows_processed"] for r in pruned) < sum(r.stats["rows_processed"] for r in full)
+
+
+def test_traces_in_batches(engine):
+    """Every row of a batch gets its own trace (the same format as single decoding), attention included;
+    a B = 1 batch's trace equals single decoding's."""
+    from specstream_core.decoding.trace import validate
+
+    ps = batch_prompts()[:3]
+    cfg = DecodeConfig(mode="ss", max_new_tokens=NEW, stop_on_eos=False, tree_topk=TREE, trace=True,
+                       attention_layers=(3,), attention_context=256)
+    results = engine.generate_batch(ps, cfg)
+    gamma = min(len(TREE), engine.streams.cfg.gamma)
+    for ids, got in zip(ps, results):
+        trace = validate(got.trace)
+        assert trace["prompt"]["token_ids"] == ids
+        assert [t for step in trace["steps"] for t in step["emitted"]] == got.token_ids
+        assert trace["output"]["token_ids"] == got.token_ids
+        assert trace["stats"]["new_tokens"] == NEW
+        for step in trace["steps"]:
+            heads = step["attention"]["layers"]["3"]
+            assert len(heads[0]) == gamma and len(heads[0][0]) == step["attention"]["context_len"] + gamma
+            assert all(abs(sum(row) - 1.0) < 1e-3 for row in heads[0])  # each stream row's weights sum to 1
+        single = engine.generate(ids, cfg).trace
+        assert [s["emitted"] for s in single["steps"]] == [s["emitted"] for s in trace["steps"]]
+    one = engine.generate_batch(ps[:1], cfg)[0].trace
+    alone = engine.generate(ps[0], cfg).trace
+    strip = lambda t: [{k: v for k, v in s.items() if k != "time_ms"} for s in t["steps"]]  # noqa: E731
+    assert strip(one) == strip(alone)
+    with pytest.raises(SpecstreamError, match="shared prefix"):
+        engine.generate_batch([ps[0]] * 2, cfg, share_prefix=True)
+    assert all(r.trace is not None for r in engine.generate_batch([ps[0]] * 2, cfg))  # automatic: not shared
 
 
 def test_bad_batches_fail_clearly(engine):

@@ -37,7 +37,7 @@ def test_bench_command_quick_on_a_tiny_model(tmp_path):
     import json
 
     from specstream_core.cli import main
-    from specstream_core.training.medusa import MedusaHeads
+    from specstream_core.model.medusa_heads import MedusaHeads
     from test_app_figures import make_lab_model
 
     base = make_lab_model(str(tmp_path / "base"))

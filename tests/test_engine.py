@@ -7,7 +7,6 @@ import torch
 
 from specstream_core import DecodeConfig, Engine, StreamParams
 from specstream_core.model import msa
-from specstream_core.decoding.config import SpeculativeDecoding
 from specstream_core.model.masks import causal_visibility
 from specstream_core.decoding.trace import load_trace, validate
 from test_lossless import perturbed_streams
@@ -25,7 +24,7 @@ def test_cache_equals_fresh_prefill_after_every_step(family):
     streams = perturbed_streams(model)
     engine = Engine(model, None, streams)
     for ids in prompts(3, seed=4):
-        dec = SpeculativeDecoding(engine, ids, DecodeConfig(mode="ss", max_new_tokens=20, stop_on_eos=False,
+        dec = engine.start(ids, DecodeConfig(mode="ss", max_new_tokens=20, stop_on_eos=False,
                                                              prune_threshold=0.02))
         while not dec.done:
             dec.step()

@@ -4,7 +4,9 @@ lowers their loss; save/load round trip."""
 import torch
 
 from specstream_core import DecodeConfig, Engine
-from specstream_core.training.medusa import MedusaDrafter, MedusaHeads, MedusaTrainConfig, evaluate_heads, train_heads
+from specstream_core.decoding.drafters.medusa import MedusaDrafter
+from specstream_core.model.medusa_heads import MedusaHeads
+from specstream_core.training.medusa import MedusaTrainConfig, evaluate_heads, train_heads
 from specstream_core.training.streams import pack
 from tiny_models import hf_greedy, prompts, tiny_model
 
@@ -31,6 +33,34 @@ def test_medusa_is_lossless():
                 out = engine.generate(ids, cfg, drafter)
                 assert out.token_ids == hf_greedy(model, ids, NEW)
                 assert out.stats["forward_passes"] <= NEW
+
+
+def test_medusa_heads_in_batches():
+    """Each row's Medusa drafter sees its own accepted node's hidden state, from the prefill on (so it
+    drafts in a batch, too), and every row equals transformers."""
+    model = tiny_model("llama", seed=3)
+    engine = Engine(model, None, None)
+    heads = perturbed_heads(model)
+    sizes: dict[int, list[int]] = {}
+
+    class Spy(MedusaDrafter):
+        def __init__(self, row):
+            super().__init__(heads, engine.logits, (2, 2, 1, 1), budget=32)
+            self.row = row
+
+        def propose(self, root, history):
+            tree = super().propose(root, history)
+            sizes.setdefault(self.row, []).append(len(tree))
+            return tree
+
+    ps = prompts(4, seed=11)
+    cfg = DecodeConfig(mode="ss", max_new_tokens=NEW, stop_on_eos=False)
+    results = engine.generate_batch(ps, cfg, drafter_factory=Spy)
+    for row, (ids, got) in enumerate(zip(ps, results)):
+        assert got.token_ids == hf_greedy(model, ids, NEW)
+        assert sizes[row] and all(n > 1 for n in sizes[row])  # a real tree every step
+    solo = [engine.generate(ids, cfg, Spy(9)).token_ids for ids in ps]
+    assert solo == [r.token_ids for r in results]
 
 
 def test_training_and_round_trip(tmp_path):

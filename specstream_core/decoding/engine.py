@@ -13,7 +13,8 @@ from functools import lru_cache
 import torch
 
 from specstream_core.model import compat
-from specstream_core.decoding.config import DecodeConfig, PlainDecoding, Result, SpeculativeDecoding
+from specstream_core.decoding import loop
+from specstream_core.decoding.config import DecodeConfig, Result
 from specstream_core.decoding.drafters import Drafter
 from specstream_core.model.chat import encode_prompt
 from specstream_core.errors import SpecstreamError
@@ -143,14 +144,10 @@ class Engine:
         return DecodeConfig(**{**self.recommended_decode(), **settings})
 
 
-    def start(self, prompt: str | list[int], cfg: DecodeConfig, drafter: Drafter | None = None):
-        """A step-wise decoding of one prompt (`.step()` per forward pass, `.run()` to finish)."""
-        ids = self.encode(prompt, cfg.max_new_tokens) if isinstance(prompt, str) else list(prompt)
-        if not isinstance(prompt, str):
-            self.check_length(len(ids), cfg.max_new_tokens)
-        if cfg.mode == "ar":
-            return PlainDecoding(self, ids, cfg)
-        return SpeculativeDecoding(self, ids, cfg, drafter)
+    def start(self, prompt: str | list[int], cfg: DecodeConfig, drafter: Drafter | None = None) -> loop.SingleDecoding:
+        """A step-wise decoding of one prompt (`.step()` per forward pass, `.run()` to finish): the loop
+        of `decoding/loop.py` with B = 1."""
+        return loop.start(self, prompt, cfg, drafter)
 
     def generate(self, prompt: str | list[int], cfg: DecodeConfig, drafter: Drafter | None = None) -> Result:
         return self.start(prompt, cfg, drafter).run()

@@ -1,71 +1,314 @@
-"""Batched decoding: B sequences in one forward pass per step, each with its own tree, acceptance and stop.
+"""The decoding loop: one step function over B rows. Single decoding is B = 1; plain decoding is the
+same step with a one-node draft (`RootOnly`).
 
-Plain:        prefill every prompt (one pass) → repeat: feed every live row's last token, choose the next
-Speculative:  prefill (each row's prompt as a chain; its last position carries the streams)
-              → repeat: 1. each row drafts a tree from its own streams   2. one forward: all trees
-                           (padded to one width) verified + every node's streams   3. each row accepts
-                           its longest matching path + a bonus token   4. each row's path K/V moves into
-                           place   5. each row keeps its accepted node's streams as its next draft.
+    pass 0   prefill(): every prompt as a chain (once when all rows share it); its last position
+             carries the streams that give the first draft
+    pass k   step():    1. draft    each row's drafter proposes a tree rooted at its pending token
+                        2. forward  one pass for all rows: trees padded to one width, after each row's
+                                    own prefix; pruning at layer N−Ns; every survivor carries streams
+                        3. verify   each row accepts its longest matching path + a bonus token
+                        4. commit   each row's accepted K/V moves into place in the cache
+                        5. observe  each row's drafter sees the pass output at its accepted node
+                        6. emit     each row appends its tokens under its limits; traces record
 
-Ragged lengths live in the cache's per-row lengths: row b writes after its own prefix, no padding is
-ever stored. Padding exists only inside one step: a dummy node sees only itself and its row's prefix,
-nothing real sees it, and its K/V is never committed. A finished row (EOS, max_new_tokens, stop
-string) leaves the batch: the cache moves the live rows to the front once (`KVCache.retain`).
+Ragged lengths live in the cache's per-row lengths: no padding is ever stored. Padding exists only
+inside one pass: a dummy node sees only itself and its row's prefix, nothing real sees it, and its K/V
+is never committed. A finished row leaves the batch (`KVCache.retain`).
 
-n samples of one prompt (`share_prefix=True`): the prompt is prefilled once at batch 1, its K/V kept
-once (`SharedPrefixCache`), and every row attends over [shared prompt | own suffix] through the
-shared-prefix attention registered with transformers (`compat.shared_prefix_attention`).
+n samples of one prompt (`share_prefix`): the prompt is prefilled once, its K/V kept once
+(`SharedPrefixCache`), every row attends over [shared prompt | own suffix]
+(`compat.shared_prefix_attention`).
 
 Sampling: row i draws from its own generator seeded with (cfg.seed or 0) + i, so row i of a batch
-equals `engine.generate(prompt_i, replace(cfg, seed=(cfg.seed or 0) + i))` and n samples of one
-prompt differ. Greedy rows equal `engine.generate(prompt_i, cfg)` token for token.
-
-Not batched: pruning (`prune_threshold` is ignored here — output is identical without it, pruning only
-saves rows), traces and attention capture. Other drafters (`drafter_factory`, one per row) work;
-with drafters that use no streams, no stream rows run.
+equals `engine.generate(prompt_i, replace(cfg, seed=(cfg.seed or 0) + i))`; greedy rows equal
+`engine.generate(prompt_i, cfg)` token for token.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
-from specstream_core.model import compat, msa
 from specstream_core.decoding import processors
-from specstream_core.model.cache import KVCache, SharedPrefixCache
-from specstream_core.decoding.config import DecodeConfig, Result, decode_stats
-from specstream_core.decoding.drafters import Drafter, StreamDrafter
+from specstream_core.decoding.config import DecodeConfig, Result
+from specstream_core.decoding.drafters import Drafter, RootOnly, RowOutput, StreamDrafter
+from specstream_core.decoding.prefill import pad_steps, prefill
+from specstream_core.decoding.state import Limits, Row
+from specstream_core.decoding.tracer import Pass, RowTrace, attention_maps, capture_layers
+from specstream_core.decoding.tree import Tree, prune_by_threshold
+from specstream_core.decoding.verify import Verdict, sample_token, verify_greedy, verify_sampling
 from specstream_core.errors import SpecstreamError
-from specstream_core.decoding.tree import Tree, chain
-from specstream_core.decoding.verify import sample_token, verify_greedy, verify_sampling
+from specstream_core.model import compat, msa
+from specstream_core.model.cache import KVCache, SharedPrefixCache
 
 MAX_BATCH = 256
 
 
-@dataclass
-class Sequence:
-    """One row of the batch: its prompt, output, sampler, drafter and counters."""
-    index: int  # position in the caller's list
-    prompt_ids: list[int]
-    generator: torch.Generator
-    drafter: Drafter | None = None
-    output: list[int] = field(default_factory=list)
-    pending: int | None = None  # emitted, not yet in the cache
-    done: bool = False
-    forward_passes: int = 0
-    rows_total: int = 0
-    depth_hits: list[int] = field(default_factory=list)
-    wall_s: float = 0.0  # from the batch's start until this row finished
+class Decoding:
+    """B sequences decoded together. `step()` runs one forward pass and returns {row index: tokens it
+    emitted}; `run()` returns the results in input order."""
+
+    def __init__(self, engine, prompts: list[list[int]], cfg: DecodeConfig, drafters: list[Drafter],
+                 share_prefix: bool = False):
+        if share_prefix and any(p != prompts[0] for p in prompts):
+            raise SpecstreamError("share_prefix needs every prompt to be the same (n samples of one prompt)")
+        uses = {d.uses_streams for d in drafters}
+        if len(uses) > 1:
+            raise SpecstreamError("all rows of a batch must use the streams, or none")
+        self.engine, self.cfg = engine, cfg
+        self.streams = engine.streams if uses == {True} else None
+        # a draft k deep needs streams 1..k only (stream j sees streams 1..j, so the rest change nothing)
+        self.num_streams = min(len(cfg.tree_topk), self.streams.cfg.gamma) if self.streams is not None else 0
+        self.capture = capture_layers(cfg, self.streams)
+        self._check_capture()
+        self.share_prefix = share_prefix and len(prompts) > 1
+        seed = cfg.seed if cfg.seed is not None else 0
+        self.rows = [Row(i, list(p), torch.Generator().manual_seed(seed + i), d,
+                         depth_hits=[0] * (0 if cfg.mode == "ar" else max(len(cfg.tree_topk), d.max_depth)),
+                         trace=RowTrace(engine, cfg, p) if cfg.trace else None)
+                     for i, (p, d) in enumerate(zip(prompts, drafters))]
+        self.live = list(self.rows)  # in cache-row order
+        self.limits = Limits(cfg.max_new_tokens, frozenset(engine.eos_ids if cfg.stop_on_eos else ()),
+                             cfg.stop_strings, engine.decode_text)
+        self.num_layers = engine.model.config.num_hidden_layers
+        self.birth = self.streams.cfg.birth_layer if self.streams is not None else self.num_layers
+        self.forward_passes = 0
+        self.cache = None  # allocated by the prefill
+
+    def _check_capture(self) -> None:
+        if self.capture:
+            lo, hi = self.streams.cfg.birth_layer, self.streams.cfg.num_layers
+            bad = [li for li in self.capture if not lo <= li < hi]
+            if bad:
+                raise SpecstreamError(f"attention layers {bad} carry no streams; choose among {lo}..{hi - 1}")
 
     @property
-    def context(self) -> list[int]:
-        """Tokens before the current root (the pending token): prompt + output without its last token."""
-        return self.prompt_ids + self.output[:-1]
+    def done(self) -> bool:
+        return not self.live
+
+    # ---- the loop -------------------------------------------------------------------------------
+    def step(self) -> dict[int, list[int]]:
+        """One forward pass for every live row; returns {row index: tokens it emitted}."""
+        if self.done:
+            return {}
+        t0 = time.perf_counter()
+        with torch.inference_mode(), self._attention():
+            passes = prefill(self) if self.forward_passes == 0 else self._speculate()
+            emitted = {row.index: self._emit(row, p) for row, p in zip(self.live, passes)}  # 6. emit
+        self.forward_passes += 1
+        elapsed = time.perf_counter() - t0
+        for row in self.live:
+            row.forward_passes += 1
+            row.wall_s += elapsed
+            if row.done and row.trace is not None:
+                row.trace.finish(row.output, row.stats())
+        with torch.inference_mode():  # the cache's buffers are inference tensors
+            self._drop_finished()
+        return emitted
+
+    def _speculate(self) -> list[Pass]:
+        live, engine = self.live, self.engine
+        t0 = time.perf_counter()
+        trees = [row.drafter.propose(row.pending, row.context) for row in live]  # 1. draft
+        t1 = time.perf_counter()
+        starts = list(self.cache.lengths)
+        out = self._forward(trees, starts)  # 2. forward (pruning inside)
+        keeps = ([list(range(len(t))) for t in trees] if out.keep is None
+                 else [out.keep[b, :n].tolist() for b, n in enumerate(out.kept)])
+        survivors = [t if out.keep is None else t.subset(k) for t, k in zip(trees, keeps)]
+        logits = engine.logits(out.main)  # [B, m, V] verification rows
+        verdicts = [self._verify(row, s, logits[b, :len(s)]) for b, (row, s) in enumerate(zip(live, survivors))]  # 3.
+        t2 = time.perf_counter()
+        self._commit(out, keeps, verdicts)  # 4. commit
+        t3 = time.perf_counter()
+        for b, (row, v) in enumerate(zip(live, verdicts)):  # 5. observe
+            row.drafter.observe(self._row_output(out, b), v.path[-1])
+        t4 = time.perf_counter()
+        times = {"verify": (t2 - t1) * 1e3, "draft": (t1 - t0 + t4 - t3) * 1e3, "accept": (t3 - t2) * 1e3}
+        passes = []
+        for b, (row, tree, keep, s, v) in enumerate(zip(live, trees, keeps, survivors, verdicts)):
+            top = len(keep) * (1 + self.num_streams) if self.streams is not None else len(tree)
+            attention = (attention_maps(engine, self.cfg, out, b, v.path[-1], s.path_to(v.path[-1]), s, starts[b],
+                                        row.context) if self.capture else None)
+            passes.append(Pass(tree, keep, [keep[i] for i in v.path], v.bonus, (len(tree), top), starts[b],
+                               times=dict(times), attention=attention))
+        return passes
+
+    # ---- the pieces of a pass -------------------------------------------------------------------
+    def _forward(self, trees: list[Tree], starts: list[int]) -> msa.ForwardOutput:
+        """Every row's tree after its own prefix, padded to one width; every node carries streams."""
+        device = self.engine.device
+        ids, positions, visible = pad_steps([(t.tokens, t.depths, t.visibility()) for t in trees], starts, device)
+        width = ids.shape[1]
+        carriers = torch.arange(width, device=device).expand(len(trees), width) if self.streams is not None else None
+        select = None
+        if (self.streams is not None and self.cfg.prune_threshold > 0 and self.streams.prune is not None
+                and any(len(t) > 1 for t in trees)):
+            select = lambda h: self._select(trees, h)  # noqa: E731
+        return msa.forward(self.engine.model, ids, positions, visible, streams=self.streams, carriers=carriers,
+                           cache=self.cache, select=select, capture_layers=self.capture,
+                           window=self.engine.window, num_streams=self.num_streams or None)
+
+    def _select(self, trees: list[Tree], h_birth: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
+        """Pruning layer: early-exit transition probabilities p(child | parent) at layer N−Ns, every row
+        at once. Returns (keep [B, m] padded with 0, survivors per row)."""
+        pairs = [(b, p) for b, t in enumerate(trees) for p in sorted({q for q in t.parents if q >= 0})]
+        row_of = {pair: r for r, pair in enumerate(pairs)}
+        bs, ps = torch.tensor([b for b, _ in pairs]), torch.tensor([p for _, p in pairs])
+        hidden = msa.prune_hidden(self.engine.model, self.streams, h_birth[bs.to(h_birth.device), ps.to(h_birth.device)])
+        logp = self.engine.logits(hidden).float().log_softmax(dim=-1)  # [pairs, V]
+        idx_rows = [row_of[(b, t.parents[i])] for b, t in enumerate(trees) for i in range(1, len(t))]
+        idx_toks = [t.tokens[i] for t in trees for i in range(1, len(t))]
+        # host sync: the kept sets size the rest of the pass
+        flat = logp[torch.tensor(idx_rows, device=logp.device), torch.tensor(idx_toks, device=logp.device)].exp().tolist()
+        keeps, at = [], 0
+        for t in trees:
+            trans = [1.0] + flat[at:at + len(t) - 1]
+            at += len(t) - 1
+            keeps.append(prune_by_threshold(t, trans, self.cfg.prune_threshold))
+        width = max(len(k) for k in keeps)
+        keep = torch.tensor([k + [0] * (width - len(k)) for k in keeps], device=h_birth.device)
+        return keep, [len(k) for k in keeps]
+
+    def _verify(self, row: Row, tree: Tree, logits: torch.Tensor) -> Verdict:
+        """The row's accepted path and bonus token; logits [n, V] of its real (surviving) nodes."""
+        cfg = self.cfg
+        if len(tree) == 1:  # no draft (plain decoding): one token after the whole context
+            scores = logits[0]
+            if processors.active(cfg):
+                scores = processors.apply(cfg, scores, row.prompt_ids + row.output)
+            return Verdict([0], sample_token(scores, cfg.sampling, row.generator))
+        if processors.active(cfg):  # node i sees the context before the root + its own path
+            logits = processors.apply(cfg, logits, row.context, tree)
+        if cfg.sampling.greedy:
+            return verify_greedy(tree, logits)
+        return verify_sampling(tree, logits, cfg.sampling, row.generator)
+
+    def _commit(self, out: msa.ForwardOutput, keeps: list[list[int]], verdicts: list[Verdict]) -> None:
+        """Accepted rows into place: layers below N−Ns saw the whole tree, the layers above only the survivors."""
+        device = self.engine.device
+        top = [torch.tensor(v.path, device=device) for v in verdicts]
+        if out.keep is None:
+            self.cache.commit([(0, self.num_layers, top)])
+            return
+        bottom = [torch.tensor([k[i] for i in v.path], device=device) for k, v in zip(keeps, verdicts)]
+        self.cache.commit([(0, self.birth, bottom), (self.birth, self.num_layers, top)])
+
+    def _row_output(self, out: msa.ForwardOutput, b: int, carriers: list[int] | None = None) -> RowOutput:
+        streams = out.streams[b] if out.streams is not None else None
+        return RowOutput(out.main[b], streams, carriers, self.engine.draft_logits)
+
+    def _emit(self, row: Row, p: Pass) -> list[int]:
+        """A prefill emits only its bonus; a tree pass the accepted drafts (the root was emitted by the
+        previous pass) and its bonus."""
+        new = [] if p.prefill else [p.tree.tokens[i] for i in p.path[1:]]
+        row.rows_total += self._rows(*p.rows)
+        if not p.prefill:
+            row.count_depths(len(p.path) - 1)
+        row.pending = p.bonus
+        emitted = self.limits.emit(row, new + [p.bonus])
+        if row.trace is not None:
+            row.trace.record(p, emitted)
+        return emitted
+
+    def _rows(self, bottom: int, top: int) -> int:
+        """Rows one sequence put through the model, averaged over layers."""
+        if self.streams is None:
+            return bottom
+        birth, ns = self.streams.cfg.birth_layer, self.streams.cfg.n_stream_layers
+        return (bottom * birth + top * ns) // (birth + ns)
+
+    # ---- cache and batch bookkeeping ------------------------------------------------------------
+    def _attention(self):
+        """Shared-prefix attention once the prompt's K/V sits in a SharedPrefixCache, sdpa before."""
+        if isinstance(self.cache, SharedPrefixCache):
+            return compat.shared_prefix_attention(self.engine.model, self.cache.prefix_kv)
+        return nullcontext()
+
+    def scratch(self) -> int:
+        """Slots one pass may write past a row's prefix: the widest tree and its streams, + a margin."""
+        width = max(row.drafter.max_nodes or self.cfg.node_budget for row in self.rows)
+        return width * (1 + self.num_streams) + self.num_streams + 16
+
+    def allocate(self, batch: int, prompt_len: int) -> KVCache:
+        capacity = prompt_len + self.cfg.max_new_tokens + self.scratch()
+        return KVCache.for_model(self.engine.model, batch=batch, capacity=capacity)
+
+    def _drop_finished(self) -> None:
+        """Finished rows leave the batch; the cache keeps the live rows (no re-padding)."""
+        keep = [b for b, row in enumerate(self.live) if not row.done]
+        if len(keep) == len(self.live):
+            return
+        self.live = [self.live[b] for b in keep]
+        if keep:
+            self.cache.retain(keep)
+
+    # ---- results --------------------------------------------------------------------------------
+    def run(self) -> list[Result]:
+        while not self.done:
+            self.step()
+        return self.results()
+
+    def results(self) -> list[Result]:
+        return [Result(list(r.output), self.engine.decode_text(r.output),
+                       {**r.stats(), "batch_size": len(self.rows), "shared_prefix": self.share_prefix},
+                       r.trace.data if r.trace is not None else None) for r in self.rows]
+
+
+class SingleDecoding(Decoding):
+    """One prompt: the same loop with B = 1. `step()` returns the tokens this pass emitted."""
+
+    def step(self) -> list[int]:
+        return super().step().get(0, [])
+
+    @property
+    def row(self) -> Row:
+        return self.rows[0]
+
+    @property
+    def output(self) -> list[int]:
+        return self.row.output
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        return self.row.prompt_ids
+
+    @property
+    def trace(self) -> dict | None:
+        return self.row.trace.data if self.row.trace is not None else None
+
+    def stats(self) -> dict:
+        return self.row.stats()
+
+    def result(self) -> Result:
+        return Result(list(self.output), self.engine.decode_text(self.output), self.stats(), self.trace)
+
+    def run(self) -> Result:
+        while not self.done:
+            self.step()
+        return self.result()
+
+
+# ---- starting a decoding ------------------------------------------------------------------------
+def default_drafter(engine, cfg: DecodeConfig) -> Drafter:
+    if cfg.mode == "ar":
+        return RootOnly()
+    if engine.streams is None:
+        raise SpecstreamError("speculative decoding needs stream parameters (or another drafter)")
+    depth = min(len(cfg.tree_topk), engine.streams.cfg.gamma)
+    return StreamDrafter(cfg.tree_topk[:depth], cfg.node_budget)
+
+
+def prompt_ids(engine, prompt, cfg: DecodeConfig) -> list[int]:
+    """Token ids of one prompt (text or ids), checked against the context length."""
+    if isinstance(prompt, str):
+        return engine.encode(prompt, cfg.max_new_tokens)
+    if not (isinstance(prompt, (list, tuple)) and all(isinstance(t, int) for t in prompt)):
+        raise SpecstreamError(f"a prompt must be a string or a list of token ids, got {type(prompt).__name__}")
+    engine.check_length(len(prompt), cfg.max_new_tokens)
+    return list(prompt)
 
 
 def prepare_prompts(engine, prompts, cfg: DecodeConfig) -> list[list[int]]:
@@ -77,313 +320,36 @@ def prepare_prompts(engine, prompts, cfg: DecodeConfig) -> list[list[int]]:
     out = []
     for i, prompt in enumerate(prompts):
         try:
-            if isinstance(prompt, str):
-                ids = engine.encode(prompt, cfg.max_new_tokens)
-            elif isinstance(prompt, (list, tuple)) and all(isinstance(t, int) for t in prompt):
-                ids = list(prompt)
-                engine.check_length(len(ids), cfg.max_new_tokens)
-            else:
-                raise SpecstreamError(f"a prompt must be a string or a list of token ids, got {type(prompt).__name__}")
+            out.append(prompt_ids(engine, prompt, cfg))
         except SpecstreamError as exc:
             raise SpecstreamError(f"prompt {i}: {exc}") from None
-        out.append(ids)
     return out
 
 
-def pad_steps(items: list[tuple[list[int], list[int], torch.Tensor]], starts: list[int], device):
-    """Per row (tokens, depths, visibility [n, n]) → ids, positions [B, w] and visibility [B, w, w].
-
-    Rows shorter than the widest get dummy nodes: token 0, the row's first position, visible only to
-    themselves. Positions are each row's own prefix length + depth.
-    """
-    width = max(len(tokens) for tokens, _, _ in items)
-    B = len(items)
-    ids = torch.zeros(B, width, dtype=torch.long)
-    depths = torch.zeros(B, width, dtype=torch.long)
-    visible = torch.eye(width, dtype=torch.bool).repeat(B, 1, 1)
-    for b, (tokens, node_depths, vis) in enumerate(items):
-        n = len(tokens)
-        ids[b, :n] = torch.tensor(tokens)
-        depths[b, :n] = torch.tensor(node_depths)
-        visible[b, :n, :n] = vis
-    positions = torch.tensor(starts)[:, None] + depths
-    return ids.to(device), positions.to(device), visible.to(device)
-
-
-def _tree_item(tree: Tree):
-    return tree.tokens, tree.depths, tree.visibility()
-
-
-def _prompt_item(ids: list[int]):
-    n = len(ids)
-    return ids, list(range(n)), torch.tril(torch.ones(n, n, dtype=torch.bool))
-
-
-class BatchedDecoding:
-    """B sequences decoded together. `step()` runs one forward pass; `run()` returns results in input order."""
-
-    def __init__(self, engine, prompts: list[list[int]], cfg: DecodeConfig, share_prefix: bool = False):
-        if share_prefix and any(p != prompts[0] for p in prompts):
-            raise SpecstreamError("share_prefix needs every prompt to be the same (n samples of one prompt)")
-        self.engine, self.cfg = engine, cfg
-        seed = cfg.seed if cfg.seed is not None else 0
-        self.sequences = [Sequence(i, list(p), torch.Generator().manual_seed(seed + i)) for i, p in enumerate(prompts)]
-        self.live = list(self.sequences)  # in cache-row order
-        self.share_prefix = share_prefix and len(prompts) > 1
-        self.forward_passes = 0
-        self.started: float | None = None
-        self.num_layers = engine.model.config.num_hidden_layers
-        self.cache = None  # allocated by the prefill
-
-    @property
-    def done(self) -> bool:
-        return not self.live
-
-    # ---- the loop ---------------------------------------------------------------------------------
-    def step(self) -> dict[int, list[int]]:
-        """One forward pass for every live row; returns {row index: tokens it emitted}."""
-        if self.done:
-            return {}
-        if self.started is None:
-            self.started = time.perf_counter()
-        self.emitted: dict[int, list[int]] = {}
-        with torch.inference_mode():
-            with self._attention():
-                self._prefill() if self.forward_passes == 0 else self._decode_step()
-            self.forward_passes += 1
-            for seq in self.live:
-                seq.forward_passes += 1
-            self._drop_finished()
-        return self.emitted
-
-    def run(self) -> list[Result]:
-        while not self.done:
-            self.step()
-        return self.results()
-
-    def results(self) -> list[Result]:
-        return [Result(list(s.output), self.engine.decode_text(s.output), self._stats(s)) for s in self.sequences]
-
-    # ---- shared plumbing ---------------------------------------------------------------------------
-    def _attention(self):
-        """Shared-prefix attention once the prompt's K/V sits in a SharedPrefixCache, sdpa before."""
-        if isinstance(self.cache, SharedPrefixCache):
-            return compat.shared_prefix_attention(self.engine.model, self.cache.prefix_kv)
-        return nullcontext()
-
-    def _scratch(self) -> int:
-        """Slots one step may write past a row's prefix (the widest tree and its streams)."""
-        return 8
-
-    def _allocate(self, batch: int, prompt_len: int) -> KVCache:
-        capacity = prompt_len + self.cfg.max_new_tokens + self._scratch()
-        return KVCache.for_model(self.engine.model, batch=batch, capacity=capacity)
-
-    def _start_prefill(self) -> list[list[int]]:
-        """The prompts the prefill runs (one when they share a prefix) and their cache."""
-        prompts = [self.sequences[0].prompt_ids] if self.share_prefix else [s.prompt_ids for s in self.live]
-        self.cache = self._allocate(len(prompts), max(len(p) for p in prompts))
-        return prompts
-
-    def _finish_prefill(self, prompts: list[list[int]]) -> None:
-        """Keep every prompt row in place; with a shared prompt, its K/V becomes the shared prefix."""
-        self.cache.commit([(0, self.num_layers, [torch.arange(len(p)) for p in prompts])])
-        if self.share_prefix:
-            capacity = self.cfg.max_new_tokens + self._scratch()
-            self.cache = SharedPrefixCache(self.cache, batch=len(self.live), capacity=capacity)
-
-    def _choose(self, logits: torch.Tensor) -> list[int]:
-        """One token per live row from [B, V] logits (each row's own processors and generator)."""
-        if processors.active(self.cfg):
-            logits = torch.stack([processors.apply(self.cfg, logits[b], s.prompt_ids + s.output)
-                                  for b, s in enumerate(self.live)])
-        if self.cfg.sampling.greedy:
-            return logits.argmax(dim=-1).tolist()  # one host sync for the whole batch
-        return [sample_token(logits[b], self.cfg.sampling, s.generator) for b, s in enumerate(self.live)]
-
-    def _emit(self, seq: Sequence, tokens: list[int]) -> list[int]:
-        """Append tokens to a row's output under EOS / max-new-tokens / stop-string limits."""
-        cfg = self.cfg
-        tokens = tokens[: cfg.max_new_tokens - len(seq.output)]
-        eos = self.engine.eos_ids if cfg.stop_on_eos else set()
-        for i, tok in enumerate(tokens):
-            if tok in eos:
-                tokens, seq.done = tokens[: i + 1], True
-                break
-        seq.output.extend(tokens)
-        if cfg.stop_strings and self._cut_at_stop_string(seq):
-            seq.done = True
-        if len(seq.output) >= cfg.max_new_tokens:
-            seq.done = True
-        self.emitted[seq.index] = tokens
-        return tokens
-
-    def _cut_at_stop_string(self, seq: Sequence) -> bool:
-        decode, stops = self.engine.decode_text, self.cfg.stop_strings
-        if not any(s in decode(seq.output) for s in stops):
-            return False
-        for n in range(1, len(seq.output) + 1):  # shortest prefix that contains a stop string
-            if any(s in decode(seq.output[:n]) for s in stops):
-                del seq.output[n:]
-                return True
-        return True
-
-    def _drop_finished(self) -> None:
-        """Finished rows leave the batch; the cache keeps the live rows (no re-padding)."""
-        if not any(s.done for s in self.live):
-            return
-        now = time.perf_counter() - self.started
-        for s in self.live:
-            if s.done:
-                s.wall_s = now
-        keep = [b for b, s in enumerate(self.live) if not s.done]
-        self.live = [self.live[b] for b in keep]
-        if keep:
-            self.cache.retain(keep)
-
-    def _stats(self, seq: Sequence) -> dict:
-        return {**decode_stats(seq), "batch_size": len(self.sequences), "shared_prefix": self.share_prefix}
-
-
-class BatchedPlainDecoding(BatchedDecoding):
-    """The batched baseline: one token per row per forward pass."""
-
-    def _prefill(self) -> None:
-        prompts = self._start_prefill()
-        ids, positions, visible = pad_steps([_prompt_item(p) for p in prompts], [0] * len(prompts), self.engine.device)
-        out = msa.forward(self.engine.model, ids, positions, visible, cache=self.cache, window=self.engine.window)
-        last = torch.tensor([len(p) - 1 for p in prompts], device=self.engine.device)
-        logits = self.engine.logits(out.main[torch.arange(len(prompts)), last])  # [B or 1, V]
-        self._finish_prefill(prompts)
-        if self.share_prefix:  # every row starts from the same prompt logits
-            logits = logits.expand(len(self.live), -1)
-        for seq, token in zip(self.live, self._choose(logits)):
-            seq.rows_total += len(seq.prompt_ids)
-            seq.pending = token
-            self._emit(seq, [token])
-
-    def _decode_step(self) -> None:
-        device = self.engine.device
-        ids = torch.tensor([[s.pending] for s in self.live], device=device)  # [B, 1]
-        positions = torch.tensor(self.cache.lengths, device=device)[:, None]
-        visible = torch.ones(len(self.live), 1, 1, dtype=torch.bool, device=device)
-        out = msa.forward(self.engine.model, ids, positions, visible, cache=self.cache, window=self.engine.window)
-        self.cache.advance(1)
-        for seq, token in zip(self.live, self._choose(self.engine.logits(out.main[:, -1]))):
-            seq.rows_total += 1
-            seq.pending = token
-            self._emit(seq, [token])
-
-
-class BatchedSpeculativeDecoding(BatchedDecoding):
-    """Speculative Streaming for B rows: each row verifies its own tree and drafts from its own streams."""
-
-    def __init__(self, engine, prompts, cfg: DecodeConfig, share_prefix: bool = False,
-                 drafter_factory: Callable[[int], Drafter] | None = None):
-        if drafter_factory is None and engine.streams is None:
-            raise SpecstreamError("speculative decoding needs stream parameters (or another drafter)")
-        super().__init__(engine, prompts, cfg, share_prefix)
-        gamma = engine.streams.cfg.gamma if engine.streams is not None else 0
-        self.topk = cfg.tree_topk[:min(len(cfg.tree_topk), gamma)]
-        for seq in self.sequences:
-            seq.drafter = drafter_factory(seq.index) if drafter_factory else StreamDrafter(self.topk, cfg.node_budget)
-            seq.depth_hits = [0] * (len(cfg.tree_topk) if seq.drafter.uses_streams else 16)
-        uses = {seq.drafter.uses_streams for seq in self.sequences}
-        if len(uses) > 1:
-            raise SpecstreamError("all rows of a batch must use the streams, or none")
-        self.streams = engine.streams if uses == {True} else None
-        self.num_streams = len(self.topk) if self.streams is not None else 0
-
-    def _scratch(self) -> int:
-        if self.streams is None:  # other drafters: at most the node budget
-            return self.cfg.node_budget + 8
-        widest = min(self.cfg.node_budget, 1 + sum(math.prod(self.topk[:j]) for j in range(1, len(self.topk) + 1)))
-        return widest * (1 + self.num_streams) + self.num_streams + 8
-
-    def _prefill(self) -> None:
-        # each prompt as a chain; its last position carries the streams that give the first draft
-        prompts = self._start_prefill()
-        device = self.engine.device
-        ids, positions, visible = pad_steps([_prompt_item(p) for p in prompts], [0] * len(prompts), device)
-        last = torch.tensor([[len(p) - 1] for p in prompts], device=device)  # [B, 1]
-        carriers = last if self.streams is not None else None
-        out = msa.forward(self.engine.model, ids, positions, visible, streams=self.streams, carriers=carriers,
-                          cache=self.cache, window=self.engine.window, num_streams=self.num_streams)
-        logits = self.engine.logits(out.main[torch.arange(len(prompts)), last[:, 0]])  # [B or 1, V]
-        stream_logits = self.engine.draft_logits(out.streams[:, 0]) if self.streams is not None else None  # [B or 1, k, V]
-        self._finish_prefill(prompts)
-        if self.share_prefix:
-            logits = logits.expand(len(self.live), -1)
-            stream_logits = stream_logits.expand(len(self.live), -1, -1) if stream_logits is not None else None
-        for b, (seq, token) in enumerate(zip(self.live, self._choose(logits))):
-            if stream_logits is not None:
-                seq.drafter.observe_streams(stream_logits[b])
-            seq.rows_total += self._rows(len(seq.prompt_ids), 1)
-            seq.pending = token
-            self._emit(seq, [token])
-
-    def _decode_step(self) -> None:
-        live = self.live
-        trees = [s.drafter.propose(s.pending, s.context) for s in live]  # 1. draft
-        out = self._verify_and_draft(trees)  # 2. one forward pass for every row
-        logits = self.engine.logits(out.main)  # [B, w, V]
-        verdicts = [self._verify(s, tree, logits[b, :len(tree)]) for b, (s, tree) in enumerate(zip(live, trees))]  # 3.
-        self.cache.commit([(0, self.num_layers, [torch.tensor(v.path) for v in verdicts])])  # 4. K/V into place
-        if self.streams is not None:  # 5. each row's accepted node's streams: its next draft
-            last = torch.tensor([v.path[-1] for v in verdicts], device=logits.device)
-            stream_logits = self.engine.draft_logits(out.streams[torch.arange(len(live)), last])  # [B, k, V]
-            for seq, rows in zip(live, stream_logits):
-                seq.drafter.observe_streams(rows)
-        for seq, tree, verdict in zip(live, trees, verdicts):
-            self._accept(seq, tree, verdict)
-
-    def _verify_and_draft(self, trees: list[Tree]) -> msa.ForwardOutput:
-        """Every row's tree after its own prefix, padded to one width; every node carries streams."""
-        device = self.engine.device
-        ids, positions, visible = pad_steps([_tree_item(t) for t in trees], self.cache.lengths, device)
-        width = ids.shape[1]
-        carriers = torch.arange(width, device=device).expand(len(trees), width) if self.streams is not None else None
-        # only the streams the tree uses run (a (1, 1) tree needs streams 1 and 2 of γ)
-        return msa.forward(self.engine.model, ids, positions, visible, streams=self.streams, carriers=carriers,
-                           cache=self.cache, window=self.engine.window, num_streams=self.num_streams)
-
-    def _verify(self, seq: Sequence, tree: Tree, logits: torch.Tensor):
-        """The row's accepted path and bonus token; logits [n, V] of its real nodes."""
-        if processors.active(self.cfg):  # node i sees the context before the root + its own path
-            logits = processors.apply(self.cfg, logits, seq.context, tree)
-        if self.cfg.sampling.greedy:
-            return verify_greedy(tree, logits)
-        return verify_sampling(tree, logits, self.cfg.sampling, seq.generator)
-
-    def _accept(self, seq: Sequence, tree: Tree, verdict) -> None:
-        for depth in range(1, len(verdict.path)):
-            if depth - 1 < len(seq.depth_hits):
-                seq.depth_hits[depth - 1] += 1
-        seq.rows_total += self._rows(len(tree), len(tree))
-        seq.pending = verdict.bonus
-        # the root was emitted by the previous step: emit the accepted drafts and the bonus
-        self._emit(seq, [tree.tokens[i] for i in verdict.path[1:]] + [verdict.bonus])
-
-    def _rows(self, main: int, carriers: int) -> int:
-        """Rows one sequence put through the model, averaged over layers (as single decoding reports)."""
-        if self.streams is None:
-            return main
-        birth, ns = self.streams.cfg.birth_layer, self.streams.cfg.n_stream_layers
-        return (main * birth + (main + carriers * self.num_streams) * ns) // (birth + ns)
+def start(engine, prompt, cfg: DecodeConfig, drafter: Drafter | None = None) -> SingleDecoding:
+    ids = prompt_ids(engine, prompt, cfg)
+    if cfg.mode == "ar" or drafter is None:
+        drafter = default_drafter(engine, cfg)
+    return SingleDecoding(engine, [ids], cfg, [drafter])
 
 
 def start_batch(engine, prompts, cfg: DecodeConfig, share_prefix: bool | None = None,
-                drafter_factory: Callable[[int], Drafter] | None = None) -> BatchedDecoding:
+                drafter_factory=None) -> Decoding:
     """A batched decoding of `prompts` (strings or token-id lists).
 
-    share_prefix: None = automatic (on when there are several prompts and all are the same), True =
-    required (error unless all prompts are the same), False = off.
+    share_prefix: None = automatic (on when there are several prompts, all the same, and no attention
+    is captured), True = required (error unless all prompts are the same), False = off.
     drafter_factory: row index -> its drafter (ss only; default: the engine's streams).
     """
     ids = prepare_prompts(engine, prompts, cfg)
     same = len(ids) > 1 and all(p == ids[0] for p in ids)
+    capturing = cfg.trace and bool(cfg.attention_layers)
     if share_prefix is None:
-        share_prefix = same
-    if cfg.mode == "ar":
-        return BatchedPlainDecoding(engine, ids, cfg, share_prefix)
-    return BatchedSpeculativeDecoding(engine, ids, cfg, share_prefix, drafter_factory)
+        share_prefix = same and not capturing
+    elif share_prefix and capturing:
+        raise SpecstreamError("attention maps cannot be captured over a shared prefix; pass share_prefix=False")
+    if cfg.mode == "ar" or drafter_factory is None:
+        drafters = [default_drafter(engine, cfg) for _ in ids]
+    else:
+        drafters = [drafter_factory(i) for i in range(len(ids))]
+    return Decoding(engine, ids, cfg, drafters, share_prefix)

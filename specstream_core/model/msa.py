@@ -25,11 +25,12 @@ from specstream_core.model.streams import StreamParams
 class ForwardOutput:
     main: torch.Tensor  # [B, m, d] final-normed main rows (after pruning: survivors only)
     streams: torch.Tensor | None  # [B, s, γ, d] final-normed stream rows, per carrier
-    keep: torch.Tensor | None  # [m] indices of surviving main rows (None: all kept)
+    keep: torch.Tensor | None  # [B, m] survivors' indices per row, padded (None: all kept)
     rows_bottom: int  # rows per sequence in layers below N−Ns
     rows_top: int  # rows per sequence in the multi-stream layers
     attention: dict = field(default_factory=dict)  # layer -> weights [B, H, q, keys] when captured
     birth: torch.Tensor | None = None  # [B, n, d] main rows entering layer N−Ns (before pruning)
+    kept: list[int] | None = None  # survivors per row: keep[b, :kept[b]] are real, the rest padding
 
 
 def forward(model, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor, *,
@@ -41,7 +42,9 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Te
     """ids, positions: [B, n]; visible: [B, n, n] main-row visibility inside this step.
 
     carriers: [B, s] main rows that carry streams (indices before pruning), or None for a plain pass.
-    select(h_birth [B, n, d]) -> LongTensor [m] of main rows to keep (B == 1), applied at layer N−Ns.
+    select(h_birth [B, n, d]) -> (keep [B, m], kept) main rows each row keeps, applied at layer N−Ns:
+    keep[b, :kept[b]] ascending survivors, the rest padding (any index; it then sees only itself and
+    its stream rows, and nothing real sees it). With `select`, every surviving main row carries streams.
     frozen_bottom: run layers below N−Ns without autograd (lossless training: nothing there trains).
     num_streams: run only streams 1..k (k <= γ) — a draft tree k deep needs no more, and stream j sees
     only streams 1..j, so the streams that run are unchanged.
@@ -60,17 +63,16 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Te
             h = _bottom(model, layers[:birth], ids, positions, visible, prefix, cache, window,
                         grad=torch.is_grad_enabled() and not frozen_bottom)
         rows_bottom = h.shape[1]
-        keep = None
+        keep, kept = None, None
         if not use_streams:
             return ForwardOutput(compat.final_norm(model, h), None, None, rows_bottom, rows_bottom, attention)
         h_birth = h
 
         # 1. prune inside the pass: survivors only enter the (1+γ)-wide layers
         if select is not None:
-            keep = select(h)
-            h, positions = h[:, keep], positions[:, keep]
-            visible = visible[:, keep][:, :, keep]
-            carriers = _remap(carriers, keep)
+            keep, kept = select(h)
+            h, positions, visible = _gather_survivors(h, positions, visible, keep, kept)
+            carriers = torch.arange(keep.shape[1], device=h.device).expand(keep.shape[0], -1)
         # 2. streams are born: S_j = M + P_j, laid out after the main rows
         gamma = min(num_streams or streams.cfg.gamma, streams.cfg.gamma)
         B, n, d = h.shape
@@ -88,7 +90,7 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Te
                 h = compat.run_layer(layer, h, mask, pe, cache)
         h = compat.final_norm(model, h)
         return ForwardOutput(h[:, :n], h[:, n:].reshape(B, s, gamma, d), keep, rows_bottom, h.shape[1], attention,
-                             h_birth)
+                             h_birth, kept)
 
 
 def _bottom(model, layers, ids, positions, visible, prefix, cache, window, grad: bool) -> torch.Tensor:
@@ -122,14 +124,19 @@ def prune_hidden(model, streams: StreamParams, h_birth: torch.Tensor) -> torch.T
     return compat.final_norm(model, streams.prune(h_birth))
 
 
-def _remap(carriers: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    """Carrier indices into the survivor ordering (carriers that were pruned are dropped)."""
-    lookup = torch.full((int(keep.max()) + 1 if keep.numel() else 1,), -1, dtype=torch.long, device=keep.device)
-    lookup[keep] = torch.arange(keep.numel(), device=keep.device)
-    c = carriers[0]
-    c = c[c <= lookup.numel() - 1]
-    mapped = lookup[c]
-    return mapped[mapped >= 0][None]
+def _gather_survivors(h, positions, visible, keep: torch.Tensor, kept: list[int]):
+    """Main rows, positions [B, m] and visibility [B, m, m] of each row's survivors (keep: [B, m]).
+    Padding slots (past kept[b]) see only themselves; nothing sees them."""
+    B, m = keep.shape
+    d, n = h.shape[-1], visible.shape[-1]
+    h = torch.gather(h, 1, keep[:, :, None].expand(B, m, d))  # [B, m, d]
+    positions = torch.gather(positions, 1, keep)
+    vis = torch.gather(visible, 1, keep[:, :, None].expand(B, m, n))  # [B, m, n]
+    vis = torch.gather(vis, 2, keep[:, None, :].expand(B, m, m))  # [B, m, m]
+    real = torch.arange(m, device=keep.device)[None] < torch.tensor(kept, device=keep.device)[:, None]  # [B, m]
+    eye = torch.eye(m, dtype=torch.bool, device=keep.device)[None]
+    vis = (vis & real[:, :, None] & real[:, None, :]) | (eye & ~real[:, :, None])
+    return h, positions, vis
 
 
 @contextmanager

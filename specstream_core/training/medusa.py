@@ -1,16 +1,7 @@
-"""Medusa-style heads: K extra decoding heads on the base model's final hidden state (a baseline).
+"""Training Medusa-style heads (`model/medusa_heads.py`) on the frozen base, and their τ estimate.
 
-Head k (1..K) maps the accepted position's final-normed main hidden state h_t through a residual
-block, h + SiLU(W_k h + b_k), and the base model's own (shared, frozen) LM head, and predicts the
-token k places after the main stream's next token, y_{t+1+k} — the same target as speculative stream
-k. W_k starts at zero, so an untrained head predicts what the main stream predicts.
-
-Full Medusa heads carry their own LM head each (4·(d² + d·V) parameters for K = 4); sharing the
-base's keeps the bundled heads small: K·(d² + d) parameters.
-
-`MedusaDrafter` turns the heads' top-k into a Cartesian draft tree (`tree.from_stream_topk`), which
-our one tree verifier checks, so greedy output equals plain decoding. Saved as `medusa.safetensors`
-+ `medusa_config.json` (never pickle).
+Head k is trained to predict y_{t+1+k} from the final-normed main hidden state at t, with loss weight
+decay^(k-1) (Medusa's λ_k); the loop is the shared one (`training/loop.py`).
 """
 
 from __future__ import annotations
@@ -18,113 +9,14 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from specstream_core.model import compat, masks, msa
-from specstream_core.decoding.drafters import TopkDrafter
-from specstream_core.errors import SpecstreamError
-
-CONFIG_NAME = "medusa_config.json"
-WEIGHTS_NAME = "medusa.safetensors"
-IGNORE = -100
-
-
-@dataclass(frozen=True)
-class MedusaConfig:
-    num_heads: int = 4
-    hidden_size: int = 0
-    trained_steps: int = 0
-    shared_lm_head: bool = True
-    extra: dict = field(default_factory=dict)
-
-
-class ResBlock(nn.Module):
-    def __init__(self, hidden: int):
-        super().__init__()
-        self.linear = nn.Linear(hidden, hidden)
-        nn.init.zeros_(self.linear.weight)
-        nn.init.zeros_(self.linear.bias)
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return h + F.silu(self.linear(h))
-
-
-class MedusaHeads(nn.Module):
-    def __init__(self, cfg: MedusaConfig):
-        super().__init__()
-        if not 1 <= cfg.num_heads <= 8 or cfg.hidden_size < 1:
-            raise SpecstreamError(f"Medusa heads: need 1..8 heads and a hidden size, got {cfg.num_heads}, {cfg.hidden_size}")
-        self.cfg = cfg
-        self.blocks = nn.ModuleList(ResBlock(cfg.hidden_size) for _ in range(cfg.num_heads))
-
-    @classmethod
-    def fresh(cls, model, num_heads: int = 4) -> "MedusaHeads":
-        return cls(MedusaConfig(num_heads=num_heads, hidden_size=model.config.hidden_size))
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """[..., d] final-normed hidden -> [..., K, d] (feed to the shared LM head)."""
-        return torch.stack([block(hidden) for block in self.blocks], dim=-2)
-
-    def extra_parameter_count(self) -> int:
-        return sum(p.numel() for p in self.parameters())
-
-    def save(self, out_dir: str, extra: dict | None = None) -> None:
-        from safetensors.torch import save_file
-
-        os.makedirs(out_dir, exist_ok=True)
-        tensors = {k: v.detach().float().contiguous().cpu() for k, v in self.state_dict().items()}
-        save_file(tensors, os.path.join(out_dir, WEIGHTS_NAME))
-        cfg = asdict(self.cfg)
-        cfg["extra"] = {**cfg.get("extra", {}), **(extra or {})}
-        with open(os.path.join(out_dir, CONFIG_NAME), "w") as f:
-            json.dump(cfg, f, indent=1)
-
-    @classmethod
-    def load(cls, directory: str, model=None) -> "MedusaHeads":
-        from safetensors.torch import load_file
-
-        cfg_path, weights = os.path.join(directory, CONFIG_NAME), os.path.join(directory, WEIGHTS_NAME)
-        if not (os.path.isfile(cfg_path) and os.path.isfile(weights)):
-            raise SpecstreamError(f"{directory} holds no Medusa heads ({CONFIG_NAME} + {WEIGHTS_NAME})")
-        with open(cfg_path) as f:
-            raw = json.load(f)
-        cfg = MedusaConfig(**{k: v for k, v in raw.items() if k in MedusaConfig.__dataclass_fields__})
-        if model is not None and cfg.hidden_size != model.config.hidden_size:
-            raise SpecstreamError(f"Medusa heads in {directory} are for hidden size {cfg.hidden_size}, "
-                                  f"the model has {model.config.hidden_size}")
-        heads = cls(cfg)
-        heads.load_state_dict(load_file(weights))
-        if model is not None:
-            heads.to(next(model.parameters()).device)
-        return heads.eval()
-
-
-def recommended_topk(directory: str) -> tuple[int, ...] | None:
-    try:
-        with open(os.path.join(directory, CONFIG_NAME)) as f:
-            topk = json.load(f).get("extra", {}).get("decode", {}).get("topk")
-        return tuple(topk) if topk else None
-    except (OSError, ValueError):
-        return None
-
-
-class MedusaDrafter(TopkDrafter):
-    """Drafts from the heads applied to the accepted node's final main hidden state."""
-
-    uses_main_hidden = True
-
-    def __init__(self, heads: MedusaHeads, lm_head, topk: tuple[int, ...] = (1, 1, 1, 1), budget: int = 64):
-        super().__init__(tuple(topk[: heads.cfg.num_heads]), budget)
-        self.heads, self.lm_head = heads, lm_head
-
-    def observe_main_hidden(self, hidden: torch.Tensor) -> None:
-        h = hidden.to(next(self.heads.parameters()).dtype)
-        self._observe_logits(self.lm_head(self.heads(h)[: len(self.topk)].to(hidden.dtype)))  # [depth, V]
-
+from specstream_core.model.medusa_heads import MedusaConfig, MedusaHeads
+from specstream_core.training.streams import IGNORE
 
 # ---- training ---------------------------------------------------------------------------------
 @dataclass(frozen=True)

@@ -224,7 +224,8 @@ def build_methods(names, engine, precision, ctx, shared_engine=None) -> list:
         elif name == "medusa":
             if not ctx.get("medusa_dir"):
                 continue
-            from specstream_core.training.medusa import MedusaDrafter, MedusaHeads, recommended_topk
+            from specstream_core.decoding.drafters.medusa import MedusaDrafter
+            from specstream_core.model.medusa_heads import MedusaHeads, recommended_topk
 
             heads = MedusaHeads.load(ctx["medusa_dir"], engine.model)
             topk = recommended_topk(ctx["medusa_dir"]) or ss_cfg.tree_topk
