@@ -7,7 +7,8 @@ import torch
 
 from specstream_core import DecodeConfig, Engine, StreamParams
 from specstream_core.model.chat import encode_prompt
-from specstream_core.training.streams import FeatureCache, TrainConfig, frequent_tokens, to_draft_ids, train, IGNORE
+from specstream_core.training.data import IGNORE
+from specstream_core.training.streams import FeatureCache, TrainConfig, frequent_tokens, to_draft_ids, train
 from tiny_models import hf_greedy, prompts, save_tiny_model_dir, tiny_model
 
 TEMPLATE = ("{% for m in messages %}<s>{{ m['role'] }} {{ m['content'] }}</s>{% endfor %}"

@@ -7,7 +7,7 @@ from specstream_core import DecodeConfig, Engine
 from specstream_core.decoding.drafters.medusa import MedusaDrafter
 from specstream_core.model.medusa_heads import MedusaHeads
 from specstream_core.training.medusa import MedusaTrainConfig, evaluate_heads, train_heads
-from specstream_core.training.streams import pack
+from specstream_core.training.data import pack_examples as pack
 from tiny_models import hf_greedy, prompts, tiny_model
 
 NEW = 20

@@ -61,7 +61,7 @@ def test_init_from_continues_a_saved_model(tiny_dir, tmp_path):
 
 
 def test_packing_matches_inference_tokenization(tiny_dir):
-    from specstream_core.training.pretrain import pack
+    from specstream_core.training.pretrain import pack_documents as pack
 
     out, _ = tiny_dir
     tok = AutoTokenizer.from_pretrained(out)

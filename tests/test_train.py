@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from specstream_core import DecodeConfig, Engine, SpecstreamError, StreamParams
-from specstream_core.training.streams import TrainConfig, evaluate_streams, pack, train
+from specstream_core.training.data import pack_examples as pack
+from specstream_core.training.streams import TrainConfig, evaluate_streams, train
 from tiny_models import tiny_model
 
 

@@ -29,8 +29,10 @@ import torch
 
 from specstream_core.model import msa
 from specstream_core.model.cache import KVCache
+from specstream_core.bench.results import read_json
 from specstream_core.errors import SpecstreamError
 from specstream_core.decoding.tree import chain
+from specstream_core.tasks import CATEGORIES, load_split
 
 
 @dataclass
@@ -55,8 +57,6 @@ def _context_ids(engine, context: int) -> list[int]:
     """`context` real token ids: eval prompts of the task suite one after another (or cycled ids)."""
     ids: list[int] = []
     if engine.tokenizer is not None:
-        from specstream_core.tasks import CATEGORIES, load_split
-
         for cat in CATEGORIES:
             for ex in load_split("eval", cat, n=4):
                 ids.extend(engine.tokenizer(ex["prompt"])["input_ids"])
@@ -171,8 +171,6 @@ def figure_series(runs: list[dict]) -> tuple[list[str], dict[str, list]]:
 
 def load_runs(path: str) -> list[dict] | None:
     """Runs of a `pass-cost --json` file; None when the file does not exist; a clear error when it is not one."""
-    from specstream_core.bench.plots import read_json
-
     data = read_json(path, "pass costs")
     if data is None:
         return None

@@ -13,23 +13,14 @@ import json
 import os
 import statistics
 
+from specstream_core.bench.pass_cost import figure_series
+from specstream_core.bench.results import read_json
 from specstream_core.errors import SpecstreamError
 
 PALETTE = ["#7f7f7f", "#bcbd22", "#17becf", "#9467bd", "#8c564b", "#e377c2", "#1f77b4", "#aec7e8", "#d62728",
            "#2ca02c", "#ff7f0e"]
 ABLATION_TITLES = {"gamma": "draft depth γ (first g streams)", "topk": "per-depth top-k (tree size)",
                    "ns": "Ns (stream sets)", "prune": "pruning threshold"}
-
-
-def read_json(path: str, what: str):
-    """A results file's JSON, or None when there is none yet; SpecstreamError when it is unreadable."""
-    if not path or not os.path.isfile(path):
-        return None
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError) as exc:
-        raise SpecstreamError(f"cannot read {what} {path}: {exc}") from None
 
 
 def load_results(path: str) -> dict | None:
@@ -249,8 +240,6 @@ def write_plots(data: dict, out_dir: str) -> list[str]:
 
 def pass_cost_figure(runs: list[dict]):
     """`pass-cost` runs: each pass kind's cost relative to a plain pass (Plotly), one bar colour per run."""
-    from specstream_core.bench.pass_cost import figure_series
-
     labels, series = figure_series(runs)
     fig = _bars("Cost of one forward pass ÷ a plain pass (speedup ≈ τ ÷ this)", labels, series, "× plain pass")
     fig.update_traces(hovertemplate="%{fullData.name}<br>%{x}: %{y:.2f}× a plain pass<br>"

@@ -20,6 +20,7 @@ from specstream_core.model.chat import encode_prompt
 from specstream_core.errors import SpecstreamError
 from specstream_core.model.loading import LoadConfig, load_model, load_tokenizer
 from specstream_core.model.streams import LORA_DIR, StreamParams, read_stream_config, warn_fresh
+from specstream_core.model.loading import check_architecture
 
 
 class Engine:
@@ -155,9 +156,7 @@ class Engine:
     def start_batch(self, prompts: list[str | list[int]], cfg: DecodeConfig, share_prefix: bool | None = None,
                     drafter_factory=None):
         """A step-wise batched decoding (`specstream_core.decoding.loop`): one forward pass per step for all rows."""
-        from specstream_core.decoding.loop import start_batch
-
-        return start_batch(self, prompts, cfg, share_prefix, drafter_factory)
+        return loop.start_batch(self, prompts, cfg, share_prefix, drafter_factory)
 
     def generate_batch(self, prompts: list[str | list[int]], cfg: DecodeConfig,
                        share_prefix: bool | None = None, drafter_factory=None) -> list[Result]:
@@ -176,8 +175,6 @@ class Engine:
 
 
 def compat_check(model) -> None:
-    from specstream_core.model.loading import check_architecture
-
     check_architecture(model.config)
 
 

@@ -33,6 +33,7 @@ import zlib
 from dataclasses import dataclass
 
 from specstream_core.errors import SpecstreamError
+import copy
 
 SCHEMA = "specstream-trace"
 VERSION = 1
@@ -116,8 +117,6 @@ class Trace(dict):
     skip re-validating it; mutate a copy (`copy.deepcopy` gives a plain dict) and validate again."""
 
     def __deepcopy__(self, memo):
-        import copy
-
         return copy.deepcopy(dict(self), memo)
 
     def pack(self) -> bytes:

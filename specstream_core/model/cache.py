@@ -16,6 +16,7 @@ The object is duck-typed for transformers' attention modules: they call
 from __future__ import annotations
 
 import torch
+from specstream_core.model import compat
 
 
 class KVCache:
@@ -33,8 +34,6 @@ class KVCache:
 
     @classmethod
     def for_model(cls, model, batch: int, capacity: int) -> "KVCache":
-        from specstream_core.model import compat
-
         config = model.config
         kv_heads, head_dim = compat.kv_shape(config)
         param = next(p for p in model.parameters() if p.is_floating_point())

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 
 import torch
 from torch import nn
+import copy
 
 # model_type -> family name shown to users. Each family is covered by the test suite.
 SUPPORTED_MODEL_TYPES = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral"}
@@ -76,8 +77,6 @@ def kv_shape(config) -> tuple[int, int]:
 
 def set_attention_implementation(layer: nn.Module, impl: str) -> None:
     """Give one layer's attention its own config copy with another backend (eager returns weights)."""
-    import copy
-
     attn = layer.self_attn
     cfg = copy.copy(attn.config)
     cfg._attn_implementation = impl

@@ -25,6 +25,8 @@ import sys
 import time
 
 from specstream_core.errors import SpecstreamError
+import importlib.util
+import torch
 
 NAME = "SmolLM2-135M-Instruct"
 HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -44,8 +46,6 @@ def converted_dir() -> str:
 
 def gguf_path() -> str | None:
     """The GGUF file shipped by the installed package, or None when the package is not installed."""
-    import importlib.util
-
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -103,7 +103,6 @@ def file_digest(path: str, limit: int = 1 << 20) -> str:
 
 def convert(gguf: str, out_dir: str, progress=None) -> str:
     """Dequantize the package's GGUF file to an fp32 safetensors model + tokenizer in `out_dir`."""
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     _say(progress, f"specstream: converting {NAME} from {os.path.basename(gguf)} to fp32 safetensors in "

@@ -7,6 +7,7 @@ loadable by path (`--base assets/base`)."""
 from __future__ import annotations
 
 import os
+from specstream_core.model import default_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 ASSETS = os.path.join(ROOT, "assets")
@@ -39,8 +40,6 @@ def resolve(base: str | None, streams: str | None, progress=None) -> tuple[str, 
 
     Resolution order of the default base: `default_model.resolve_default_base` (a host override, the
     converted copy, the installed package, then the hub id)."""
-    from specstream_core.model import default_model
-
     if base:
         return base, streams
     base = default_model.resolve_default_base(progress=progress)

@@ -14,6 +14,8 @@ import torch
 
 from specstream_core.model import compat
 from specstream_core.errors import SpecstreamError
+from safetensors import SafetensorError
+import tempfile
 
 PRECISIONS = ("fp32", "bf16", "nf4", "int8")
 QUANTIZE_CHOICES = ("none", "nf4", "int8")
@@ -90,7 +92,6 @@ def load_model(cfg: LoadConfig):
         kwargs["dtype"] = torch.float32 if cfg.device == "cpu" else torch.bfloat16
     else:
         kwargs["dtype"] = torch.bfloat16 if cfg.precision == "bf16" else torch.float32
-    from safetensors import SafetensorError
 
     try:
         model = AutoModelForCausalLM.from_pretrained(cfg.base, **kwargs)
@@ -121,8 +122,6 @@ def bnb_config(precision: str):
 
 def quantize_in_memory(model, precision: str, device: str = "cpu", exact_nf4: bool = True):
     """Quantize an already-built fp32 model (used by tests on models made from configs)."""
-    import tempfile
-
     with tempfile.TemporaryDirectory() as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         return load_model(LoadConfig(tmp, precision=precision, device=device, exact_nf4=exact_nf4))

@@ -24,6 +24,8 @@ from torch import nn
 
 from specstream_core.model import compat
 from specstream_core.errors import SpecstreamError
+from safetensors.torch import save_file
+from safetensors.torch import load_file
 
 FORMAT_VERSION = 1
 CONFIG_NAME = "streams_config.json"
@@ -250,8 +252,6 @@ class StreamParams(nn.Module):
         return out
 
     def save(self, directory: str, extra: dict | None = None) -> None:
-        from safetensors.torch import save_file
-
         os.makedirs(directory, exist_ok=True)
         save_file(self.state_tensors(), os.path.join(directory, WEIGHTS_NAME))
         cfg = asdict(self.cfg)
@@ -319,8 +319,6 @@ def read_stream_config(directory: str) -> StreamConfig:
 
 
 def read_stream_weights(directory: str) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
     path = os.path.join(directory, WEIGHTS_NAME)
     if not os.path.isfile(path):
         raise SpecstreamError(f"{directory} holds no {WEIGHTS_NAME}")

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from specstream_core.model import compat, masks, msa
 from specstream_core.model.medusa_heads import MedusaConfig, MedusaHeads
-from specstream_core.training.streams import IGNORE
+from specstream_core.training.data import IGNORE, shifted_targets
 
 # ---- training ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -42,8 +42,6 @@ def base_hidden(model, ids: torch.Tensor) -> torch.Tensor:
 
 
 def medusa_loss(model, heads: MedusaHeads, ids: torch.Tensor, weight: torch.Tensor, decay: float = 0.8):
-    from specstream_core.training.streams import shifted_targets
-
     hidden = base_hidden(model, ids)
     head = compat.lm_head(model)
     loss = hidden.new_zeros((), dtype=torch.float32)
@@ -64,8 +62,6 @@ def evaluate_heads(model, heads: MedusaHeads, ids: torch.Tensor, weight: torch.T
                    topk: tuple[int, ...] = (1, 1, 1, 1), batch_size: int = 8) -> dict:
     """Per-head top-1 / top-k accuracy on answer tokens and a τ estimate for the tree `topk`
     (depth j counts when heads 1..j all hold the true token in their top-k_j, plus the bonus)."""
-    from specstream_core.training.streams import shifted_targets
-
     K = heads.cfg.num_heads
     depth = min(K, len(topk))
     head = compat.lm_head(model)

@@ -3,7 +3,7 @@
     cfg = PRESETS["default"]
     pretrain(out_dir, cfg, minutes=75, threads=1)
 
-Pipeline (each step a function): ``build_corpus`` -> ``build_tokenizer`` -> ``pack`` -> ``make_model``
+Pipeline (each step a function): ``build_corpus`` -> ``build_tokenizer`` -> ``pack_documents`` -> ``make_model``
 -> ``train`` -> ``save``. Training is time-budgeted: the cosine learning-rate schedule runs over the
 wall-clock budget (or ``max_steps``, whichever ends first), so a run of M minutes always finishes its
 schedule. A checkpoint (model, optimizer, step, elapsed time) is written to ``DIR/checkpoint/`` every
@@ -82,7 +82,7 @@ def build_corpus(preset: Preset, seed: int = 0) -> list[tuple[str, ...]]:
     return docs
 
 
-def pack(tokenizer, docs: list[tuple[str, ...]], seq_len: int) -> torch.Tensor:
+def pack_documents(tokenizer, docs: list[tuple[str, ...]], seq_len: int) -> torch.Tensor:
     """Concatenate documents, each preceded by EOS, and cut into rows of ``seq_len`` tokens: [rows, seq_len].
 
     The EOS before each document is also the end marker of the previous one: a task example is
@@ -288,7 +288,7 @@ def pretrain(out_dir: str | Path, preset_name: str = "default", minutes: float |
         sample = ["".join(doc) for doc in docs[: max(2000, len(docs) // 3)]]
         tokenizer = build_tokenizer(sample, vocab_size=preset.vocab_size)
         tokenizer.save_pretrained(tok_dir)
-    data = pack(tokenizer, docs, preset.seq_len)
+    data = pack_documents(tokenizer, docs, preset.seq_len)
     model = make_model(preset, tokenizer)
     previous = None
     if init_from is not None and not resume:

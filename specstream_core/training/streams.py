@@ -32,11 +32,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from specstream_core.training import checkpoint
+from specstream_core.training.data import IGNORE, shifted_targets
 from specstream_core.model import compat, masks, msa
 from specstream_core.errors import SpecstreamError
 from specstream_core.model.streams import LORA_DIR, ADAPTER_TARGETS, StreamParams
+from collections import Counter
+from safetensors.torch import load_file
 
-IGNORE = -100
 CHECKPOINT_DIR = "checkpoint"
 CHECKPOINT_FILE = "checkpoint.pt"
 CHECKPOINT_VERSION = 2
@@ -75,32 +77,6 @@ class TrainConfig:
             raise SpecstreamError(f"--gamma must be between 1 and 8, got {self.gamma}")
         if self.steps < 1 or self.batch_size < 1 or self.seq_len < 8:
             raise SpecstreamError("steps and batch size must be >= 1 and seq_len >= 8")
-
-
-# ---- data ------------------------------------------------------------------------------------
-def pack(examples: list[tuple[list[int], list[int]]], seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(prompt ids, answer ids) pairs -> packed ids [N, seq_len] and loss mask (answer tokens only)."""
-    ids, weight = [], []
-    for prompt, answer in examples:
-        ids += prompt + answer
-        weight += [0] * len(prompt) + [1] * len(answer)
-    n = len(ids) // seq_len
-    if n == 0:
-        raise SpecstreamError(f"not enough training text for one sequence of {seq_len} tokens")
-    ids_t = torch.tensor(ids[: n * seq_len]).view(n, seq_len)
-    w_t = torch.tensor(weight[: n * seq_len], dtype=torch.bool).view(n, seq_len)
-    return ids_t, w_t
-
-
-def shifted_targets(ids: torch.Tensor, weight: torch.Tensor, shift: int) -> torch.Tensor:
-    """Targets `shift` tokens ahead ([B, T]); positions without a (weighted) target are IGNORE."""
-    B, T = ids.shape
-    out = torch.full_like(ids, IGNORE)
-    if shift < T:
-        tgt = ids[:, shift:].clone()
-        tgt[~weight[:, shift:]] = IGNORE
-        out[:, : T - shift] = tgt
-    return out
 
 
 # ---- the objective -----------------------------------------------------------------------------
@@ -192,8 +168,6 @@ def to_draft_ids(draft_vocab: torch.Tensor, targets: torch.Tensor, vocab_size: i
 
 def frequent_tokens(pairs: list[tuple[list[int], list[int]]], k: int, always: tuple[int, ...] = ()) -> list[int]:
     """The k most frequent answer tokens (ties by id), `always` included: a draft vocabulary."""
-    from collections import Counter
-
     counts = Counter(t for _, answer in pairs for t in answer)
     chosen = list(dict.fromkeys([t for t in always if t is not None]))
     for token, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
@@ -528,8 +502,6 @@ def _load_checkpoint(ckpt, identity, model, streams, optimizer, scheduler, gen, 
 
 def _read_legacy_checkpoint(ckpt: str) -> dict:
     """A checkpoint folder of the older multi-file format (state.json, streams, lora/, optimizer.pt)."""
-    from safetensors.torch import load_file
-
     try:
         with open(os.path.join(ckpt, "state.json")) as f:
             state = json.load(f)

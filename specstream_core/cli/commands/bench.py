@@ -24,6 +24,7 @@ from dataclasses import asdict, replace
 from specstream_core.model import defaults
 from specstream_core.decoding.config import DecodeConfig, parse_topk
 from specstream_core.errors import SpecstreamError
+from specstream_core.cli.args import recommended
 
 ALL_METHODS = ("ar", "hf-greedy", "hf-pld", "hf-assisted", "pld", "medusa", "ss-lossless", "ss-shared")
 ABLATIONS = ("gamma", "topk", "ns", "prune")
@@ -85,18 +86,6 @@ def lora_parameter_count(streams_dir: str) -> int:
         return 0
     with safe_open(path, "pt") as f:
         return sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
-
-
-def recommended(streams_dir: str | None) -> dict:
-    """Decoding settings stored with trained streams (chosen by the bundled model's build)."""
-    if not streams_dir:
-        return {}
-    path = os.path.join(streams_dir, "streams_config.json")
-    try:
-        with open(path) as f:
-            return json.load(f).get("extra", {}).get("decode", {}) or {}
-    except (OSError, ValueError):
-        return {}
 
 
 def tree_nodes(topk: tuple[int, ...], budget: int) -> int:

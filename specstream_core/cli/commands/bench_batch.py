@@ -11,6 +11,7 @@ import warnings
 from specstream_core.model import defaults
 from specstream_core.decoding.config import DecodeConfig, parse_topk
 from specstream_core.errors import SpecstreamError
+from specstream_core.cli.args import recommended
 
 
 def add_arguments(p) -> None:
@@ -49,7 +50,6 @@ def run(args) -> int:
                                to_json)
     from specstream_core.decoding.engine import Engine
     from specstream_core.tasks import load_split
-    from specstream_core.cli.commands.bench import recommended
 
     batch_sizes = _int_list(args.batch_sizes, "--batch-sizes")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]

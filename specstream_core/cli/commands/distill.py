@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from specstream_core.model import defaults
+from specstream_core.cli.args import load_examples
 
 
 def add_arguments(p) -> None:
@@ -29,7 +30,6 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from specstream_core.training.distill import distilled_pairs
     from specstream_core.model.loading import LoadConfig, load_model, load_tokenizer
-    from specstream_core.cli.commands.train import load_examples
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -11,6 +11,8 @@ from specstream_core.model import defaults
 from specstream_core.decoding.config import DecodeConfig, parse_topk
 from specstream_core.errors import SpecstreamError
 from specstream_core.model.loading import QUANTIZE_CHOICES, precision_from_flags
+from specstream_core.cli.args import (add_decode_arguments, add_model_arguments, build_config, check_model_arguments,
+                                      check_output_file, load_engine, with_recommended)
 
 
 def add_arguments(p) -> None:
@@ -20,85 +22,6 @@ def add_arguments(p) -> None:
     p.add_argument("--trace", metavar="FILE", help="write the per-step trace (JSON) here")
     p.add_argument("--attention-layers", default="", help="capture stream attention in these layers, e.g. 6,7")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-
-
-def add_model_arguments(p) -> None:
-    """Which model and streams to load, and how (shared with generate-batch)."""
-    p.add_argument("--base", help="base model: local directory or hub id (default: SmolLM2-135M-Instruct, "
-                                  "see `specstream_core/default_model.py` for where it is found)")
-    p.add_argument("--streams", help="stream-adapter directory (default with --base: fresh streams)")
-    p.add_argument("--gamma", type=int, default=4, help="number of fresh streams (ignored with --streams)")
-    p.add_argument("--n-stream-layers", type=int, default=None, help="Ns for fresh streams (default: N/4)")
-    p.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none")
-    p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
-    p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--raw", action="store_true",
-                   help="send the prompt text as it is (default: wrap it in the model's chat template, if it has one)")
-
-
-def add_decode_arguments(p) -> None:
-    """Decoding settings, turned into a DecodeConfig by build_config (shared with generate-batch)."""
-    p.add_argument("--mode", choices=("ar", "ss"), default="ss", help="ar: plain decoding; ss: speculative streaming")
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--sample-top-k", type=int, default=0, help="sampling: keep the k most likely tokens (0 = off)")
-    p.add_argument("--top-p", type=float, default=1.0, help="sampling: nucleus mass (1 = off)")
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--topk", default=None,
-                   help="draft-tree candidates per depth, e.g. 4,3,2,1 (default: what the stream set records as fastest)")
-    p.add_argument("--prune-threshold", type=float, default=None,
-                   help="drop tree branches below this transition probability (default: the stream set's)")
-    p.add_argument("--node-budget", type=int, default=None, help="most tree nodes per step (default: the stream set's)")
-    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    p.add_argument("--no-repeat-ngram-size", type=int, default=0,
-                   help="never repeat an n-gram of this size already in prompt or output (0 = off; as transformers)")
-    p.add_argument("--repetition-penalty", type=float, default=1.0,
-                   help="divide logits of tokens already seen by this (1 = off, 1.2 is typical; as transformers)")
-
-
-def build_config(args) -> DecodeConfig:
-    layers = ()
-    attention = getattr(args, "attention_layers", "")
-    if attention:
-        try:
-            layers = tuple(int(x) for x in attention.split(","))
-        except ValueError:
-            raise SpecstreamError(f"--attention-layers must be comma-separated integers, got {attention!r}") from None
-    draft = {k: v for k, v in (("tree_topk", parse_topk(args.topk) if args.topk else None),
-                               ("prune_threshold", args.prune_threshold), ("node_budget", args.node_budget))
-             if v is not None}
-    return DecodeConfig(mode=args.mode, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                        top_k=args.sample_top_k, top_p=args.top_p, seed=args.seed, **draft,
-                        stop_strings=tuple(args.stop), trace=bool(getattr(args, "trace", None)),
-                        attention_layers=layers, no_repeat_ngram_size=args.no_repeat_ngram_size,
-                        repetition_penalty=args.repetition_penalty)
-
-
-def with_recommended(cfg: DecodeConfig, args, engine) -> DecodeConfig:
-    """Fill the draft settings the user did not give with the stream set's recommendation."""
-    from dataclasses import replace
-
-    given = {"tree_topk": args.topk, "prune_threshold": args.prune_threshold, "node_budget": args.node_budget}
-    rec = {k: v for k, v in engine.recommended_decode().items() if given.get(k) is None}
-    return replace(cfg, **rec) if rec else cfg
-
-
-def check_model_arguments(args) -> None:
-    if not 1 <= args.gamma <= 8:
-        raise SpecstreamError(f"--gamma must be between 1 and 8, got {args.gamma}")
-
-
-def load_engine(args, quiet: bool = False):
-    """The engine named by --base/--streams (the default model when none is named)."""
-    from specstream_core.decoding.engine import Engine
-
-    base, streams = defaults.resolve(args.base, args.streams)
-    precision = precision_from_flags(args.quantize, args.dtype)
-    with warnings.catch_warnings():
-        if quiet:
-            warnings.simplefilter("ignore")
-        return Engine.load(base, streams, precision=precision, device=args.device, gamma=args.gamma,
-                           n_stream_layers=args.n_stream_layers, chat=not getattr(args, "raw", False))
 
 
 def run(args) -> int:
@@ -126,12 +49,3 @@ def run(args) -> int:
     return 0
 
 
-def check_output_file(path: str, flag: str) -> None:
-    """A clear error now, rather than after the work is done, when `path` cannot be written."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise SpecstreamError(f"{flag} {path} is a directory; give a file name")
-    if not os.path.isdir(folder):
-        raise SpecstreamError(f"{flag} {path}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise SpecstreamError(f"{flag} {path}: not writable")

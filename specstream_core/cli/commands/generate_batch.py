@@ -14,8 +14,8 @@ from __future__ import annotations
 import sys
 
 from specstream_core.io import pipeline
-from specstream_core.cli.commands.generate import (add_decode_arguments, add_model_arguments, build_config, check_model_arguments, load_engine,
-                       with_recommended)
+from specstream_core.cli.args import (add_decode_arguments, add_model_arguments, build_config, check_model_arguments,
+                                      load_engine, with_recommended)
 
 
 def add_arguments(p) -> None:

@@ -9,7 +9,9 @@ import torch
 
 from specstream_core.model import defaults
 from specstream_core.errors import SpecstreamError
-from specstream_core.training.streams import TrainConfig, pack, require_checkpoint, train
+from specstream_core.training.data import pack_examples
+from specstream_core.training.streams import TrainConfig, require_checkpoint, train
+from specstream_core.cli.args import load_examples
 
 
 def add_arguments(p) -> None:
@@ -50,66 +52,6 @@ def add_arguments(p) -> None:
     p.add_argument("--recommend-topk", default="", help="store a recommended draft tree (e.g. 3,2,1,1) with the streams")
     p.add_argument("--recommend-prune", type=float, default=None, help="store a recommended pruning threshold")
     p.add_argument("--recommend-budget", type=int, default=None, help="store a recommended node budget")
-
-
-def load_examples(data: str, tokenizer, per_category: int, split: str,
-                  chat: bool = True) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, answer ids + EOS) pairs; the loss is taken on answers only.
-
-    data: 'tasks' (the old templated suite), or a JSONL file of {"text"} or {"prompt", "completion"}
-    lines (a `prompts` corpus file: {"prompt", "reference"}; with --distill the answer may be missing).
-    A file's last 5 % is its eval split unless a separate eval file is given. Prompts are wrapped in the
-    tokenizer's chat template (when it has one) unless `chat` is False."""
-    from specstream_core.model.chat import encode_prompt
-
-    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    if data == "tasks":
-        from specstream_core.tasks import load_split
-
-        rows = [(ex["prompt"], ex["reference"]) for ex in load_split(split, n=per_category)]
-    else:
-        rows = read_jsonl_examples(data)
-        if split == "eval":
-            rows = rows[-max(1, len(rows) // 20):]
-        elif split == "train":
-            rows = rows[: len(rows) - max(1, len(rows) // 20)] if len(rows) > 20 else rows
-    pairs = []
-    for prompt, answer in rows:
-        if not prompt:
-            pairs.append(([], tokenizer(answer, add_special_tokens=True)["input_ids"] + eos))
-        elif chat:
-            pairs.append((encode_prompt(tokenizer, prompt, True),
-                          (tokenizer(answer, add_special_tokens=False)["input_ids"] if answer else []) + eos))
-        else:
-            full = tokenizer(prompt + answer, add_special_tokens=True)["input_ids"]
-            cut = len(tokenizer(prompt, add_special_tokens=True)["input_ids"])
-            pairs.append((full[:cut], full[cut:] + eos))
-    return pairs
-
-
-def read_jsonl_examples(path: str) -> list[tuple[str, str]]:
-    """(prompt, answer) rows of a JSONL file: {"text"}, {"prompt", "completion"} or {"prompt", "reference"}."""
-    if not os.path.isfile(path):
-        raise SpecstreamError(f"training data file not found: {path}")
-    rows = []
-    with open(path, encoding="utf-8-sig") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                raise SpecstreamError(f"{path}:{n}: not valid JSON") from None
-            if not isinstance(obj, dict):
-                raise SpecstreamError(f"{path}:{n}: expected a JSON object")
-            if isinstance(obj.get("text"), str):
-                rows.append(("", obj["text"]))
-            elif isinstance(obj.get("prompt"), str):
-                answer = obj.get("completion", obj.get("reference")) or ""
-                rows.append((obj["prompt"], answer if isinstance(answer, str) else str(answer)))
-            else:
-                raise SpecstreamError(f"{path}:{n}: expected 'text' or 'prompt' (+ 'completion')")
-    return rows
 
 
 def run(args) -> int:
@@ -153,8 +95,8 @@ def run(args) -> int:
         print(f"draft vocabulary: {len(draft_vocab)} tokens cover "
               f"{draft_vocab_coverage(train_pairs, draft_vocab):.1%} of training answer tokens and "
               f"{draft_vocab_coverage(eval_pairs, draft_vocab):.1%} of eval answer tokens")
-    train_data = pack(train_pairs, cfg.seq_len)
-    eval_data = pack(eval_pairs, cfg.seq_len)
+    train_data = pack_examples(train_pairs, cfg.seq_len)
+    eval_data = pack_examples(eval_pairs, cfg.seq_len)
     print(f"training {cfg.mode} streams on {train_data[0].numel():,} tokens "
           f"({int(train_data[1].sum()):,} answer tokens); eval {eval_data[0].numel():,} tokens")
     decode = {}

@@ -12,6 +12,7 @@ import torch
 
 from specstream_core.model import defaults
 from specstream_core.errors import SpecstreamError
+from specstream_core.cli.args import load_examples
 
 
 def add_arguments(p) -> None:
@@ -40,8 +41,7 @@ def run(args) -> int:
     from specstream_core.decoding.config import parse_topk
     from specstream_core.model.loading import LoadConfig, load_model, load_tokenizer
     from specstream_core.training.medusa import MedusaTrainConfig, train_heads
-    from specstream_core.training.streams import pack
-    from specstream_core.cli.commands.train import load_examples
+    from specstream_core.training.data import pack_examples
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -61,7 +61,7 @@ def run(args) -> int:
         cache = args.distill_cache or None
         train_pairs = distilled_pairs(model, tokenizer, train_pairs, args.distill_max_new_tokens, cache_file=cache)
         eval_pairs = distilled_pairs(model, tokenizer, eval_pairs, args.distill_max_new_tokens, cache_file=cache)
-    train_data, eval_data = pack(train_pairs, cfg.seq_len), pack(eval_pairs, cfg.seq_len)
+    train_data, eval_data = pack_examples(train_pairs, cfg.seq_len), pack_examples(eval_pairs, cfg.seq_len)
     print(f"training {cfg.num_heads} Medusa heads on {train_data[0].numel():,} tokens "
           f"({int(train_data[1].sum()):,} answer tokens); eval {eval_data[0].numel():,} tokens")
     extra = {"targets": "data" if args.no_distill else "self-distilled (base greedy answers)",

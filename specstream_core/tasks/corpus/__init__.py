@@ -42,6 +42,9 @@ from ..common import seeded_rng
 from . import gen_code, gen_data2text, gen_instruct, gen_math, gen_qa, gen_sql, gen_summarization, gen_translation
 from .base import SPLITS
 from .scoring import score
+from .base import material_split
+from .gen_instruct import _keywords
+from .stdlib_text import entries
 
 GENERATORS = {
     "sql": gen_sql.generate,
@@ -135,10 +138,6 @@ def self_instruct_prompts(generate: Callable[[str], str], n_per_entry: int = 1, 
     and returns instruct records (``template`` ``instruct.self+question``, reference ``None``) whose
     prompt is the documentation followed by the model's question.
     """
-    from .base import material_split
-    from .gen_instruct import _keywords
-    from .stdlib_text import entries
-
     out = []
     items = [e for e in entries() if material_split(f"stdlib-module/{e['module'].split('.')[0]}") == split]
     for e in items[:limit]:

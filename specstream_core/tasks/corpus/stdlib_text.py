@@ -19,6 +19,8 @@ import inspect
 import json
 import sysconfig
 from pathlib import Path
+from .base import material_split
+import platform
 
 SNAPSHOT = Path(__file__).with_name("data") / "stdlib_docs.json.gz"
 
@@ -122,8 +124,6 @@ def entries() -> tuple[dict, ...]:
 @functools.lru_cache(maxsize=None)
 def stdlib_items(split: str, with_code: bool = False) -> tuple[dict, ...]:
     """Entries whose module is reserved for ``split`` (modules are partitioned by hash)."""
-    from .base import material_split
-
     return tuple(e for e in entries() if material_split(f"stdlib-module/{e['module'].split('.')[0]}") == split
                  and ((e["code"] and len(e["code"]) <= 900) or not with_code))
 
@@ -139,8 +139,6 @@ def brief(doc: str, limit: int = 600) -> str:
 
 
 def main() -> None:
-    import platform
-
     data = build()
     SNAPSHOT.parent.mkdir(parents=True, exist_ok=True)
     raw = json.dumps(data, ensure_ascii=False, indent=0).encode("utf-8")

@@ -1,0 +1,186 @@
+"""The package's shape, checked from its source (no imports run): the layers import only downwards,
+nothing imports in a cycle, function-local imports are only the optional heavy dependencies, and no
+module or function outgrows one sitting. See docs/ARCHITECTURE.md."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+PKG = "specstream_core"
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SRC = ROOT / PKG
+
+# layer -> the layers it may import (besides itself and `errors`); nothing in the package imports the
+# lab (`app`), and only `cli` (and the package's `__main__`) imports `cli`
+ALLOWED = {
+    "model": set(),
+    "decoding": {"model"},
+    "io": {"model", "decoding"},
+    "tasks": set(),
+    "training": {"model", "decoding", "tasks"},
+    "bench": {"model", "decoding", "training", "tasks"},
+    "cli": {"model", "decoding", "io", "tasks", "training", "bench"},
+}
+ENGINE = ("model", "decoding")  # what `Engine` is made of: no edge to bench, training, io, cli or app
+
+# Function-local imports are allowed only for optional or heavy third-party dependencies, loaded
+# when a code path needs them (the reason each is deferred):
+OPTIONAL = {
+    "transformers": "model construction only (hf baselines, tokenizers); importing it costs seconds",
+    "peft": "shared-mode LoRA only",
+    "accelerate": "training only, optional",
+    "bitsandbytes": "nf4 loading only, optional (GPU/CPU quantization)",
+    "plotly": "figures only (bench plots); never needed to decode",
+    "tqdm": "progress bars only",
+    "resource": "POSIX only (sandbox limits when scoring code)",
+}
+# cli commands defer their machinery to `run()`: building the parser (`--help`) must not load torch
+LAZY_LAYERS = {"cli"}
+
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+# functions longer than MAX_FUNCTION_LINES must say why in a comment within their first lines
+# containing "long:"; modules may not exceed MAX_MODULE_LINES at all unless listed here with a reason
+MODULE_ALLOW: dict[str, str] = {}
+
+
+def modules() -> dict[str, pathlib.Path]:
+    out = {}
+    for path in SRC.rglob("*.py"):
+        rel = path.relative_to(ROOT).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def imports(path: pathlib.Path, module: str, mods: dict) -> list[tuple[str, int, bool]]:
+    """(imported module, line, function-local) for every import in the file, relative ones resolved."""
+    tree = ast.parse(path.read_text())
+    local_lines = {n.lineno for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+                   for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, node.lineno, node.lineno in local_lines) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[:len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            for a in node.names:
+                full = f"{base}.{a.name}"
+                out.append((full if full in mods else base, node.lineno, node.lineno in local_lines))
+    return out
+
+
+def graph():
+    mods = modules()
+    return mods, {m: imports(p, m, mods) for m, p in mods.items()}
+
+
+def test_layers_import_only_downwards():
+    mods, edges = graph()
+    bad = []
+    for m, deps in edges.items():
+        own = layer(m)
+        if own is None or own == "errors" or m == f"{PKG}.__main__":
+            continue
+        for dep, line, _ in deps:
+            if dep.startswith("app") or (dep.startswith(PKG + ".cli") and own != "cli"):
+                bad.append(f"{m}:{line} -> {dep}")
+            if not dep.startswith(PKG + "."):
+                continue
+            target = layer(dep)
+            if target not in (own, "errors") and target not in ALLOWED[own]:
+                bad.append(f"{m}:{line} -> {dep}")
+            if own in ENGINE and target not in (*ENGINE, "errors"):
+                bad.append(f"{m}:{line} -> {dep} (the engine)")
+    assert not bad, "imports against the layering:\n" + "\n".join(bad)
+
+
+def test_commands_do_not_import_each_other():
+    _, edges = graph()
+    bad = [f"{m}:{line} -> {dep}" for m, deps in edges.items() if m.startswith(PKG + ".cli.commands.")
+           for dep, line, _ in deps if dep.startswith(PKG + ".cli.commands.")]
+    assert not bad, "a command imports another (shared helpers belong in cli/args.py):\n" + "\n".join(bad)
+
+
+def test_no_import_cycles():
+    mods, edges = graph()
+    adj = {m: sorted({d for d, _, _ in deps if d in mods and d != m}) for m, deps in edges.items()}
+    # a package's __init__ importing its own submodules is how packages re-export: not a cycle edge
+    # back into the package from those submodules unless they import the package itself
+    index, low, stack, on, cycles, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in adj[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in adj:
+        if v not in index:
+            visit(v)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_function_local_imports_have_a_reason():
+    _, edges = graph()
+    bad = []
+    for m, deps in edges.items():
+        if layer(m) in LAZY_LAYERS:
+            continue
+        for dep, line, local in deps:
+            if local and dep.split(".")[0] not in OPTIONAL:
+                bad.append(f"{m}:{line} imports {dep} inside a function")
+    assert not bad, "function-local imports without a stated reason (see OPTIONAL):\n" + "\n".join(bad)
+
+
+def test_plotly_stays_out_of_the_core():
+    _, edges = graph()
+    users = sorted({m for m, deps in edges.items() for dep, _, _ in deps if dep.split(".")[0] == "plotly"})
+    assert set(users) <= {f"{PKG}.bench.plots"}, users
+
+
+def test_modules_and_functions_stay_small():
+    too_long, functions = [], []
+    for path in list(SRC.rglob("*.py")) + list((ROOT / "app").rglob("*.py")):
+        rel = str(path.relative_to(ROOT))
+        lines = path.read_text().splitlines()
+        if len(lines) > MAX_MODULE_LINES and rel not in MODULE_ALLOW:
+            too_long.append(f"{rel}: {len(lines)} lines")
+        for node in ast.walk(ast.parse("\n".join(lines))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                head = "\n".join(lines[node.lineno - 1:node.lineno + 5])
+                if n > MAX_FUNCTION_LINES and "long:" not in head:
+                    functions.append(f"{rel}:{node.lineno} {node.name}: {n} lines")
+    assert not too_long, f"modules over {MAX_MODULE_LINES} lines:\n" + "\n".join(too_long)
+    assert not functions, (f"functions over {MAX_FUNCTION_LINES} lines without a 'long:' comment saying why:\n"
+                           + "\n".join(functions))
