@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import html
 import math
-import threading
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
@@ -265,5 +264,3 @@ def render_badge(view: RaceView) -> str:
     return f'<div class="lab-badge differ" data-equal="false">≠ outputs differ<div class="lab-note">{why}</div></div>'
 
 
-def new_lock() -> threading.Lock:
-    return threading.Lock()

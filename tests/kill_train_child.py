@@ -20,7 +20,8 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import torch  # noqa: E402
 
 from specstream_core.training.data import pack_examples as pack  # noqa: E402
-from specstream_core.training.streams import TrainConfig, train  # noqa: E402
+from specstream_core.training.config import TrainConfig  # noqa: E402
+from specstream_core.training.streams import train  # noqa: E402
 from tiny_models import tiny_model  # noqa: E402
 
 CFG = TrainConfig(mode="lossless", gamma=2, n_stream_layers=1, adapter_rank=2, steps=12, batch_size=4, seq_len=64,

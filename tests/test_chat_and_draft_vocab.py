@@ -8,7 +8,10 @@ import torch
 from specstream_core import DecodeConfig, Engine, StreamParams
 from specstream_core.model.chat import encode_prompt
 from specstream_core.training.data import IGNORE
-from specstream_core.training.streams import FeatureCache, TrainConfig, frequent_tokens, to_draft_ids, train
+from specstream_core.training.config import TrainConfig
+from specstream_core.training.features import FeatureCache
+from specstream_core.training.objectives import frequent_tokens, to_draft_ids
+from specstream_core.training.streams import train
 from tiny_models import hf_greedy, prompts, save_tiny_model_dir, tiny_model
 
 TEMPLATE = ("{% for m in messages %}<s>{{ m['role'] }} {{ m['content'] }}</s>{% endfor %}"

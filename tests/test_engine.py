@@ -59,7 +59,8 @@ def test_lossless_streams_leave_main_logits_identical():
 
 def test_shared_mode_changes_logits_only_through_lora(tmp_path):
     from specstream_core.decoding.engine import apply_shared_lora
-    from specstream_core.training.streams import TrainConfig, build_streams
+    from specstream_core.training.config import TrainConfig
+    from specstream_core.training.streams import build_streams
 
     model = tiny_model("llama", seed=2)
     ids = torch.tensor([prompts(1, seed=1)[0]])

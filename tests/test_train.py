@@ -8,7 +8,9 @@ import torch
 
 from specstream_core import DecodeConfig, Engine, SpecstreamError, StreamParams
 from specstream_core.training.data import pack_examples as pack
-from specstream_core.training.streams import TrainConfig, evaluate_streams, train
+from specstream_core.training.config import TrainConfig
+from specstream_core.training.evaluate import evaluate_streams
+from specstream_core.training.streams import train
 from tiny_models import tiny_model
 
 

@@ -9,7 +9,6 @@ and dependency-free SVG files (docs/BENCHMARKS.md embeds them; no kaleido needed
 from __future__ import annotations
 
 import html
-import json
 import os
 import statistics
 

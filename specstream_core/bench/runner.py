@@ -18,7 +18,6 @@ from typing import Callable
 import torch
 
 from specstream_core.decoding.config import DecodeConfig
-from specstream_core.decoding.drafters import PromptLookupDrafter
 
 
 @dataclass
@@ -99,10 +98,6 @@ def hf_method(name: str, model, max_new_tokens: int, extra_params: int = 0, refe
         return tokens, wall, calls[0]
 
     return Method(name, run, reference, extra_params)
-
-
-def prompt_lookup_method(engine, cfg: DecodeConfig) -> Method:
-    return engine_method("prompt-lookup (ours)", engine, cfg, lambda: PromptLookupDrafter())
 
 
 def run_benchmark(prompts: dict[str, list[list[int]]], methods: list[Method], baseline: str = "ar",

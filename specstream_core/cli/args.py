@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import warnings
 from dataclasses import replace
 
 from specstream_core.decoding.config import DecodeConfig, parse_topk
 from specstream_core.errors import SpecstreamError
 from specstream_core.model import defaults
+from specstream_core.model.streams import check_gamma
 from specstream_core.model.loading import QUANTIZE_CHOICES, precision_from_flags
 
 
@@ -76,8 +76,7 @@ def with_recommended(cfg: DecodeConfig, args, engine) -> DecodeConfig:
 
 
 def check_model_arguments(args) -> None:
-    if not 1 <= args.gamma <= 8:
-        raise SpecstreamError(f"--gamma must be between 1 and 8, got {args.gamma}")
+    check_gamma(args.gamma, "--gamma")
 
 
 def load_engine(args, quiet: bool = False):

@@ -29,7 +29,6 @@ class KVCache:
         self.values = [self.buffer[i, 1] for i in range(num_layers)]
         self.lengths = [0] * batch  # host-side ints: no device sync to read them
         self.capacity = capacity
-        self.scratch = [0] * num_layers  # rows written by the current step, per layer
         self._slots_key = None  # (lengths, q) of the cached ragged-write indices
 
     @classmethod
@@ -51,10 +50,6 @@ class KVCache:
     def max_length(self) -> int:
         return max(self.lengths)
 
-    def reset(self) -> None:
-        self.lengths = [0] * self.batch
-        self.scratch = [0] * len(self.keys)
-
     # ---- called by the attention modules ---------------------------------------------------
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
         # key_states: [B, H_kv, q, D], already rotated
@@ -71,7 +66,6 @@ class KVCache:
             rows, slots = self._ragged_slots(q)  # [B, 1], [B, q]
             k_buf.transpose(1, 2)[rows, slots] = key_states.transpose(1, 2)  # [B, q, H_kv, D] into [B, cap, H_kv, D]
             v_buf.transpose(1, 2)[rows, slots] = value_states.transpose(1, 2)
-        self.scratch[layer_idx] = q
         return k_buf[:, :, :end], v_buf[:, :, :end]
 
     def _ragged_slots(self, q: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -105,12 +99,10 @@ class KVCache:
                     block[:, :, :, start:start + m] = block[:, :, :, start + row_idx]
                 new_lengths[b] = start + m
         self.lengths = new_lengths
-        self.scratch = [0] * len(self.keys)
 
     def advance(self, n: int) -> None:
         """Accept the first n scratch rows of every layer as they are (plain decoding, prefill)."""
         self.lengths = [length + n for length in self.lengths]
-        self.scratch = [0] * len(self.keys)
 
     def retain(self, rows: list[int]) -> None:
         """Keep only these rows, in this order (finished sequences leave a batch). The kept rows move to
@@ -125,10 +117,6 @@ class KVCache:
         self.keys = [self.buffer[i, 0] for i in range(len(self.keys))]
         self.values = [self.buffer[i, 1] for i in range(len(self.values))]
         self.lengths = [self.lengths[r] for r in rows]
-
-    def crop(self, b: int, length: int) -> None:
-        """Forget everything of row b past `length` (e.g. tokens accepted beyond a stop)."""
-        self.lengths[b] = min(self.lengths[b], length)
 
     def valid(self, layer_idx: int, b: int = 0):
         """(keys, values) of row b's accepted prefix: [H_kv, length, D]."""
@@ -188,9 +176,6 @@ class SharedPrefixCache:
 
     def retain(self, rows: list[int]) -> None:
         self.suffix.retain(rows)
-
-    def crop(self, b: int, length: int) -> None:
-        self.suffix.crop(b, max(0, length - self.prefix_len))
 
     def nbytes(self) -> int:
         return self.prefix.untyped_storage().nbytes() + self.suffix.nbytes()

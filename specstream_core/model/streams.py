@@ -32,6 +32,12 @@ CONFIG_NAME = "streams_config.json"
 WEIGHTS_NAME = "streams.safetensors"
 LORA_DIR = "lora"
 MAX_GAMMA = 8
+
+
+def check_gamma(gamma, name: str = "gamma", most: int = MAX_GAMMA) -> None:
+    """The one check of a stream count γ (stream sets, training, the CLI's --gamma)."""
+    if isinstance(gamma, bool) or not isinstance(gamma, int) or not 1 <= gamma <= most:
+        raise SpecstreamError(f"{name} must be between 1 and {most}, got {gamma!r}")
 ADAPTER_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -52,8 +58,7 @@ class StreamConfig:
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        if not 1 <= self.gamma <= MAX_GAMMA:
-            raise SpecstreamError(f"gamma must be between 1 and {MAX_GAMMA}, got {self.gamma}")
+        check_gamma(self.gamma)
         if self.mode not in ("lossless", "shared"):
             raise SpecstreamError(f"stream mode must be 'lossless' or 'shared', got {self.mode!r}")
         if self.num_layers and not 1 <= self.n_stream_layers <= self.num_layers:

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 from specstream_core.training import checkpoint
+from specstream_core.training.loop import LoopState, TrainLoop
 from specstream_core.errors import SpecstreamError
 from specstream_core.tasks import load_split
 from specstream_core.tasks.offline_text import documents
@@ -156,73 +156,49 @@ def _batches(rows: int, batch_size: int, seed: int, start_step: int):
 def train(model, data: torch.Tensor, preset: Preset, out_dir: Path, minutes: float, max_steps: int | None,
           resume: bool, checkpoint_minutes: float = 5.0, log_every: int = 25, seed: int = 0,
           autocast_bf16: bool = False) -> dict:
-    budget_s = minutes * 60.0
+    """The shared loop (`training/loop.py`) over the time budget (and `max_steps`); a resumed run
+    carries over its steps, time, tokens and losses."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=preset.lr, betas=(0.9, 0.95),
                                   weight_decay=preset.weight_decay)
-    step, elapsed, tokens_seen, losses = 0, 0.0, 0, []
     ckpt_file = out_dir / CHECKPOINT / "state.pt"
-    if resume:
-        if not ckpt_file.is_file():
-            raise SpecstreamError(f"--resume: no checkpoint at {ckpt_file}")
-        state = checkpoint.load(str(ckpt_file))  # weights_only: tensors and plain values, never code from the file
-        try:
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            step, elapsed, tokens_seen, losses = state["step"], state["elapsed"], state["tokens"], state["losses"]
-        except (KeyError, TypeError, ValueError, RuntimeError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise SpecstreamError(f"--resume: {ckpt_file} does not fit this model and preset ({first})") from None
-        print(f"resumed at step {step}, {elapsed / 60:.1f} min trained")
-
-    def progress() -> float:
-        p = elapsed / budget_s if budget_s > 0 else 0.0
-        if max_steps:
-            p = max(p, step / max_steps)
-        return p
-
-    def save_checkpoint() -> None:  # atomic: a kill leaves the previous or the new complete checkpoint
-        checkpoint.save_atomic({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
-                                "elapsed": elapsed, "tokens": tokens_seen, "losses": losses}, str(ckpt_file))
-
+    state = _resume(ckpt_file, model, optimizer) if resume else LoopState()
     model.train()
-    batches = _batches(data.shape[0], preset.batch_size, seed, step)
-    bar = tqdm(total=round(budget_s), initial=min(round(elapsed), round(budget_s)), unit="s",
-               bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt}s [{elapsed}<{remaining}{postfix}]", mininterval=2.0)
-    last_ckpt = time.monotonic()
-    window_tokens, window_time, ema = 0, 0.0, None
-    while progress() < 1.0:
-        t0 = time.perf_counter()
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(progress(), step, preset)
+    batches = _batches(data.shape[0], preset.batch_size, seed, state.step)
+
+    def one_step(step: int):
         batch = data[next(batches)]  # [B, T]
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast_bf16):
             loss = model(input_ids=batch, labels=batch).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        value = loss.item()  # host sync: once per step, for the log
-        dt = time.perf_counter() - t0
-        step += 1
-        elapsed += dt
-        tokens_seen += batch.numel()
-        window_tokens += batch.numel()
-        window_time += dt
-        ema = value if ema is None else 0.95 * ema + 0.05 * value
-        bar.set_postfix_str(f"step {step} loss {ema:.3f} {window_tokens / window_time:.0f} tok/s", refresh=False)
-        bar.update(min(round(elapsed), round(budget_s)) - bar.n)
-        if step % log_every == 0 or step == 1:
-            losses.append((step, round(ema, 4)))
-            tqdm.write(f"step {step:6d}  loss {ema:.4f}  lr {optimizer.param_groups[0]['lr']:.2e}  "
-                       f"{window_tokens / window_time:.0f} tok/s  {elapsed / 60:.1f} min  "
-                       f"{tokens_seen / 1e6:.2f}M tokens  epoch {tokens_seen / data.numel():.2f}", file=None)
-            window_tokens, window_time = 0, 0.0
-        if time.monotonic() - last_ckpt > checkpoint_minutes * 60:
-            save_checkpoint()
-            last_ckpt = time.monotonic()
-    bar.close()
-    return {"steps": step, "train_seconds": round(elapsed, 1), "tokens": tokens_seen,
-            "final_loss": round(ema, 4) if ema is not None else None, "losses": losses}
+        return loss, {}, batch.numel()
+
+    def save_checkpoint(st: LoopState) -> None:  # atomic: a kill leaves the previous or the new complete checkpoint
+        checkpoint.save_atomic({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": st.step,
+                                "elapsed": st.elapsed, "tokens": st.tokens,
+                                "losses": [(r["step"] + 1, round(r["loss"], 4)) for r in st.history]}, str(ckpt_file))
+
+    loop = TrainLoop(optimizer, list(model.parameters()), max_steps or None, minutes=minutes, log_every=log_every,
+                     lr_at=lambda lp: lr_at(lp.fraction(), lp.state.step, preset), checkpoint=save_checkpoint,
+                     checkpoint_minutes=checkpoint_minutes, desc="pretrain", state=state)
+    state = loop.run(one_step)
+    losses = [(r["step"] + 1, round(r["loss"], 4)) for r in state.history]
+    return {"steps": state.step, "train_seconds": round(state.elapsed, 1), "tokens": state.tokens,
+            "final_loss": losses[-1][1] if losses else None, "losses": losses}
+
+
+def _resume(ckpt_file: Path, model, optimizer) -> LoopState:
+    if not ckpt_file.is_file():
+        raise SpecstreamError(f"--resume: no checkpoint at {ckpt_file}")
+    state = checkpoint.load(str(ckpt_file))  # weights_only: tensors and plain values, never code from the file
+    try:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        history = [{"step": step - 1, "loss": loss} for step, loss in state["losses"]]
+        loop_state = LoopState(state["step"], state["elapsed"], state["tokens"], history)
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SpecstreamError(f"--resume: {ckpt_file} does not fit this model and preset ({first})") from None
+    print(f"resumed at step {loop_state.step}, {loop_state.elapsed / 60:.1f} min trained")
+    return loop_state
 
 
 # ------------------------------------------------------------------------------------- command

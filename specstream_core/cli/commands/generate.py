@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
-import warnings
 
-from specstream_core.model import defaults
-from specstream_core.decoding.config import DecodeConfig, parse_topk
 from specstream_core.errors import SpecstreamError
-from specstream_core.model.loading import QUANTIZE_CHOICES, precision_from_flags
 from specstream_core.cli.args import (add_decode_arguments, add_model_arguments, build_config, check_model_arguments,
                                       check_output_file, load_engine, with_recommended)
 

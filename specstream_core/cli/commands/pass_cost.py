@@ -18,6 +18,7 @@ import warnings
 
 from specstream_core.model import defaults
 from specstream_core.errors import SpecstreamError
+from specstream_core.model.streams import check_gamma
 
 
 def add_arguments(p) -> None:
@@ -49,8 +50,7 @@ def _plan(args) -> tuple[tuple[int, ...], list[str], list[str | None]]:
     bad = [x for x in precisions if x not in PRECISIONS]
     if bad or not precisions:
         raise SpecstreamError(f"--precisions must list some of {', '.join(PRECISIONS)}, got {args.precisions!r}")
-    if not 1 <= args.gamma <= 16:
-        raise SpecstreamError(f"--gamma must be between 1 and 16, got {args.gamma}")
+    check_gamma(args.gamma, "--gamma", most=16)  # a cost model: wider than any stream set
     if not 1 <= args.repeats <= 10000:
         raise SpecstreamError(f"--repeats must be between 1 and 10000, got {args.repeats}")
     if args.context < 1:

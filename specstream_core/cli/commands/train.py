@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 
 import torch
 
 from specstream_core.model import defaults
 from specstream_core.errors import SpecstreamError
 from specstream_core.training.data import pack_examples
-from specstream_core.training.streams import TrainConfig, require_checkpoint, train
+from specstream_core.training.config import TrainConfig
+from specstream_core.training.stream_checkpoint import require_checkpoint
+from specstream_core.training.streams import train
 from specstream_core.cli.args import load_examples
 
 
@@ -89,7 +90,7 @@ def run(args) -> int:
         raise SpecstreamError("no training examples with an answer (use --distill for prompt-only data)")
     draft_vocab = None
     if args.draft_vocab:
-        from specstream_core.training.streams import draft_vocab_coverage, frequent_tokens
+        from specstream_core.training.objectives import draft_vocab_coverage, frequent_tokens
 
         draft_vocab = frequent_tokens(train_pairs, args.draft_vocab, always=(tokenizer.eos_token_id,))
         print(f"draft vocabulary: {len(draft_vocab)} tokens cover "

@@ -4,7 +4,6 @@ equals plain decoding."""
 
 from __future__ import annotations
 
-import torch
 
 from specstream_core.decoding.drafters.base import RowOutput, TopkDrafter
 from specstream_core.model.medusa_heads import MedusaHeads

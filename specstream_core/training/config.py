@@ -1,0 +1,40 @@
+"""`TrainConfig`: the settings of a stream-training run (validated once, here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specstream_core.errors import SpecstreamError
+from specstream_core.model.streams import check_gamma
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    mode: str = "lossless"  # lossless | shared
+    gamma: int = 4
+    n_stream_layers: int = 2
+    adapter_rank: int = 16  # stream-rows-only LoRA (lossless)
+    lora_rank: int = 16  # shared LoRA
+    prune_rank: int = 8
+    steps: int = 600
+    minutes: float = 0.0  # stop early after this many minutes (0 = no limit)
+    batch_size: int = 8
+    seq_len: int = 256
+    lr: float = 2e-3
+    warmup: int = 30
+    alpha_main: float = 1.0
+    alpha_stream: float = 0.1
+    alpha_prune: float = 0.1
+    precision: str = "fp32"  # fp32 | bf16 autocast (bf16 is far slower on CPUs without AMX)
+    seed: int = 0
+    checkpoint_every: int = 100
+    log_every: int = 10
+    draft_vocab_size: int = 0  # streams score only the K most frequent answer tokens (0 = all)
+    feature_cache_gb: float = 4.0  # lossless: keep the frozen layers' output per sequence, up to this size
+
+    def __post_init__(self):
+        if self.mode not in ("lossless", "shared"):
+            raise SpecstreamError(f"--mode must be lossless or shared, got {self.mode!r}")
+        check_gamma(self.gamma, "--gamma")
+        if self.steps < 1 or self.batch_size < 1 or self.seq_len < 8:
+            raise SpecstreamError("steps and batch size must be >= 1 and seq_len >= 8")
