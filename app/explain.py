@@ -3,7 +3,7 @@ Markdown out."""
 
 from __future__ import annotations
 
-from .figures import checked, decode_steps, gamma_of, is_speculative, step_of, token_label
+from .traces import checked, decode_steps, is_speculative, step_of, token_label, trace_gamma
 
 
 def most_telling_step(trace: dict) -> int:
@@ -28,7 +28,7 @@ def explain_step(trace: dict, index: int) -> str:
     trace = checked(trace)
     step = step_of(trace, index)
     meta = trace["meta"]
-    gamma = gamma_of(trace)
+    gamma = trace_gamma(trace)
     intro = (
         "**Speculative Streaming** lets one model draft *and* verify. Besides its normal (main) stream, the top "
         f"`Ns = {meta.get('n_stream_layers', '?')}` of its `{meta.get('num_layers', '?')}` layers also run "

@@ -1,4 +1,4 @@
-"""Pure figure functions: a trace (the engine's JSON schema, see specstream_core/trace.py) in, a Plotly
+"""Pure figure functions: a trace (the engine's JSON schema, see specstream_core/decoding/trace.py; reading it: traces.py) in, a Plotly
 figure out. No model, no Gradio, no global state — the lab calls these both after a live run and when
 replaying an uploaded trace, and the tests call them without a browser.
 
@@ -15,66 +15,20 @@ from __future__ import annotations
 import html
 
 import plotly.graph_objects as go
+import torch
 from plotly.subplots import make_subplots
 
+from specstream_core.decoding.tree import Tree
 from specstream_core.errors import SpecstreamError
-from specstream_core.decoding.trace import validate
+from specstream_core.model import masks
+
+from .traces import checked, decode_steps, is_speculative, node_status, plot_label, step_of, trace_gamma
 
 ACCEPTED, REJECTED, PRUNED, BONUS = "#2ca02c", "#d62728", "#b8b8b8", "#ff9f1c"
 TIME_COLOURS = {"draft": "#9467bd", "verify": "#1f77b4", "accept": "#8c564b"}
 FONT = dict(family="Inter, system-ui, sans-serif", size=13)
 
 
-# ---- trace access ---------------------------------------------------------------------------
-def checked(trace) -> dict:
-    """The trace's compact form, validated against the engine's schema and limits (raises
-    SpecstreamError); a trace that is already a validated `Trace` comes back as it is."""
-    return validate(trace)
-
-
-def step_of(trace: dict, index) -> dict:
-    steps = checked(trace)["steps"]
-    if not steps:
-        raise SpecstreamError("the trace has no steps")
-    if isinstance(index, bool) or not isinstance(index, (int, float)) or int(index) != index:
-        raise SpecstreamError(f"step index must be an integer, got {index!r}")
-    index = int(index)
-    if not 0 <= index < len(steps):
-        raise SpecstreamError(f"step {index} is out of range; this trace has steps 0..{len(steps) - 1}")
-    step = steps[index]
-    if [n["id"] for n in step["nodes"]] != list(range(len(step["nodes"]))):
-        raise SpecstreamError(f"step {index}: node ids must be 0..n-1 in order")
-    return step
-
-
-def gamma_of(trace: dict) -> int:
-    g = trace.get("meta", {}).get("gamma", 0)
-    return int(g) if isinstance(g, (int, float)) and g > 0 else 0
-
-
-def token_label(text) -> str:
-    """Token text with whitespace made visible (labels on a plot)."""
-    if not isinstance(text, str):
-        return "?"
-    if text == "":
-        return "∅"
-    return text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥").replace("\r", "")
-
-
-def plot_label(text) -> str:
-    """`token_label` escaped for Plotly, which renders a subset of HTML in labels, titles and hovers
-    (`<b>` would turn bold; entities are decoded back to the characters)."""
-    return html.escape(token_label(text), quote=False)
-
-
-def is_speculative(trace: dict) -> bool:
-    return trace.get("meta", {}).get("mode") == "ss"
-
-
-def decode_steps(trace: dict) -> list[dict]:
-    """The verification passes (the prefill pass of a speculative run verifies nothing)."""
-    steps = trace["steps"]
-    return steps[1:] if is_speculative(trace) and len(steps) > 1 else ([] if is_speculative(trace) else steps)
 
 
 def _empty(title: str, message: str, height: int = 360) -> go.Figure:
@@ -109,12 +63,6 @@ def tree_layout(parents: list[int]) -> list[float]:
                 stack.append((node, True))
                 stack.extend((c, False) for c in reversed(children[node]))
     return y
-
-
-def node_status(node: dict) -> str:
-    if node.get("accepted"):
-        return "accepted"
-    return "pruned" if node.get("pruned") else "rejected"
 
 
 def tree_figure(trace: dict, index: int) -> go.Figure:
@@ -201,8 +149,8 @@ def acceptance_stats(trace: dict) -> dict:
     verify = decode_steps(trace)
     lengths = [len(s["accepted"]) for s in verify]  # tokens a pass produced: accepted drafts + bonus
     max_depth = max([n["depth"] for s in verify for n in s["nodes"]] + [0])
-    if gamma_of(trace):
-        max_depth = max(max_depth, min(len(trace["meta"].get("topk") or []), gamma_of(trace)))
+    if trace_gamma(trace):
+        max_depth = max(max_depth, min(len(trace["meta"].get("topk") or []), trace_gamma(trace)))
     if not is_speculative(trace):
         max_depth = 0
     depth_rate = [sum(1 for L in lengths if L - 1 >= j) / len(lengths) if lengths else 0.0
@@ -322,41 +270,27 @@ def attention_figure(trace: dict, index: int, layer=None, head="mean") -> go.Fig
 
 # ---- multi-stream attention mask ----------------------------------------------------------------
 def step_mask(trace: dict, index: int, max_nodes: int | None = None) -> tuple[list[list[int]], list[str], list[str]]:
-    """The multi-stream attention mask of one pass (top, stream-carrying layers), derived from the
-    recorded tree and γ: 1 = may attend. Rows: surviving tree nodes (main rows), then γ stream rows per
-    carrier. Columns: the cached prefix (one column), then the same rows as keys.
+    """The multi-stream attention mask of one pass (top, stream-carrying layers) as the engine builds it
+    (`specstream_core.model.masks.local_visibility` on the recorded tree and γ): 1 = may attend. Rows:
+    surviving tree nodes (main rows), then γ stream rows per carrier. Columns: the cached prefix (one
+    column), then the same rows as keys.
 
     Main row i sees the prefix and its ancestors-or-self, never a stream; stream j of carrier c sees
-    the prefix, the main rows c sees and streams 1..j of c (SPECSTREAM.md §2).
+    the prefix, the main rows c sees and streams 1..j of c (docs/METHOD.md §2).
     `max_nodes` keeps the first surviving nodes only (breadth-first, so still a tree) for legibility."""
     trace = checked(trace)
     step = step_of(trace, index)
-    gamma = gamma_of(trace) if is_speculative(trace) else 0
+    gamma = trace_gamma(trace) if is_speculative(trace) else 0
     nodes = [n for n in step["nodes"] if not n.get("pruned")][:max_nodes]
     old_to_new = {n["id"]: i for i, n in enumerate(nodes)}
-    parents = [old_to_new.get(n["parent"], -1) for n in nodes]
     n = len(nodes)
-    visible = [[False] * n for _ in range(n)]
-    for i, p in enumerate(parents):
-        visible[i] = list(visible[p]) if p >= 0 else [False] * n
-        visible[i][i] = True
-    carriers = list(range(n)) if gamma else []  # every surviving node carries streams in a verify pass
+    tree = Tree([0] * n, [old_to_new.get(x["parent"], -1) for x in nodes], [0] * n, [1.0] * n)
+    visible = tree.visibility()[None]  # [1, n, n]
+    carriers = torch.arange(n)[None] if gamma else None  # every surviving node carries streams in a verify pass
+    local = masks.local_visibility(visible, carriers, gamma)[0]  # [q, q]
     labels = [f"{plot_label(x.get('text'))} ·n{x['id']}" for x in nodes]
-    labels += [f"{plot_label(nodes[c].get('text'))} ·s{j + 1}" for c in carriers for j in range(gamma)]
-    q = len(labels)
-    mask = [[0] * (q + 1) for _ in range(q)]
-    for r in range(q):
-        mask[r][0] = 1  # the cached prefix is visible to every row
-    for i in range(n):
-        for k in range(n):
-            mask[i][1 + k] = int(visible[i][k])
-    for ci, c in enumerate(carriers):
-        for j in range(gamma):
-            r = n + ci * gamma + j
-            for k in range(n):
-                mask[r][1 + k] = int(visible[c][k])
-            for jj in range(j + 1):
-                mask[r][1 + n + ci * gamma + jj] = 1
+    labels += [f"{plot_label(nodes[c].get('text'))} ·s{j + 1}" for c in range(n if gamma else 0) for j in range(gamma)]
+    mask = [[1] + [int(v) for v in row] for row in local.tolist()]  # the cached prefix is visible to every row
     columns = [f"prefix ({step.get('prefix_len', '?')} tok)"] + labels
     return mask, labels, columns
 
@@ -366,7 +300,7 @@ def mask_figure(trace: dict, index: int, max_nodes: int | None = 10) -> go.Figur
     trace = checked(trace)
     survivors = sum(1 for n in step_of(trace, index)["nodes"] if not n.get("pruned"))
     mask, rows, columns = step_mask(trace, index, max_nodes)
-    gamma = gamma_of(trace) if is_speculative(trace) else 0
+    gamma = trace_gamma(trace) if is_speculative(trace) else 0
     n_main = len(rows) // (1 + gamma) if gamma else len(rows)
     ys, xs = list(range(len(rows))), list(range(len(columns)))
     fig = go.Figure(go.Heatmap(

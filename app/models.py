@@ -141,7 +141,7 @@ def default_device() -> str:
         return "cpu"
 
 
-def gamma_of(spec: ModelSpec, mode: str) -> int:
+def spec_gamma(spec: ModelSpec, mode: str) -> int:
     directory = spec.streams.get(mode)
     if directory is None:
         return spec.gamma

@@ -5,13 +5,12 @@ per-decoding `wall_s` counts only its own `step()` calls).
     for view in race(engine, prompt, cfg, lock):   # a RaceView after every few passes
         show(view)
 
-Rendering helpers turn a RaceView into HTML; `view_from_trace` rebuilds one from a recorded trace
+`render.py` turns a RaceView into HTML; `view_from_trace` rebuilds one from a recorded trace
 (replay, no model needed). Nothing here touches Gradio.
 """
 
 from __future__ import annotations
 
-import html
 import math
 import time
 from contextlib import nullcontext
@@ -20,9 +19,8 @@ from typing import Callable, Iterator
 
 from specstream_core.decoding.config import DecodeConfig
 
-from .figures import checked, is_speculative
+from .traces import checked, is_speculative
 
-STEP_TINTS = ("#cfe8ff", "#d7f5d0", "#ffe3c2", "#ead7ff", "#fff3b0", "#ffd6e0")
 REPLACEMENT = "\ufffd"
 
 
@@ -172,21 +170,6 @@ def view_from_trace(trace: dict) -> RaceView:
                     elapsed_s=float((trace["meta"].get("lab") or {}).get("elapsed_s", 0.0) or 0.0))
 
 
-# ---- rendering -----------------------------------------------------------------------------
-def render_text(side: SideView, tinted: bool, placeholder: str = "") -> str:
-    if not side.pieces:
-        return f'<div class="lab-text lab-empty">{html.escape(placeholder)}</div>'
-    if not tinted:
-        return f'<div class="lab-text">{html.escape(side.text)}</div>'
-    spans = []
-    for p in side.pieces:
-        colour = STEP_TINTS[p.step % len(STEP_TINTS)]
-        title = f"pass {p.step}: " + (f"{p.drafts} draft token(s) accepted + bonus" if p.drafts else "bonus only")
-        cls = "tok bonus" if p.bonus and p.drafts else "tok"
-        style = f"background:{colour}" + (";box-shadow:inset 0 -2px 0 #ff9f1c" if p.bonus and p.drafts else "")
-        spans.append(f'<span class="{cls}" style="{style}" title="{html.escape(title)}" '
-                     f'data-step="{p.step}">{html.escape(p.text)}</span>')
-    return f'<div class="lab-text">{"".join(spans)}</div>'
 
 
 def number(value) -> float:
@@ -202,20 +185,6 @@ def tau(stats: dict) -> float:
     return number(stats.get("new_tokens")) / passes if passes else 0.0
 
 
-def render_meters(view: RaceView) -> str:
-    def cell(side: SideView, name: str) -> str:
-        s = {k: number(side.stats.get(k)) for k in ("new_tokens", "forward_passes", "tokens_per_s", "wall_s")}
-        return (f'<tr><th>{name}</th><td>{s["new_tokens"]:.0f}</td><td>{s["forward_passes"]:.0f}</td>'
-                f'<td>{tau(side.stats):.2f}</td><td>{s["tokens_per_s"]:.1f}</td><td>{s["wall_s"]:.2f} s</td>'
-                f'<td>{"done" if side.done else "running…"}</td></tr>')
-
-    label = "replayed trace" if view.replay else f"elapsed {number(view.elapsed_s):.2f} s (both, interleaved)"
-    return ('<table class="lab-meters"><tr><th></th><th>tokens</th><th>forward passes</th><th>τ</th>'
-            '<th>tokens/s</th><th>own time</th><th></th></tr>'
-            f'{cell(view.ar, "plain (AR)")}{cell(view.ss, "speculative (SS)")}</table>'
-            f'<div class="lab-note">{label}</div>')
-
-
 def speedup(view: RaceView) -> float | None:
     a = {k: number(view.ar.stats.get(k)) for k in ("wall_s", "new_tokens")}
     s = {k: number(view.ss.stats.get(k)) for k in ("wall_s", "new_tokens")}
@@ -226,41 +195,7 @@ def speedup(view: RaceView) -> float | None:
     return (s["new_tokens"] / s["wall_s"]) / (a["new_tokens"] / a["wall_s"])  # tokens/s ratio
 
 
-def render_speedup(view: RaceView) -> str:
-    if not view.finished:
-        return '<div class="lab-speedup pending">racing…</div>'
-    x = speedup(view)
-    if x is None:
-        return '<div class="lab-speedup pending">no speedup: this trace has no baseline run</div>'
-    a = {k: number(view.ar.stats.get(k)) for k in ("wall_s", "new_tokens", "forward_passes")}
-    s = {k: number(view.ss.stats.get(k)) for k in ("wall_s", "new_tokens", "forward_passes")}
-    cr = a["forward_passes"] / s["forward_passes"] if s["forward_passes"] else 0.0
-    basis = ("wall-clock, same output length" if a["new_tokens"] == s["new_tokens"]
-             else "tokens/s ratio (the outputs have different lengths)")
-    return (f'<div class="lab-speedup"><span class="lab-big">{x:.2f}×</span> speedup'
-            f'<div class="lab-note">AR {a["wall_s"]:.2f} s / SS {s["wall_s"]:.2f} s · {basis} · '
-            f'call reduction {cr:.2f}× · τ = {tau(view.ss.stats):.2f} · same device, interleaved pass by pass</div></div>')
-
-
 def outputs_equal(view: RaceView) -> bool:
     return view.ar.text == view.ss.text
-
-
-def render_badge(view: RaceView) -> str:
-    if not view.finished:
-        return '<div class="lab-badge pending">comparing when both finish…</div>'
-    if not view.ar.pieces or not view.ss.pieces:
-        return '<div class="lab-badge pending">only one side recorded</div>'
-    if outputs_equal(view):
-        why = ("greedy decoding: speculative streaming is lossless — every token is the base model's own choice"
-               if not view.sampling else "sampling, yet the same text this time")
-        return f'<div class="lab-badge equal" data-equal="true">✔ identical outputs<div class="lab-note">{why}</div></div>'
-    if view.sampling:
-        why = ("expected in sampling mode: both decoders sample from exactly the base model's distribution, but "
-               "tree rejection sampling consumes random numbers differently, so individual samples differ even "
-               "with the same seed")
-    else:
-        why = "unexpected in greedy mode — please report this run's trace"
-    return f'<div class="lab-badge differ" data-equal="false">≠ outputs differ<div class="lab-note">{why}</div></div>'
 
 

@@ -87,7 +87,8 @@ def pruned_trace(engine_and_lock):
 
 # ---- the race ---------------------------------------------------------------------------------
 def test_race_interleaves_and_outputs_match(race_view, engine_and_lock):
-    from app.race import outputs_equal, render_badge, render_speedup, speedup
+    from app.race import outputs_equal, speedup
+    from app.render import render_badge, render_speedup
 
     engine, _ = engine_and_lock
     final = race_view[-1]
@@ -109,7 +110,8 @@ def test_race_interleaves_and_outputs_match(race_view, engine_and_lock):
 
 
 def test_rendered_text_is_escaped_and_tinted(race_view):
-    from app.race import Piece, SideView, render_text
+    from app.race import Piece, SideView
+    from app.render import render_text
 
     html_out = render_text(race_view[-1].ss, True)
     assert html_out.count('class="tok') == len(race_view[-1].ss.pieces) and "data-step" in html_out
@@ -118,7 +120,8 @@ def test_rendered_text_is_escaped_and_tinted(race_view):
 
 
 def test_sampling_badge_explains_difference():
-    from app.race import Piece, RaceView, SideView, render_badge
+    from app.race import Piece, RaceView, SideView
+    from app.render import render_badge
 
     view = RaceView(SideView([Piece("a", 0)], {"wall_s": 1, "new_tokens": 1}, True),
                     SideView([Piece("b", 0)], {"wall_s": 1, "new_tokens": 1}, True), sampling=True, finished=True)
@@ -396,7 +399,7 @@ def test_engine_cache_refuses_unknown_models(lab_dir):
 
 
 def test_settings_validation():
-    from app.ui import MAX_PROMPT_CHARS, build_config, check_prompt
+    from app.limits import MAX_PROMPT_CHARS, check_prompt, lab_decode_config as build_config
 
     cfg = build_config("3, 2,1", 0.1, 32, 0.0, 7, 16)
     assert cfg.tree_topk == (3, 2, 1) and cfg.seed == 7 and cfg.trace
@@ -432,7 +435,8 @@ def test_demo_builds_with_stable_ids(lab_dir):
 
 def test_sampling_race_runs_and_explains(engine_and_lock):
     from app.figures import acceptance_figure, tree_figure
-    from app.race import race, render_badge
+    from app.race import race
+    from app.render import render_badge
 
     engine, lock = engine_and_lock
     cfg = DecodeConfig(max_new_tokens=16, temperature=0.9, top_k=20, seed=3, tree_topk=(2, 2), prune_threshold=0.05)

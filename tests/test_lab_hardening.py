@@ -116,7 +116,8 @@ def test_lone_surrogates_are_replaced(trace):
 
 # ---- escaping (Medium) -----------------------------------------------------------------------------
 def test_meters_and_speedup_show_numbers_only():
-    from app.race import RaceView, SideView, render_meters, render_speedup
+    from app.race import RaceView, SideView
+    from app.render import render_meters, render_speedup
 
     evil = {"new_tokens": PAYLOAD, "forward_passes": PAYLOAD, "tokens_per_s": PAYLOAD, "wall_s": "1<b>"}
     view = RaceView(SideView([], evil, True), SideView([], dict(evil), True), finished=True, elapsed_s=PAYLOAD)
@@ -154,22 +155,22 @@ def test_explain_keeps_backticks_inside_code_spans(trace):
 
 # ---- the upload handler: limits, time, messages (High) --------------------------------------------
 def test_upload_is_size_capped_and_time_limited(replay_demo, trace, tmp_path, monkeypatch):
-    import app.ui as ui
+    import app.limits as limits
 
-    big = json.dumps({**trace, "pad": "x" * (ui.MAX_UPLOAD_BYTES + 1)}).encode()
+    big = json.dumps({**trace, "pad": "x" * (limits.MAX_UPLOAD_BYTES + 1)}).encode()
     assert "limit is" in upload(replay_demo, big, tmp_path)
-    monkeypatch.setattr(ui, "UPLOAD_TIME_LIMIT_S", 0.0)
+    monkeypatch.setattr(limits, "UPLOAD_TIME_LIMIT_S", 0.0)
     shown = upload(replay_demo, json.dumps(trace).encode(), tmp_path)
     assert "longer than this host" in shown and "Traceback" not in shown
 
 
 def test_upload_handler_catches_everything(replay_demo, tmp_path, monkeypatch):
-    import app.ui as ui
+    import app.handlers as handlers
 
     def boom(trace):
         raise RecursionError("maximum recursion depth exceeded")
 
-    monkeypatch.setattr(ui, "view_from_trace", boom)
+    monkeypatch.setattr(handlers, "view_from_trace", boom)
     raw = json.dumps({"schema": "specstream-trace", "version": 1, "meta": {}, "prompt": {}, "steps": [],
                       "output": {}, "stats": {}}).encode()
     shown = upload(replay_demo, raw, tmp_path)
@@ -180,7 +181,7 @@ def test_session_state_is_small_and_expires(replay_demo, trace, tmp_path):
     """The session keeps the packed, validated trace (not 6-13x the file), for TRACE_TTL_S after its last
     update, and drops it when the tab closes; Gradio deletes served and uploaded files (delete_cache)."""
     import gradio as gr
-    from app.ui import CACHE_TTL_S, TRACE_TTL_S
+    from app.limits import CACHE_TTL_S, TRACE_TTL_S
 
     path = tmp_path / "t.json"
     path.write_text(json.dumps(trace))
@@ -204,7 +205,7 @@ def test_session_state_is_small_and_expires(replay_demo, trace, tmp_path):
 
 
 def test_step_events_read_the_packed_trace(replay_demo, trace):
-    from app.ui import Trace
+    from app.handlers import Trace
 
     blob = validate(trace).pack()
     out = handler(replay_demo, "on_step")(blob, 2, None, None)
@@ -215,7 +216,7 @@ def test_step_events_read_the_packed_trace(replay_demo, trace):
 
 
 def test_events_are_bounded(replay_demo):
-    from app.ui import CONCURRENCY, QUEUE_SIZE, UPLOAD_CONCURRENCY
+    from app.limits import CONCURRENCY, QUEUE_SIZE, UPLOAD_CONCURRENCY
 
     fns = {getattr(f.fn, "__name__", ""): f for f in replay_demo.fns.values()}
     assert fns["on_upload"].concurrency_limit == UPLOAD_CONCURRENCY <= 2
@@ -253,9 +254,9 @@ def test_race_leaves_no_temp_dir(lab_demo, tmp_path, monkeypatch):
 
 
 def test_race_stops_at_the_time_limit(lab_demo, monkeypatch):
-    import app.ui as ui
+    import app.limits as limits
 
-    monkeypatch.setattr(ui, "EVENT_TIME_LIMIT_S", 0.0)
+    monkeypatch.setattr(limits, "EVENT_TIME_LIMIT_S", 0.0)
     outs = run_race(lab_demo, max_new=32)
     assert "time limit" in outs[-1][component(lab_demo, "lab-message")]
 
@@ -263,14 +264,14 @@ def test_race_stops_at_the_time_limit(lab_demo, monkeypatch):
 def test_one_client_cannot_hold_every_slot(lab_demo):
     """A second race from the same tab, or more races from one address than MAX_PER_IP, is refused at once
     while the first runs; another client still gets a slot."""
-    import app.ui as ui
+    import app.limits as limits
 
     msg = component(lab_demo, "lab-message")
     first = handler(lab_demo, "on_run")("tiny", "lossless", PROMPT, "1", 0.0, 8, 0.0, 0, 8, FakeRequest("tab-a"))
     next(first)  # tab a is racing
     same_tab = run_race(lab_demo, FakeRequest("tab-a", ip="10.0.0.9"))
     assert "already have a run going" in same_tab[-1][msg]
-    assert ui.MAX_PER_IP == 1
+    assert limits.MAX_PER_IP == 1
     same_ip = run_race(lab_demo, FakeRequest("tab-b"))
     assert "too many runs from your address" in same_ip[-1][msg]
     other = run_race(lab_demo, FakeRequest("tab-c", ip="10.0.0.2"))

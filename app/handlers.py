@@ -1,0 +1,196 @@
+"""The lab's event handlers, at module level: each takes the `Lab` (its components, engine cache and
+admission gates) first, then what Gradio passes. `ui.build_demo` lays the page out and wires these.
+
+Every handler catches everything: a visitor sees one line (`render.message`), the log keeps the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import gradio as gr
+
+from specstream_core.decoding.trace import Trace, load_trace, save_trace, validate
+from specstream_core.errors import SpecstreamError
+
+from . import figures, limits
+from .admission import Admission, client_keys
+from .explain import explain_step, most_telling_step
+from .models import EngineCache, ModelSpec
+from .race import RaceView, SideView, race, view_from_trace
+from .render import message, model_info, render_badge, render_meters, render_speedup, render_text
+
+log = logging.getLogger("specstream.lab")
+
+try:  # ZeroGPU on Hugging Face Spaces: borrow a GPU for the duration of a race
+    import spaces
+
+    gpu = spaces.GPU(duration=120)
+except ImportError:
+    def gpu(fn):
+        return fn
+
+
+@dataclass(repr=False)
+class Lab:
+    """One demo's server-side pieces: components (`c.<name>`), engines, admission gates."""
+    specs: dict[str, ModelSpec]
+    cache: EngineCache
+    races: Admission
+    uploads: Admission
+    c: SimpleNamespace
+    demo: gr.Blocks | None = None
+
+
+def _check(deadline: float | None) -> None:
+    """The per-event time limit of a replay, checked between its phases (each is bounded by the
+    trace Limits)."""
+    if deadline is not None and time.monotonic() > deadline:
+        raise SpecstreamError(f"showing this trace took longer than this host's limit of {limits.UPLOAD_TIME_LIMIT_S:g} s")
+
+
+def views_of_step(lab: Lab, trace, index, layer=None, head=None, deadline=None) -> dict:
+    c = lab.c
+    layers, heads = figures.attention_choices(trace, index)
+    layer = layer if layer in layers else (layers[-1] if layers else None)
+    head = head if head in heads else ("mean" if heads else None)
+    out = {c.tree_plot: figures.tree_figure(trace, index)}
+    _check(deadline)
+    out[c.attn_plot] = figures.attention_figure(trace, index, layer, head)
+    _check(deadline)
+    out[c.mask_plot] = figures.mask_figure(trace, index)
+    _check(deadline)
+    out.update({c.explain: explain_step(trace, index), c.layer_dd: gr.Dropdown(choices=layers, value=layer),
+                c.head_dd: gr.Dropdown(choices=heads, value=head)})
+    return out
+
+
+def race_html(lab: Lab, view: RaceView) -> dict:
+    c = lab.c
+    return {c.ar_out: render_text(view.ar, False, "…"), c.ss_out: render_text(view.ss, True, "…"),
+            c.meters: render_meters(view), c.speed: render_speedup(view), c.badge: render_badge(view)}
+
+
+def all_views(lab: Lab, trace: Trace, view: RaceView, note: str, deadline=None) -> dict:
+    c = lab.c
+    index = most_telling_step(trace)
+    out = race_html(lab, view)
+    out.update(views_of_step(lab, trace, index, deadline=deadline))
+    out[c.accept_plot] = figures.acceptance_figure(trace)
+    _check(deadline)
+    out.update({c.trace_state: trace.pack(), c.msg: note,
+                c.step: gr.Slider(0, max(1, len(trace["steps"]) - 1), value=index, step=1, interactive=True)})
+    return out
+
+
+@gpu
+def on_run(lab: Lab, model_name, mode, text, topk_v, prune_v, budget_v, temp_v, seed_v, max_new_v,
+           request: gr.Request = None):
+    try:
+        with lab.races.enter(client_keys(request, limits.TRUST_FORWARDED)), \
+                tempfile.TemporaryDirectory(prefix="specstream-race-") as tmp:
+            # the trace file lives only until Gradio has copied it into its cache (delete_cache ages
+            # that copy out): the generator resumes after each yield is sent, and the with-block ends
+            yield from race_views(lab, model_name, mode, text, topk_v, prune_v, budget_v, temp_v, seed_v,
+                                  max_new_v, tmp)
+    except SpecstreamError as exc:
+        yield {lab.c.msg: message(str(exc))}
+    except Exception as exc:  # never a stack trace in the page; the log keeps it
+        log.exception("race failed")
+        yield {lab.c.msg: message(f"internal error ({type(exc).__name__}); see the server log")}
+
+
+def race_views(lab: Lab, model_name, mode, text, topk_v, prune_v, budget_v, temp_v, seed_v, max_new_v, tmp):
+    c = lab.c
+    limits.check_prompt(text)
+    cfg = limits.lab_decode_config(topk_v, prune_v, budget_v, temp_v, seed_v, max_new_v)
+    engine, lock = lab.cache.get(model_name, mode)
+    layers = ()
+    if engine.streams is not None:
+        layers = tuple(range(engine.streams.cfg.birth_layer, engine.streams.cfg.num_layers))
+    yield {**race_html(lab, RaceView(SideView(), SideView())), c.msg: "",
+           c.download: gr.DownloadButton(value=None, interactive=False)}
+    t0 = time.monotonic()
+    for view in race(engine, text, cfg, lock, attention_layers=layers):
+        if time.monotonic() - t0 > limits.EVENT_TIME_LIMIT_S:
+            yield {c.msg: message(f"The race was stopped at this host's time limit of "
+                                  f"{limits.EVENT_TIME_LIMIT_S:.0f} s; try fewer new tokens.")}
+            return
+        if not view.finished:
+            yield race_html(lab, view)
+            continue
+        trace = validate(view.trace)
+        path = os.path.join(tmp, f"specstream-trace-{model_name}-{time.strftime('%Y%m%d-%H%M%S')}.json")
+        save_trace(trace, path)
+        out = all_views(lab, trace, view, "")
+        out[c.download] = gr.DownloadButton(value=path, interactive=True)
+        yield out
+
+
+def on_upload(lab: Lab, path, request: gr.Request = None):
+    if not path:
+        return {}
+    c = lab.c
+    try:
+        with lab.uploads.enter(client_keys(request, limits.TRUST_FORWARDED)):
+            deadline = time.monotonic() + limits.UPLOAD_TIME_LIMIT_S
+            trace = load_trace(path, max_bytes=limits.MAX_UPLOAD_BYTES)
+            _check(deadline)
+            view = view_from_trace(trace)
+            note = message(f"Replaying a trace of {trace['meta'].get('model', '?')} "
+                           f"({len(trace['steps'])} passes) — no model involved.", "info")
+            out = all_views(lab, trace, view, note, deadline)
+            out[c.download] = gr.DownloadButton(value=path, interactive=True)
+            return out
+    except SpecstreamError as exc:
+        return {c.msg: message(f"Cannot replay this file: {exc}")}
+    except Exception as exc:
+        log.exception("replay failed")
+        return {c.msg: message(f"Cannot replay this file: it does not follow the trace schema "
+                               f"({type(exc).__name__})")}
+
+
+def on_step(lab: Lab, blob, index, layer, head):
+    if blob is None:
+        return {}
+    try:
+        return views_of_step(lab, Trace.unpack(blob), int(index), layer, head)
+    except SpecstreamError as exc:
+        return {lab.c.msg: message(str(exc))}
+    except Exception as exc:
+        log.exception("step view failed")
+        return {lab.c.msg: message(f"internal error ({type(exc).__name__}); see the server log")}
+
+
+def on_attention(lab: Lab, blob, index, layer, head):
+    if blob is None:
+        return {}
+    try:
+        return {lab.c.attn_plot: figures.attention_figure(Trace.unpack(blob), int(index), layer, head)}
+    except SpecstreamError as exc:
+        return {lab.c.msg: message(str(exc))}
+    except Exception as exc:
+        log.exception("attention view failed")
+        return {lab.c.msg: message(f"internal error ({type(exc).__name__}); see the server log")}
+
+
+def on_model(lab: Lab, name):
+    spec = lab.specs.get(name)
+    modes = spec.modes if spec else ["lossless"]
+    return {lab.c.mode_radio: gr.Radio(choices=modes, value=modes[0]), lab.c.info: model_info(spec, modes[0])}
+
+
+def on_mode(lab: Lab, name, mode):
+    return model_info(lab.specs.get(name), mode)
+
+
+def on_close(lab: Lab, request: gr.Request):
+    """The tab closed: drop its trace now (Gradio alone keeps closed sessions' state an hour)."""
+    holder = getattr(lab.demo, "state_holder", None)
+    if holder is not None and request is not None and request.session_hash in holder:
+        holder.delete_state(request.session_hash)

@@ -1,0 +1,69 @@
+"""What the lab promises a host (docs/LAB.md, "Limits"), read once from the environment, and the checks
+of what a visitor sends (prompt, settings) against them."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from specstream_core.decoding.config import DecodeConfig, parse_topk
+from specstream_core.decoding.trace import MAX_TRACE_BYTES
+from specstream_core.errors import SpecstreamError
+
+log = logging.getLogger("specstream.lab")
+
+
+def _env_number(name: str, default, kind=int, low=1):
+    """A host setting from the environment; a malformed or too small value is logged and ignored."""
+    raw = os.environ.get(name, "")
+    try:
+        value = kind(raw) if raw.strip() else default
+    except ValueError:
+        log.warning("ignoring %s=%r: not a number; using %s", name, raw, default)
+        return default
+    if value < low:
+        log.warning("ignoring %s=%r: below %s; using %s", name, raw, low, default)
+        return default
+    return value
+
+
+# What the lab promises a host (docs/LAB.md, "Limits"): every heavy event is bounded in size, time and
+# concurrency, per client too, and what a session keeps is small and expires.
+MAX_PROMPT_CHARS = _env_number("SPECSTREAM_MAX_PROMPT_CHARS", 4000)
+LAB_MAX_NEW_TOKENS = _env_number("SPECSTREAM_LAB_MAX_NEW_TOKENS", 256)
+CONCURRENCY = _env_number("SPECSTREAM_CONCURRENCY", 2)            # races at once
+UPLOAD_CONCURRENCY = _env_number("SPECSTREAM_UPLOAD_CONCURRENCY", 2)  # trace replays at once
+QUEUE_SIZE = _env_number("SPECSTREAM_QUEUE_SIZE", 64)
+MAX_PER_IP = _env_number("SPECSTREAM_MAX_PER_IP", max(1, CONCURRENCY - 1))  # races (and replays) per address
+TRUST_FORWARDED = os.environ.get("SPECSTREAM_TRUST_FORWARDED", "") == "1"  # behind a proxy: X-Forwarded-For
+EVENT_TIME_LIMIT_S = _env_number("SPECSTREAM_EVENT_TIME_LIMIT_S", 120.0, float)  # one race
+UPLOAD_TIME_LIMIT_S = _env_number("SPECSTREAM_UPLOAD_TIME_LIMIT_S", 10.0, float)  # one replay
+MAX_UPLOAD_BYTES = min(MAX_TRACE_BYTES, int(_env_number("SPECSTREAM_MAX_UPLOAD_MB", 8.0, float, 0.001) * 2**20))
+TRACE_TTL_S = _env_number("SPECSTREAM_TRACE_TTL_S", 900.0, float)  # a session's trace, after its last update
+CACHE_TTL_S = _env_number("SPECSTREAM_CACHE_TTL_S", 900.0, float)  # files served to or uploaded by visitors
+MAX_ENGINES = _env_number("SPECSTREAM_MAX_ENGINES", 2)  # loaded (model, mode) engines
+LOAD_RETRY_S = _env_number("SPECSTREAM_LOAD_RETRY_S", 300.0, float, 0)  # after a failed load
+
+
+def lab_decode_config(topk: str, prune: float, budget: float, temperature: float, seed, max_new: float) -> DecodeConfig:
+    if max_new is None or not 1 <= int(max_new) <= LAB_MAX_NEW_TOKENS:
+        raise SpecstreamError(f"max new tokens must be between 1 and {LAB_MAX_NEW_TOKENS} on this host")
+    seed = None if seed in (None, "") else int(seed)
+    return DecodeConfig(mode="ss", max_new_tokens=int(max_new), temperature=float(temperature or 0.0),
+                        seed=seed, tree_topk=parse_topk(str(topk).replace(" ", "")),
+                        prune_threshold=float(prune or 0.0), node_budget=int(budget), trace=True)
+
+
+def check_prompt(prompt) -> str:
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise SpecstreamError("the prompt is empty")
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise SpecstreamError(f"the prompt has {len(prompt)} characters; the limit here is {MAX_PROMPT_CHARS}")
+    return prompt
+
+
+def cache_schedule() -> tuple[int, int]:
+    """Blocks(delete_cache=(every, age)): Gradio deletes the files it served or received (trace
+    downloads, uploads) once they are CACHE_TTL_S old, checking every few minutes."""
+    age = max(1, int(CACHE_TTL_S))
+    return max(1, min(300, age // 2)), age

@@ -1,0 +1,129 @@
+"""HTML and Markdown of the lab's panels: the race (a `race.RaceView`), messages and the model line.
+Pure functions; everything from a trace or a visitor is escaped."""
+
+from __future__ import annotations
+
+import html
+
+from specstream_core.errors import SpecstreamError
+from specstream_core.model.streams import read_stream_config
+
+from .models import ModelSpec, spec_gamma
+from .race import RaceView, SideView, number, outputs_equal, speedup, tau
+
+STEP_TINTS = ("#cfe8ff", "#d7f5d0", "#ffe3c2", "#ead7ff", "#fff3b0", "#ffd6e0")
+
+CSS = """
+.lab-text { white-space: pre-wrap; font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 14px;
+  line-height: 1.7; min-height: 7em; max-height: 22em; overflow-y: auto; padding: 10px 12px;
+  border: 1px solid var(--border-color-primary); border-radius: 8px; background: var(--background-fill-primary); }
+.lab-empty { color: #999; }
+.lab-text .tok { border-radius: 3px; color: #111; }
+.lab-meters { width: 100%; border-collapse: collapse; font-size: 14px; }
+.lab-meters th, .lab-meters td { padding: 4px 10px; text-align: right; border: none !important;
+  border-bottom: 1px solid #e5e5e5 !important; }
+.lab-meters th:first-child { text-align: left; }
+.lab-note { font-size: 12px; color: #777; margin-top: 4px; }
+.lab-speedup, .lab-badge { padding: 10px 14px; border-radius: 10px; font-size: 18px; min-height: 3.2em; }
+.lab-speedup { background: #eef6ff; }
+.lab-big { font-size: 34px; font-weight: 700; color: #1f5fa8; }
+.lab-badge.equal { background: #e7f7e4; color: #1d6b18; font-weight: 600; }
+.lab-badge.differ { background: #fff1e0; color: #8a4b00; font-weight: 600; }
+.pending { color: #888; background: #f6f6f6; }
+.lab-error { background: #fdecea; color: #8a1c12; padding: 8px 12px; border-radius: 8px; font-weight: 600; }
+.lab-info { background: #eef6ff; color: #1f3f68; padding: 8px 12px; border-radius: 8px; }
+.legend span { padding: 1px 6px; border-radius: 3px; margin-right: 6px; }
+"""
+
+INTRO = """# Speculative Streaming lab
+One model drafts **and** verifies: γ speculative streams in its top layers propose the next tokens while the same
+forward pass verifies the previous proposal. Press **Run**: plain decoding (AR) and speculative streaming (SS) race
+on the same device, interleaved pass by pass, each timed on its own.
+"""
+
+LEGEND = ('<div class="legend lab-note">Speculative output: each background colour is one forward pass; '
+          '<span style="box-shadow:inset 0 -2px 0 #ff9f1c;background:#eee">underlined</span> = that pass\'s bonus '
+          'token after ≥1 accepted draft. Hover a token for its pass.</div>')
+
+
+def message(text: str, kind: str = "error") -> str:
+    return f'<div class="lab-{kind}">{html.escape(text)}</div>' if text else ""
+
+
+def model_info(spec: ModelSpec | None, mode: str) -> str:
+    if spec is None:
+        return "No model is configured on this host: upload a trace to replay a recorded run."
+    try:
+        gamma = spec_gamma(spec, mode)
+    except SpecstreamError as exc:
+        return f"⚠ {exc}"
+    streams = spec.streams.get(mode)
+    trained = "fresh, untrained"
+    if streams:
+        steps = read_stream_config(streams).trained_steps
+        trained = f"trained ({steps} steps)" if steps else "untrained (fresh)"
+    return f"**γ = {gamma}** speculative streams · {mode} mode · {trained} streams · precision {spec.precision}"
+
+
+def render_text(side: SideView, tinted: bool, placeholder: str = "") -> str:
+    if not side.pieces:
+        return f'<div class="lab-text lab-empty">{html.escape(placeholder)}</div>'
+    if not tinted:
+        return f'<div class="lab-text">{html.escape(side.text)}</div>'
+    spans = []
+    for p in side.pieces:
+        colour = STEP_TINTS[p.step % len(STEP_TINTS)]
+        title = f"pass {p.step}: " + (f"{p.drafts} draft token(s) accepted + bonus" if p.drafts else "bonus only")
+        cls = "tok bonus" if p.bonus and p.drafts else "tok"
+        style = f"background:{colour}" + (";box-shadow:inset 0 -2px 0 #ff9f1c" if p.bonus and p.drafts else "")
+        spans.append(f'<span class="{cls}" style="{style}" title="{html.escape(title)}" '
+                     f'data-step="{p.step}">{html.escape(p.text)}</span>')
+    return f'<div class="lab-text">{"".join(spans)}</div>'
+
+
+def render_meters(view: RaceView) -> str:
+    def cell(side: SideView, name: str) -> str:
+        s = {k: number(side.stats.get(k)) for k in ("new_tokens", "forward_passes", "tokens_per_s", "wall_s")}
+        return (f'<tr><th>{name}</th><td>{s["new_tokens"]:.0f}</td><td>{s["forward_passes"]:.0f}</td>'
+                f'<td>{tau(side.stats):.2f}</td><td>{s["tokens_per_s"]:.1f}</td><td>{s["wall_s"]:.2f} s</td>'
+                f'<td>{"done" if side.done else "running…"}</td></tr>')
+
+    label = "replayed trace" if view.replay else f"elapsed {number(view.elapsed_s):.2f} s (both, interleaved)"
+    return ('<table class="lab-meters"><tr><th></th><th>tokens</th><th>forward passes</th><th>τ</th>'
+            '<th>tokens/s</th><th>own time</th><th></th></tr>'
+            f'{cell(view.ar, "plain (AR)")}{cell(view.ss, "speculative (SS)")}</table>'
+            f'<div class="lab-note">{label}</div>')
+
+
+def render_speedup(view: RaceView) -> str:
+    if not view.finished:
+        return '<div class="lab-speedup pending">racing…</div>'
+    x = speedup(view)
+    if x is None:
+        return '<div class="lab-speedup pending">no speedup: this trace has no baseline run</div>'
+    a = {k: number(view.ar.stats.get(k)) for k in ("wall_s", "new_tokens", "forward_passes")}
+    s = {k: number(view.ss.stats.get(k)) for k in ("wall_s", "new_tokens", "forward_passes")}
+    cr = a["forward_passes"] / s["forward_passes"] if s["forward_passes"] else 0.0
+    basis = ("wall-clock, same output length" if a["new_tokens"] == s["new_tokens"]
+             else "tokens/s ratio (the outputs have different lengths)")
+    return (f'<div class="lab-speedup"><span class="lab-big">{x:.2f}×</span> speedup'
+            f'<div class="lab-note">AR {a["wall_s"]:.2f} s / SS {s["wall_s"]:.2f} s · {basis} · '
+            f'call reduction {cr:.2f}× · τ = {tau(view.ss.stats):.2f} · same device, interleaved pass by pass</div></div>')
+
+
+def render_badge(view: RaceView) -> str:
+    if not view.finished:
+        return '<div class="lab-badge pending">comparing when both finish…</div>'
+    if not view.ar.pieces or not view.ss.pieces:
+        return '<div class="lab-badge pending">only one side recorded</div>'
+    if outputs_equal(view):
+        why = ("greedy decoding: speculative streaming is lossless — every token is the base model's own choice"
+               if not view.sampling else "sampling, yet the same text this time")
+        return f'<div class="lab-badge equal" data-equal="true">✔ identical outputs<div class="lab-note">{why}</div></div>'
+    if view.sampling:
+        why = ("expected in sampling mode: both decoders sample from exactly the base model's distribution, but "
+               "tree rejection sampling consumes random numbers differently, so individual samples differ even "
+               "with the same seed")
+    else:
+        why = "unexpected in greedy mode — please report this run's trace"
+    return f'<div class="lab-badge differ" data-equal="false">≠ outputs differ<div class="lab-note">{why}</div></div>'
