@@ -26,7 +26,7 @@ from . import figures
 from .admission import Admission, client_keys
 from .explain import explain_step, most_telling_step
 from .models import EngineCache, ModelSpec, available_specs, gamma_of
-from .presets import presets
+from .presets import presets, trace_path
 from .race import RaceView, SideView, race, render_badge, render_meters, render_speedup, render_text, view_from_trace
 
 log = logging.getLogger("specstream.lab")
@@ -345,6 +345,27 @@ def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False)
                 return {msg: message(f"Cannot replay this file: it does not follow the trace schema "
                                      f"({type(exc).__name__})")}
 
+        def replay_recorded(label):
+            """The preset's recorded trace (assets/smollm2/traces/), replayed in every view: what a cold
+            Space shows before any model has run. Validated like an upload."""
+            path = trace_path(label) if label else None
+            if path is None:
+                return {}
+            try:
+                trace = load_trace(path, max_bytes=MAX_UPLOAD_BYTES)
+                view = view_from_trace(trace)
+                note = message(f"A recorded run of {trace['meta'].get('model', '?')} on this preset "
+                               f"({len(trace['steps'])} passes). Press Run to race it live.", "info")
+                out = all_views(trace, view, note, time.monotonic() + UPLOAD_TIME_LIMIT_S)
+                out[download] = gr.DownloadButton(value=path, interactive=True)
+                return out
+            except Exception:  # a broken bundled file must not break the page
+                log.exception("cannot replay the recorded trace %s", path)
+                return {}
+
+        def on_preset(label):
+            return {prompt: preset_map.get(label, ""), **replay_recorded(label)}
+
         def on_step(blob, index, layer, head):
             if blob is None:
                 return {}
@@ -389,7 +410,10 @@ def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False)
         step.input(on_step, [trace_state, step, layer_dd, head_dd], [*step_views, msg], trigger_mode="always_last")
         layer_dd.input(on_attention, [trace_state, step, layer_dd, head_dd], [attn_plot, msg])
         head_dd.input(on_attention, [trace_state, step, layer_dd, head_dd], [attn_plot, msg])
-        preset_dd.input(lambda label: preset_map.get(label, ""), [preset_dd], [prompt])
+        preset_dd.input(on_preset, [preset_dd], [prompt, *outputs_all], concurrency_limit=UPLOAD_CONCURRENCY,
+                        concurrency_id="upload")
+        demo.load(replay_recorded, [preset_dd], outputs_all, concurrency_limit=UPLOAD_CONCURRENCY,
+                  concurrency_id="upload")
         model_dd.input(on_model, [model_dd], [mode_radio, info])
         mode_radio.input(on_mode, [model_dd, mode_radio], [info])
         demo.unload(on_close)
