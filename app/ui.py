@@ -25,7 +25,7 @@ from specstream_core.trace import MAX_TRACE_BYTES, Trace, load_trace, save_trace
 from . import figures
 from .admission import Admission, client_keys
 from .explain import explain_step, most_telling_step
-from .models import EngineCache, ModelSpec, available_specs, gamma_of
+from .models import EngineCache, ModelSpec, available_specs, gamma_of, recommended_for
 from .presets import presets, trace_path
 from .race import RaceView, SideView, race, render_badge, render_meters, render_speedup, render_text, view_from_trace
 
@@ -206,10 +206,14 @@ def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False)
                 with gr.Accordion("Settings", open=True):
                     info = gr.Markdown(model_info(first, first.modes[0] if first else "lossless"),
                                        elem_id="model-info")
-                    topk = gr.Textbox("1,1,1,1", label="Per-depth top-k (stream 1, 2, …); 1,1,1,1 is fastest on CPUs", elem_id="topk")
-                    prune = gr.Slider(0.0, 0.5, value=0.0, step=0.01, label="Pruning threshold (0 = off)",
-                                      elem_id="prune")
-                    budget = gr.Slider(1, 128, value=64, step=1, label="Node budget", elem_id="budget")
+                    first_rec = recommended_for(first, first.modes[0] if first else "lossless")
+                    topk = gr.Textbox(",".join(map(str, first_rec["topk"])), elem_id="topk",
+                                      label="Per-depth top-k (stream 1, 2, …); the default is the stream set's "
+                                            "fastest measured tree")
+                    prune = gr.Slider(0.0, 0.5, value=float(first_rec["prune_threshold"]), step=0.01,
+                                      label="Pruning threshold (0 = off)", elem_id="prune")
+                    budget = gr.Slider(1, 128, value=int(first_rec["node_budget"]), step=1, label="Node budget",
+                                       elem_id="budget")
                     temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05,
                                             label="Temperature (0 = greedy, lossless check)", elem_id="temperature")
                     seed = gr.Number(0, precision=0, label="Seed", elem_id="seed")
@@ -388,13 +392,19 @@ def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False)
                 log.exception("attention view failed")
                 return {msg: message(f"internal error ({type(exc).__name__}); see the server log")}
 
+        def draft_settings(spec, mode):
+            rec = recommended_for(spec, mode)  # the stream set's fastest measured tree: the lab's default
+            return {topk: ",".join(map(str, rec["topk"])), prune: float(rec["prune_threshold"]),
+                    budget: int(rec["node_budget"])}
+
         def on_model(name):
             spec = specs.get(name)
             modes = spec.modes if spec else ["lossless"]
-            return {mode_radio: gr.Radio(choices=modes, value=modes[0]), info: model_info(spec, modes[0])}
+            return {mode_radio: gr.Radio(choices=modes, value=modes[0]), info: model_info(spec, modes[0]),
+                    **draft_settings(spec, modes[0])}
 
         def on_mode(name, mode):
-            return model_info(specs.get(name), mode)
+            return {info: model_info(specs.get(name), mode), **draft_settings(specs.get(name), mode)}
 
         def on_close(request: gr.Request):
             """The tab closed: drop its trace now (Gradio alone keeps closed sessions' state an hour)."""
@@ -414,8 +424,8 @@ def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False)
                         concurrency_id="upload")
         demo.load(replay_recorded, [preset_dd], outputs_all, concurrency_limit=UPLOAD_CONCURRENCY,
                   concurrency_id="upload")
-        model_dd.input(on_model, [model_dd], [mode_radio, info])
-        mode_radio.input(on_mode, [model_dd, mode_radio], [info])
+        model_dd.input(on_model, [model_dd], [mode_radio, info, topk, prune, budget])
+        mode_radio.input(on_mode, [model_dd, mode_radio], [info, topk, prune, budget])
         demo.unload(on_close)
         _wire_bench_panel(*bench_parts)
     demo.queue(default_concurrency_limit=CONCURRENCY, max_size=QUEUE_SIZE)

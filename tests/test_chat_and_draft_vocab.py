@@ -137,3 +137,15 @@ def test_cli_uses_the_stream_sets_recommended_tree(tmp_path, capsys):
         assert (meta["topk"], meta["node_budget"]) == (topk, budget)
     fresh = Engine(tiny_model("llama", seed=3), None, StreamParams.fresh(tiny_model("llama", seed=3), gamma=3))
     assert fresh.decode_config().tree_topk == (1, 1, 1)  # no recommendation: a chain, the cheapest tree on a CPU
+
+
+def test_lab_defaults_to_the_stream_sets_recommended_tree(tmp_path):
+    from app.models import ModelSpec, recommended_for
+
+    model = tiny_model("llama", seed=3)
+    StreamParams.fresh(model, gamma=3, n_stream_layers=2).save(tmp_path / "rec", extra={"decode": {"topk": [2, 1],
+                                                                                                   "node_budget": 7}})
+    StreamParams.fresh(model, gamma=3, n_stream_layers=2).save(tmp_path / "plain")
+    spec = ModelSpec("m", "base", {"lossless": str(tmp_path / "rec"), "shared": str(tmp_path / "plain")})
+    assert recommended_for(spec, "lossless") == {"topk": [2, 1], "prune_threshold": 0.0, "node_budget": 7}
+    assert recommended_for(spec, "shared")["topk"] == [1, 1, 1]
