@@ -39,6 +39,8 @@ def add_arguments(p) -> None:
                    help="train on the base model's own greedy answers to the prompts (self-distillation: "
                         "what lossless streams must predict to be accepted)")
     p.add_argument("--distill-max-new-tokens", type=int, default=128, help="cap on each distilled answer")
+    p.add_argument("--distilled-only", action="store_true",
+                   help="with --distill: train only on prompts already answered in --distill-cache (generate none)")
     p.add_argument("--distill-cache", default="", help="JSONL file that keeps distilled answers between runs")
     p.add_argument("--eval-data", default="", help="JSONL file of eval examples (default: the last 5%% of --data)")
     p.add_argument("--max-examples", type=int, default=0, help="use only the first N training examples (0 = all)")
@@ -137,9 +139,15 @@ def run(args) -> int:
     if args.max_examples:
         train_pairs = train_pairs[: args.max_examples]
     if args.distill:
-        from ..distill import distilled_pairs
+        from ..distill import _key, distilled_pairs, read_cache
 
         cache = args.distill_cache or None
+        if args.distilled_only:  # train on what a (possibly still running) distillation has finished
+            if not cache or not os.path.isfile(cache):
+                raise SpecstreamError("--distilled-only needs an existing --distill-cache file")
+            done = read_cache(cache)
+            train_pairs = [p for p in train_pairs if _key(p[0]) in done]
+            print(f"{len(train_pairs)} training prompts have a distilled answer in {cache}")
         train_pairs = distilled_pairs(model, tokenizer, train_pairs, args.distill_max_new_tokens, cache_file=cache)
         eval_pairs = distilled_pairs(model, tokenizer, eval_pairs, args.distill_max_new_tokens, cache_file=cache)
     train_pairs = [p for p in train_pairs if p[1]]  # prompts without an answer (not yet distilled)
