@@ -53,7 +53,7 @@ if has medusa; then  # 5. Medusa-style heads on the same answers (a benchmark ba
   $PY -m specstream_core train-medusa --out "$OUT/medusa" --data "$BUILD/train.jsonl" \
       --distill-cache "$BUILD/answers.jsonl" --distill-max-new-tokens 96 --steps 400 --minutes 30 --threads "$THREADS"
 fi
-rm -rf "$OUT"/*/checkpoint
+# checkpoints stay (git ignores them) so that a rerun resumes a stage its time budget stopped
 if has traces; then  # 6. one recorded lab trace per preset
   stamp "traces"
   $PY scripts/record_traces.py --out "$OUT/traces" --threads "$THREADS"

@@ -91,6 +91,30 @@ def pack(examples: list[tuple[list[int], list[int]]], seq_len: int) -> tuple[tor
     return ids_t, w_t
 
 
+def one_per_row(examples: list[tuple[list[int], list[int]]], seq_len: int,
+                pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(prompt ids, answer ids) pairs -> ids [N, seq_len], one example a row, and the loss mask.
+
+    Unlike `pack`, every answer token is seen after exactly its own prompt, as in decoding: a packed
+    row would show an example after the tail of another one, and streams trained on the base model's
+    own answers would learn predictions the base never makes. Longer examples lose their end; padding
+    (right) carries no loss, and causal attention keeps it from touching the tokens before it."""
+    rows = [(p + a)[:seq_len] for p, a in examples if a and len(p) < seq_len]
+    if not rows:
+        raise SpecstreamError(f"no example has answer tokens within {seq_len} tokens")
+    ids = torch.full((len(rows), seq_len), pad_id, dtype=torch.long)
+    weight = torch.zeros((len(rows), seq_len), dtype=torch.bool)
+    i = 0
+    for p, a in examples:
+        if not a or len(p) >= seq_len:
+            continue
+        row = rows[i]
+        ids[i, : len(row)] = torch.tensor(row)
+        weight[i, len(p): len(row)] = True
+        i += 1
+    return ids, weight
+
+
 def shifted_targets(ids: torch.Tensor, weight: torch.Tensor, shift: int) -> torch.Tensor:
     """Targets `shift` tokens ahead ([B, T]); positions without a (weighted) target are IGNORE."""
     B, T = ids.shape
@@ -189,17 +213,27 @@ def to_draft_ids(draft_vocab: torch.Tensor, targets: torch.Tensor, vocab_size: i
     return out.masked_fill(targets == IGNORE, IGNORE)
 
 
-def frequent_tokens(pairs: list[tuple[list[int], list[int]]], k: int, always: tuple[int, ...] = ()) -> list[int]:
-    """The k most frequent answer tokens (ties by id), `always` included: a draft vocabulary."""
+def frequent_tokens(pairs: list[tuple[list[int], list[int]]], k: int, always: tuple[int, ...] = (),
+                    vocab_size: int | None = None) -> list[int]:
+    """A draft vocabulary of k token ids: `always`, then answer tokens by frequency, then prompt tokens
+    (answers copy from prompts), then — when the data holds fewer distinct tokens — the lowest ids (a
+    BPE vocabulary's earliest, most common merges). Ties by id, so the result is deterministic."""
     from collections import Counter
 
-    counts = Counter(t for _, answer in pairs for t in answer)
-    chosen = list(dict.fromkeys([t for t in always if t is not None]))
-    for token, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
-        if len(chosen) >= k:
+    answers = Counter(t for _, answer in pairs for t in answer)
+    prompts = Counter(t for prompt, _ in pairs for t in prompt)
+    chosen = dict.fromkeys(t for t in always if t is not None)
+    for counts in (answers, prompts):
+        for token, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+            if len(chosen) >= k:
+                break
+            chosen.setdefault(token)
+    filler = iter(range(vocab_size if vocab_size is not None else k + len(chosen)))
+    while len(chosen) < k:
+        token = next(filler, None)
+        if token is None:
             break
-        if token not in chosen:
-            chosen.append(token)
+        chosen.setdefault(token)
     return sorted(chosen)
 
 

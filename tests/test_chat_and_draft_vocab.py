@@ -83,9 +83,12 @@ def test_draft_targets_and_frequent_tokens():
     vocab = torch.tensor([2, 5, 9])
     targets = torch.tensor([[5, 9, 4, IGNORE]])
     assert to_draft_ids(vocab, targets, 16).tolist() == [[1, 2, IGNORE, IGNORE]]
-    pairs = [([1], [5, 5, 5, 9, 9, 3]), ([], [3, 7])]
+    pairs = [([1], [5, 5, 5, 9, 9, 3]), ([12], [3, 7])]
     assert frequent_tokens(pairs, 2) == [3, 5]  # 5 x3, then 3 and 9 tie at 2 (lower id first)
     assert frequent_tokens(pairs, 2, always=(7,)) == [5, 7]
+    # fewer distinct answer tokens than asked: prompt tokens next, then the lowest ids
+    assert frequent_tokens(pairs, 6, vocab_size=16) == [1, 3, 5, 7, 9, 12]
+    assert frequent_tokens(pairs, 8, vocab_size=16) == [0, 1, 2, 3, 5, 7, 9, 12]
 
 
 def test_feature_cache_matches_the_full_forward():
@@ -149,3 +152,11 @@ def test_lab_defaults_to_the_stream_sets_recommended_tree(tmp_path):
     spec = ModelSpec("m", "base", {"lossless": str(tmp_path / "rec"), "shared": str(tmp_path / "plain")})
     assert recommended_for(spec, "lossless") == {"topk": [2, 1], "prune_threshold": 0.0, "node_budget": 7}
     assert recommended_for(spec, "shared")["topk"] == [1, 1, 1]
+
+
+def test_one_example_per_row_keeps_each_answer_after_its_own_prompt():
+    from specstream_core.train import one_per_row
+
+    ids, weight = one_per_row([([5, 6], [7, 8]), ([9], []), ([1, 2, 3], [4, 5, 6, 7])], 6, pad_id=0)
+    assert ids.tolist() == [[5, 6, 7, 8, 0, 0], [1, 2, 3, 4, 5, 6]]  # no answer: dropped; too long: cut
+    assert weight.tolist() == [[False, False, True, True, False, False], [False, False, False, True, True, True]]

@@ -45,6 +45,8 @@ def add_arguments(p) -> None:
     p.add_argument("--eval-data", default="", help="JSONL file of eval examples (default: the last 5%% of --data)")
     p.add_argument("--max-examples", type=int, default=0, help="use only the first N training examples (0 = all)")
     p.add_argument("--raw", action="store_true", help="do not wrap prompts in the model's chat template")
+    p.add_argument("--pack", action="store_true",
+                   help="concatenate examples into full rows (faster, but examples see each other; default: one a row)")
     p.add_argument("--draft-vocab", type=int, default=0,
                    help="streams score only the N most frequent answer tokens (0 = the whole vocabulary)")
     p.add_argument("--feature-cache-gb", type=float, default=4.0,
@@ -157,12 +159,17 @@ def run(args) -> int:
     if args.draft_vocab:
         from ..train import draft_vocab_coverage, frequent_tokens
 
-        draft_vocab = frequent_tokens(train_pairs, args.draft_vocab, always=(tokenizer.eos_token_id,))
+        draft_vocab = frequent_tokens(train_pairs, args.draft_vocab, always=(tokenizer.eos_token_id,),
+                                      vocab_size=model.config.vocab_size)
         print(f"draft vocabulary: {len(draft_vocab)} tokens cover "
               f"{draft_vocab_coverage(train_pairs, draft_vocab):.1%} of training answer tokens and "
               f"{draft_vocab_coverage(eval_pairs, draft_vocab):.1%} of eval answer tokens")
-    train_data = pack(train_pairs, cfg.seq_len)
-    eval_data = pack(eval_pairs, cfg.seq_len)
+    if args.pack:
+        train_data, eval_data = pack(train_pairs, cfg.seq_len), pack(eval_pairs, cfg.seq_len)
+    else:
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+        train_data = one_per_row(train_pairs, cfg.seq_len, pad)
+        eval_data = one_per_row(eval_pairs, cfg.seq_len, pad)
     print(f"training {cfg.mode} streams on {train_data[0].numel():,} tokens "
           f"({int(train_data[1].sum()):,} answer tokens); eval {eval_data[0].numel():,} tokens")
     decode = {}
