@@ -9,7 +9,7 @@ import torch
 
 from .. import defaults
 from ..errors import SpecstreamError
-from ..train import TrainConfig, pack, require_checkpoint, train
+from ..train import TrainConfig, one_per_row, pack, require_checkpoint, train
 
 
 def add_arguments(p) -> None:
