@@ -160,3 +160,27 @@ def test_one_example_per_row_keeps_each_answer_after_its_own_prompt():
     ids, weight = one_per_row([([5, 6], [7, 8]), ([9], []), ([1, 2, 3], [4, 5, 6, 7])], 6, pad_id=0)
     assert ids.tolist() == [[5, 6, 7, 8, 0, 0], [1, 2, 3, 4, 5, 6]]  # no answer: dropped; too long: cut
     assert weight.tolist() == [[False, False, True, True, False, False], [False, False, False, True, True, True]]
+
+
+def test_distill_then_train_on_a_chat_corpus_file(chat_dir, tmp_path, capsys):
+    """The default model's recipe on a tiny chat model: corpus records -> distilled answers (chat-wrapped
+    prompts) -> lossless streams on the answered prompts only, one example a row, a draft vocabulary."""
+    from specstream_core import cli
+    from specstream_core.distill import read_cache
+
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"id": f"r{i}", "category": "c", "prompt": "ab" * (i % 3 + 1),
+                                        "reference": None}) + "\n" for i in range(12)))
+    cache = tmp_path / "answers.jsonl"
+    assert cli.main(["distill", "--base", chat_dir, "--data", str(data), "--max-examples", "8", "--out", str(cache),
+                     "--max-new-tokens", "6", "--batch-size", "4", "--threads", "1"]) == 0
+    assert 1 <= len(read_cache(str(cache))) <= 8  # 3 distinct prompts among the first 8
+    out = tmp_path / "streams"
+    assert cli.main(["train", "--base", chat_dir, "--out", str(out), "--data", str(data), "--eval-data", str(data),
+                     "--distill", "--distilled-only", "--distill-cache", str(cache), "--distill-max-new-tokens", "6",
+                     "--draft-vocab", "16", "--gamma", "2", "--n-stream-layers", "2", "--adapter-rank", "2",
+                     "--steps", "2", "--batch-size", "2", "--seq-len", "64", "--threads", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert "training prompts have a distilled answer" in printed and "draft vocabulary: 16 tokens" in printed
+    cfg = json.loads((out / "streams_config.json").read_text())
+    assert cfg["draft_vocab_size"] == 16 and cfg["trained_steps"] == 2
