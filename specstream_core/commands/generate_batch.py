@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from .. import pipeline
+from .. import pipeline, shard
 from .generate import (add_decode_arguments, add_model_arguments, build_config, check_model_arguments, load_engine,
                        with_recommended)
 
@@ -37,6 +37,8 @@ def run(args) -> int:
         recommended["cfg"] = with_recommended(cfg, args, engine)
         return engine
 
+    if shard.world().size > 1:  # under `accelerate launch` / torchrun: this rank's share, rank 0 merges
+        return shard.run_command(args, load, lambda: recommended["cfg"])
     summary = pipeline.run(load, args.input, args.output, lambda: recommended["cfg"],
                            batch_size=args.batch_size, progress=not args.no_progress)
     s = summary
