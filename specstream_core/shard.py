@@ -17,7 +17,10 @@ does not come here). With W ranks:
    then deletes the shard directory. A merge cut short is finished by the next run (ids already in
    the output are skipped everywhere). When a rank failed, nothing is merged and every rank exits 2.
 
-On a GPU machine (`--device cuda`) rank r uses `cuda:LOCAL_RANK`. Greedy output equals a one-process run
+Resume needs the same W (shard files are named by it; another W starts its shards afresh, skipping what
+is already merged). A poisoned prompt's stderr warning names its line in the rank's shard input file;
+its error record, like every record, carries its id. On a GPU machine (`--device cuda`) rank r uses
+`cuda:LOCAL_RANK`. Greedy output equals a one-process run
 token for token; sampled output depends on the batch split, as in one process (see pipeline.py).
 """
 

@@ -53,10 +53,13 @@ def test_pip_install_then_specstream_help(tmp_path, editable):
     if editable:
         _pip_install(python, "-e", ".")
     else:
-        # build from a copy, so a build/ or egg-info directory never lands in the checkout
+        # build from a copy of what the package is made of (as an sdist holds), so no build/ or egg-info
+        # directory lands in the checkout
         src = tmp_path / "src"
-        shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv", "runs", "assets", "__pycache__",
-                                                                 "*.egg-info", "build"))
+        shutil.copytree(ROOT / "specstream_core", src / "specstream_core",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        for name in ("pyproject.toml", "README.md"):
+            shutil.copy(ROOT / name, src / name)
         _pip_install(python, str(src))
     proc = _run_installed(python, "--help", cwd=work)
     assert proc.returncode == 0, proc.stderr

@@ -6,7 +6,8 @@ Input lines `{"id": ..., "prompt": "..."}` (other fields come back under "extra"
 `{"id", "text", "token_ids", "stats"}` in input order, or `{"id", "error"}` for a prompt that cannot be
 generated (empty, too long). Rerunning resumes: ids already in the output are skipped. Exit status 0
 when every input id has a result in the output, 1 when the output holds error records, 2 on bad input
-lines, bad settings or a crashed worker (the message says what was written).
+lines, bad settings or a crashed worker (the message says what was written). Under `accelerate launch` /
+torchrun each process takes a share and rank 0 merges them in input order (specstream_core/shard.py).
 """
 
 from __future__ import annotations
