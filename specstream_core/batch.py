@@ -40,7 +40,7 @@ from .cache import KVCache, SharedPrefixCache
 from .decode import DecodeConfig, Result, decode_stats
 from .drafters import Drafter, StreamDrafter
 from .errors import SpecstreamError
-from .tree import Tree, chain
+from .tree import Tree
 from .verify import sample_token, verify_greedy, verify_sampling
 
 MAX_BATCH = 256

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import compat, msa, processors, trace as tracing
+from . import msa, processors, trace as tracing
 from .cache import KVCache
 from .drafters import Drafter, StreamDrafter
 from .errors import SpecstreamError

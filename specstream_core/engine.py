@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import torch
 
-from . import compat
+from . import compat, hub
 from .decode import DecodeConfig, PlainDecoding, Result, SpeculativeDecoding
 from .drafters import Drafter
 from .chat import encode_prompt
@@ -47,10 +47,11 @@ class Engine:
     def load(cls, base: str, streams_dir: str | None = None, precision: str = "fp32", device: str = "cpu",
              gamma: int = 4, n_stream_layers: int | None = None, exact_nf4: bool = True,
              fresh_streams: bool = True, chat: bool = True) -> "Engine":
-        """Base model (directory or hub id) + stream directory; fresh streams when none is given.
+        """Base model (directory or hub id) + stream directory (or hub id); fresh streams when none is given.
 
         chat: wrap text prompts as a user turn of the model's chat template (when it has one)."""
         if streams_dir is not None:
+            streams_dir = hub.local_dir(streams_dir)  # a hub repo id: its snapshot
             read_stream_config(streams_dir)  # fail on a bad adapter before loading a large model
         model = load_model(LoadConfig(base, precision=precision, device=device, exact_nf4=exact_nf4))
         tokenizer = load_tokenizer(base)

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
-from . import compat
+from . import compat, hub
 from .errors import SpecstreamError
 
 FORMAT_VERSION = 1
@@ -295,6 +295,19 @@ class StreamParams(nn.Module):
             if params.draft_vocab is not None:
                 params.set_draft_vocab(tensors["draft_vocab"], config.vocab_size)
         return params
+
+    # ---- the Hugging Face Hub (thin wrappers: specstream_core/hub.py) ---------------------------
+    @classmethod
+    def from_pretrained(cls, name_or_path: str, model, **kwargs) -> "StreamParams":
+        """A local directory or a hub repo id; see hub.from_pretrained."""
+        return hub.from_pretrained(cls, name_or_path, model, **kwargs)
+
+    def save_pretrained(self, directory: str, **kwargs) -> str:
+        """save() plus a README.md model card; see hub.save_pretrained."""
+        return hub.save_pretrained(self, directory, **kwargs)
+
+    def push_to_hub(self, repo_id: str, **kwargs) -> str:
+        return hub.push_to_hub(self, repo_id, **kwargs)
 
 
 def read_stream_config(directory: str) -> StreamConfig:
