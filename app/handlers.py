@@ -21,7 +21,8 @@ from specstream_core.errors import SpecstreamError
 from . import figures, limits
 from .admission import Admission, client_keys
 from .explain import explain_step, most_telling_step
-from .models import EngineCache, ModelSpec
+from .models import EngineCache, ModelSpec, recommended_for
+from .presets import trace_path
 from .race import RaceView, SideView, race, view_from_trace
 from .render import message, model_info, render_badge, render_meters, render_speedup, render_text
 
@@ -45,6 +46,7 @@ class Lab:
     uploads: Admission
     c: SimpleNamespace
     demo: gr.Blocks | None = None
+    presets: dict[str, str] | None = None  # label -> prompt
 
 
 def _check(deadline: float | None) -> None:
@@ -179,14 +181,45 @@ def on_attention(lab: Lab, blob, index, layer, head):
         return {lab.c.msg: message(f"internal error ({type(exc).__name__}); see the server log")}
 
 
+def replay_recorded(lab: Lab, label):
+    """The preset's recorded trace (assets/smollm2/traces/), replayed in every view: what a cold
+    Space shows before any model has run. Validated like an upload."""
+    path = trace_path(label) if label else None
+    if path is None:
+        return {}
+    try:
+        trace = load_trace(path, max_bytes=limits.MAX_UPLOAD_BYTES)
+        view = view_from_trace(trace)
+        note = message(f"A recorded run of {trace['meta'].get('model', '?')} on this preset "
+                       f"({len(trace['steps'])} passes). Press Run to race it live.", "info")
+        out = all_views(lab, trace, view, note, time.monotonic() + limits.UPLOAD_TIME_LIMIT_S)
+        out[lab.c.download] = gr.DownloadButton(value=path, interactive=True)
+        return out
+    except Exception:  # a broken bundled file must not break the page
+        log.exception("cannot replay the recorded trace %s", path)
+        return {}
+
+
+def on_preset(lab: Lab, label):
+    return {lab.c.prompt: (lab.presets or {}).get(label, ""), **replay_recorded(lab, label)}
+
+
+def draft_settings(lab: Lab, spec, mode) -> dict:
+    rec = recommended_for(spec, mode)  # the stream set's fastest measured tree: the lab's default
+    c = lab.c
+    return {c.topk: ",".join(map(str, rec["topk"])), c.prune: float(rec["prune_threshold"]),
+            c.budget: int(rec["node_budget"])}
+
+
 def on_model(lab: Lab, name):
     spec = lab.specs.get(name)
     modes = spec.modes if spec else ["lossless"]
-    return {lab.c.mode_radio: gr.Radio(choices=modes, value=modes[0]), lab.c.info: model_info(spec, modes[0])}
+    return {lab.c.mode_radio: gr.Radio(choices=modes, value=modes[0]), lab.c.info: model_info(spec, modes[0]),
+            **draft_settings(lab, spec, modes[0])}
 
 
 def on_mode(lab: Lab, name, mode):
-    return model_info(lab.specs.get(name), mode)
+    return {lab.c.info: model_info(lab.specs.get(name), mode), **draft_settings(lab, lab.specs.get(name), mode)}
 
 
 def on_close(lab: Lab, request: gr.Request):

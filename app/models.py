@@ -150,6 +150,28 @@ def spec_gamma(spec: ModelSpec, mode: str) -> int:
     return read_stream_config(directory).gamma
 
 
+def recommended_for(spec: ModelSpec | None, mode: str) -> dict:
+    """The draft settings the stream set records as fastest ({"topk", "prune_threshold", "node_budget"});
+    a chain as deep as the streams when it records none (the cheapest tree on a CPU)."""
+    out = {"topk": [1] * 4, "prune_threshold": 0.0, "node_budget": 64}
+    if spec is None:
+        return out
+    directory = spec.streams.get(mode)
+    try:
+        gamma = spec_gamma(spec, mode)
+        out["topk"] = [1] * min(4, gamma)
+        if directory is not None:
+            from specstream_core.model.streams import read_stream_config
+
+            stored = (read_stream_config(directory).extra or {}).get("decode") or {}
+            for key in out:
+                if stored.get(key) is not None:
+                    out[key] = stored[key]
+    except (SpecstreamError, TypeError, ValueError):
+        pass  # a broken stream folder is reported when it is loaded; keep the chain here
+    return out
+
+
 class EngineCache:
     """(model name, mode) -> (engine, step lock), loaded once and warmed up.
 

@@ -23,7 +23,7 @@ from . import handlers, limits
 from .admission import Admission
 from .handlers import Lab
 from .limits import LAB_MAX_NEW_TOKENS, MAX_PROMPT_CHARS, MAX_UPLOAD_BYTES, TRACE_TTL_S
-from .models import EngineCache, ModelSpec, available_specs
+from .models import EngineCache, ModelSpec, available_specs, recommended_for
 from .presets import presets
 from .race import RaceView, SideView
 from .render import CSS, INTRO, LEGEND, message, model_info, render_meters, render_text
@@ -68,10 +68,14 @@ def _inputs(specs: dict[str, ModelSpec], preset_map: dict[str, str]) -> dict:
             with gr.Accordion("Settings", open=True):
                 info = gr.Markdown(model_info(first, first.modes[0] if first else "lossless"),
                                    elem_id="model-info")
-                topk = gr.Textbox("1,1,1,1", label="Per-depth top-k (stream 1, 2, …); 1,1,1,1 is fastest on CPUs", elem_id="topk")
-                prune = gr.Slider(0.0, 0.5, value=0.0, step=0.01, label="Pruning threshold (0 = off)",
-                                  elem_id="prune")
-                budget = gr.Slider(1, 128, value=64, step=1, label="Node budget", elem_id="budget")
+                first_rec = recommended_for(first, first.modes[0] if first else "lossless")
+                topk = gr.Textbox(",".join(map(str, first_rec["topk"])), elem_id="topk",
+                                  label="Per-depth top-k (stream 1, 2, …); the default is the stream set's "
+                                        "fastest measured tree")
+                prune = gr.Slider(0.0, 0.5, value=float(first_rec["prune_threshold"]), step=0.01,
+                                  label="Pruning threshold (0 = off)", elem_id="prune")
+                budget = gr.Slider(1, 128, value=int(first_rec["node_budget"]), step=1, label="Node budget",
+                                   elem_id="budget")
                 temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05,
                                         label="Temperature (0 = greedy, lossless check)", elem_id="temperature")
                 seed = gr.Number(0, precision=0, label="Seed", elem_id="seed")
@@ -135,7 +139,7 @@ def _bind(fn, lab: Lab):
     return bound
 
 
-def _wire(lab: Lab, preset_map: dict[str, str]) -> None:
+def _wire(lab: Lab) -> None:
     c = lab.c
     step_views = [c.tree_plot, c.attn_plot, c.mask_plot, c.explain, c.layer_dd, c.head_dd]
     race_views = [c.ar_out, c.ss_out, c.meters, c.speed, c.badge]
@@ -149,9 +153,13 @@ def _wire(lab: Lab, preset_map: dict[str, str]) -> None:
     c.step.input(_bind(handlers.on_step, lab), step_inputs, [*step_views, c.msg], trigger_mode="always_last")
     c.layer_dd.input(_bind(handlers.on_attention, lab), step_inputs, [c.attn_plot, c.msg])
     c.head_dd.input(_bind(handlers.on_attention, lab), step_inputs, [c.attn_plot, c.msg])
-    c.preset_dd.input(lambda label: preset_map.get(label, ""), [c.preset_dd], [c.prompt])
-    c.model_dd.input(_bind(handlers.on_model, lab), [c.model_dd], [c.mode_radio, c.info])
-    c.mode_radio.input(_bind(handlers.on_mode, lab), [c.model_dd, c.mode_radio], [c.info])
+    c.preset_dd.input(_bind(handlers.on_preset, lab), [c.preset_dd], [c.prompt, *outputs_all],
+                      concurrency_limit=limits.UPLOAD_CONCURRENCY, concurrency_id="upload")
+    lab.demo.load(_bind(handlers.replay_recorded, lab), [c.preset_dd], outputs_all,
+                  concurrency_limit=limits.UPLOAD_CONCURRENCY, concurrency_id="upload")
+    drafts = [c.topk, c.prune, c.budget]
+    c.model_dd.input(_bind(handlers.on_model, lab), [c.model_dd], [c.mode_radio, c.info, *drafts])
+    c.mode_radio.input(_bind(handlers.on_mode, lab), [c.model_dd, c.mode_radio], [c.info, *drafts])
     lab.demo.unload(_bind(handlers.on_close, lab))
     _wire_bench_panel(*c.bench_parts)
 
@@ -169,8 +177,8 @@ def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False)
     uploads = Admission(per_session=1, per_ip=limits.MAX_PER_IP, stale_after=limits.UPLOAD_TIME_LIMIT_S + 30)
     with gr.Blocks(title="Speculative Streaming lab", delete_cache=limits.cache_schedule()) as demo:
         components = {**_inputs(specs, preset_map), **_views(specs)}
-        lab = Lab(specs, cache, races, uploads, SimpleNamespace(**components), demo)
-        _wire(lab, preset_map)
+        lab = Lab(specs, cache, races, uploads, SimpleNamespace(**components), demo, preset_map)
+        _wire(lab)
     demo.queue(default_concurrency_limit=limits.CONCURRENCY, max_size=limits.QUEUE_SIZE)
     return demo
 

@@ -5,4 +5,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh requirements-dev.txt
 command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
 export GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TRANSFORMERS_VERBOSITY=error
+.venv/bin/ruff check .  # lint settings: pyproject.toml [tool.ruff]
 exec .venv/bin/python -m pytest -q tests "$@"

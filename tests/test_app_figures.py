@@ -413,13 +413,16 @@ def test_settings_validation():
         check_prompt("a" * (MAX_PROMPT_CHARS + 1))
 
 
-def test_presets_come_from_the_task_suite():
-    from app.presets import presets
+def test_presets_come_from_the_chat_corpus_eval_split():
+    from app.presets import presets, slug
+    from specstream_core.tasks.corpus import CATEGORIES, load_corpus
 
     p = presets()
-    cats = {label.split(" · ")[0] for label in p}
-    assert {"sql", "math", "code", "translation"} <= cats
-    assert all(text.startswith("### Task:") for text in p.values())
+    cats = [label.split(" · ")[0] for label in p]
+    assert cats == list(CATEGORIES)  # one per category, in order
+    eval_prompts = {r["prompt"] for r in load_corpus("eval")}
+    assert all(text in eval_prompts and not text.startswith("### Task:") for text in p.values())
+    assert len({slug(label) for label in p}) == len(p)  # each preset has its own trace file name
 
 
 def test_demo_builds_with_stable_ids(lab_dir):

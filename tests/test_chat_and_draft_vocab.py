@@ -87,9 +87,12 @@ def test_draft_targets_and_frequent_tokens():
     vocab = torch.tensor([2, 5, 9])
     targets = torch.tensor([[5, 9, 4, IGNORE]])
     assert to_draft_ids(vocab, targets, 16).tolist() == [[1, 2, IGNORE, IGNORE]]
-    pairs = [([1], [5, 5, 5, 9, 9, 3]), ([], [3, 7])]
+    pairs = [([1], [5, 5, 5, 9, 9, 3]), ([12], [3, 7])]
     assert frequent_tokens(pairs, 2) == [3, 5]  # 5 x3, then 3 and 9 tie at 2 (lower id first)
     assert frequent_tokens(pairs, 2, always=(7,)) == [5, 7]
+    # fewer distinct answer tokens than asked: prompt tokens next, then the lowest ids
+    assert frequent_tokens(pairs, 6, vocab_size=16) == [1, 3, 5, 7, 9, 12]
+    assert frequent_tokens(pairs, 8, vocab_size=16) == [0, 1, 2, 3, 5, 7, 9, 12]
 
 
 def test_feature_cache_matches_the_full_forward():
@@ -141,3 +144,47 @@ def test_cli_uses_the_stream_sets_recommended_tree(tmp_path, capsys):
         assert (meta["topk"], meta["node_budget"]) == (topk, budget)
     fresh = Engine(tiny_model("llama", seed=3), None, StreamParams.fresh(tiny_model("llama", seed=3), gamma=3))
     assert fresh.decode_config().tree_topk == (1, 1, 1)  # no recommendation: a chain, the cheapest tree on a CPU
+
+
+def test_lab_defaults_to_the_stream_sets_recommended_tree(tmp_path):
+    from app.models import ModelSpec, recommended_for
+
+    model = tiny_model("llama", seed=3)
+    StreamParams.fresh(model, gamma=3, n_stream_layers=2).save(tmp_path / "rec", extra={"decode": {"topk": [2, 1],
+                                                                                                   "node_budget": 7}})
+    StreamParams.fresh(model, gamma=3, n_stream_layers=2).save(tmp_path / "plain")
+    spec = ModelSpec("m", "base", {"lossless": str(tmp_path / "rec"), "shared": str(tmp_path / "plain")})
+    assert recommended_for(spec, "lossless") == {"topk": [2, 1], "prune_threshold": 0.0, "node_budget": 7}
+    assert recommended_for(spec, "shared")["topk"] == [1, 1, 1]
+
+
+def test_one_example_per_row_keeps_each_answer_after_its_own_prompt():
+    from specstream_core.training.data import one_per_row
+
+    ids, weight = one_per_row([([5, 6], [7, 8]), ([9], []), ([1, 2, 3], [4, 5, 6, 7])], 6, pad_id=0)
+    assert ids.tolist() == [[5, 6, 7, 8, 0, 0], [1, 2, 3, 4, 5, 6]]  # no answer: dropped; too long: cut
+    assert weight.tolist() == [[False, False, True, True, False, False], [False, False, False, True, True, True]]
+
+
+def test_distill_then_train_on_a_chat_corpus_file(chat_dir, tmp_path, capsys):
+    """The default model's recipe on a tiny chat model: corpus records -> distilled answers (chat-wrapped
+    prompts) -> lossless streams on the answered prompts only, one example a row, a draft vocabulary."""
+    from specstream_core import cli
+    from specstream_core.training.distill import read_cache
+
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"id": f"r{i}", "category": "c", "prompt": "ab" * (i % 3 + 1),
+                                        "reference": None}) + "\n" for i in range(12)))
+    cache = tmp_path / "answers.jsonl"
+    assert cli.main(["distill", "--base", chat_dir, "--data", str(data), "--max-examples", "8", "--out", str(cache),
+                     "--max-new-tokens", "6", "--batch-size", "4", "--threads", "1"]) == 0
+    assert 1 <= len(read_cache(str(cache))) <= 8  # 3 distinct prompts among the first 8
+    out = tmp_path / "streams"
+    assert cli.main(["train", "--base", chat_dir, "--out", str(out), "--data", str(data), "--eval-data", str(data),
+                     "--distill", "--distilled-only", "--distill-cache", str(cache), "--distill-max-new-tokens", "6",
+                     "--draft-vocab", "16", "--gamma", "2", "--n-stream-layers", "2", "--adapter-rank", "2",
+                     "--steps", "2", "--batch-size", "2", "--seq-len", "64", "--threads", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert "training prompts have a distilled answer" in printed and "draft vocabulary: 16 tokens" in printed
+    cfg = json.loads((out / "streams_config.json").read_text())
+    assert cfg["draft_vocab_size"] == 16 and cfg["trained_steps"] == 2

@@ -30,7 +30,7 @@ def cli(*args, timeout=180):
 def assert_clean_error(code, err, *needles):
     assert code != 0
     assert "Traceback" not in err, err
-    line = [l for l in err.strip().splitlines() if l.startswith("error:")]
+    line = [ln for ln in err.strip().splitlines() if ln.startswith("error:")]
     assert line, err
     for needle in needles:
         assert needle.lower() in line[-1].lower(), line[-1]

@@ -34,7 +34,8 @@ COMMANDS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m specstream_core", description=__doc__.splitlines()[0])
+    prog = "specstream" if os.path.basename(sys.argv[0]) == "specstream" else "python -m specstream_core"
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
         module = importlib.import_module(module_name)

@@ -7,20 +7,20 @@
 from __future__ import annotations
 
 import os
-import warnings
 from functools import lru_cache
 
 import torch
 
-from specstream_core.model import compat
+from specstream_core.model import compat, hub
 from specstream_core.decoding import loop
 from specstream_core.decoding.config import DecodeConfig, Result
 from specstream_core.decoding.drafters import Drafter
 from specstream_core.model.chat import encode_prompt
 from specstream_core.errors import SpecstreamError
 from specstream_core.model.loading import LoadConfig, load_model, load_tokenizer
-from specstream_core.model.streams import LORA_DIR, StreamParams, read_stream_config, warn_fresh
+from specstream_core.model.streams import StreamParams, read_stream_config, warn_fresh
 from specstream_core.model.loading import check_architecture
+from specstream_core.model.lora import apply_shared_lora
 
 
 class Engine:
@@ -49,10 +49,11 @@ class Engine:
     def load(cls, base: str, streams_dir: str | None = None, precision: str = "fp32", device: str = "cpu",
              gamma: int = 4, n_stream_layers: int | None = None, exact_nf4: bool = True,
              fresh_streams: bool = True, chat: bool = True) -> "Engine":
-        """Base model (directory or hub id) + stream directory; fresh streams when none is given.
+        """Base model (directory or hub id) + stream directory (or hub id); fresh streams when none is given.
 
         chat: wrap text prompts as a user turn of the model's chat template (when it has one)."""
         if streams_dir is not None:
+            streams_dir = hub.local_dir(streams_dir)  # a hub repo id: its snapshot
             read_stream_config(streams_dir)  # fail on a bad adapter before loading a large model
         model = load_model(LoadConfig(base, precision=precision, device=device, exact_nf4=exact_nf4))
         tokenizer = load_tokenizer(base)
@@ -178,20 +179,3 @@ def compat_check(model) -> None:
     check_architecture(model.config)
 
 
-def apply_shared_lora(model, streams_dir: str):
-    """Shared mode: merge the peft LoRA stored beside the streams into the base weights."""
-    lora = os.path.join(streams_dir, LORA_DIR)
-    cfg = read_stream_config(streams_dir)
-    if cfg.mode != "shared":
-        return model
-    if not os.path.isdir(lora):
-        raise SpecstreamError(f"shared-mode streams in {streams_dir} lack their LoRA adapter directory {LORA_DIR}/")
-    try:
-        from peft import PeftModel
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            peft_model = PeftModel.from_pretrained(model, lora)
-        return peft_model.merge_and_unload()
-    except (OSError, ValueError, RuntimeError, KeyError) as exc:
-        raise SpecstreamError(f"cannot load the shared-mode LoRA in {lora}: {str(exc).splitlines()[0]}") from None

@@ -26,6 +26,30 @@ def pack_examples(examples: list[tuple[list[int], list[int]]], seq_len: int) -> 
     return ids_t, w_t
 
 
+def one_per_row(examples: list[tuple[list[int], list[int]]], seq_len: int,
+                pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(prompt ids, answer ids) pairs -> ids [N, seq_len], one example a row, and the loss mask.
+
+    Unlike `pack_examples`, every answer token is seen after exactly its own prompt, as in decoding: a packed
+    row would show an example after the tail of another one, and streams trained on the base model's
+    own answers would learn predictions the base never makes. Longer examples lose their end; padding
+    (right) carries no loss, and causal attention keeps it from touching the tokens before it."""
+    rows = [(p + a)[:seq_len] for p, a in examples if a and len(p) < seq_len]
+    if not rows:
+        raise SpecstreamError(f"no example has answer tokens within {seq_len} tokens")
+    ids = torch.full((len(rows), seq_len), pad_id, dtype=torch.long)
+    weight = torch.zeros((len(rows), seq_len), dtype=torch.bool)
+    i = 0
+    for p, a in examples:
+        if not a or len(p) >= seq_len:
+            continue
+        row = rows[i]
+        ids[i, : len(row)] = torch.tensor(row)
+        weight[i, len(p): len(row)] = True
+        i += 1
+    return ids, weight
+
+
 def shifted_targets(ids: torch.Tensor, weight: torch.Tensor, shift: int) -> torch.Tensor:
     """Targets `shift` tokens ahead ([B, T]); positions without a (weighted) target are IGNORE."""
     B, T = ids.shape

@@ -103,15 +103,25 @@ def to_draft_ids(draft_vocab: torch.Tensor, targets: torch.Tensor, vocab_size: i
     return out.masked_fill(targets == IGNORE, IGNORE)
 
 
-def frequent_tokens(pairs: list[tuple[list[int], list[int]]], k: int, always: tuple[int, ...] = ()) -> list[int]:
-    """The k most frequent answer tokens (ties by id), `always` included: a draft vocabulary."""
-    counts = Counter(t for _, answer in pairs for t in answer)
-    chosen = list(dict.fromkeys([t for t in always if t is not None]))
-    for token, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
-        if len(chosen) >= k:
+def frequent_tokens(pairs: list[tuple[list[int], list[int]]], k: int, always: tuple[int, ...] = (),
+                    vocab_size: int | None = None) -> list[int]:
+    """A draft vocabulary of k token ids: `always`, then answer tokens by frequency, then prompt tokens
+    (answers copy from prompts), then — when the data holds fewer distinct tokens — the lowest ids (a
+    BPE vocabulary's earliest, most common merges). Ties by id, so the result is deterministic."""
+    answers = Counter(t for _, answer in pairs for t in answer)
+    prompts = Counter(t for prompt, _ in pairs for t in prompt)
+    chosen = dict.fromkeys(t for t in always if t is not None)
+    for counts in (answers, prompts):
+        for token, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+            if len(chosen) >= k:
+                break
+            chosen.setdefault(token)
+    filler = iter(range(vocab_size if vocab_size is not None else k + len(chosen)))
+    while len(chosen) < k:
+        token = next(filler, None)
+        if token is None:
             break
-        if token not in chosen:
-            chosen.append(token)
+        chosen.setdefault(token)
     return sorted(chosen)
 
 

@@ -6,14 +6,15 @@ Input lines `{"id": ..., "prompt": "..."}` (other fields come back under "extra"
 `{"id", "text", "token_ids", "stats"}` in input order, or `{"id", "error"}` for a prompt that cannot be
 generated (empty, too long). Rerunning resumes: ids already in the output are skipped. Exit status 0
 when every input id has a result in the output, 1 when the output holds error records, 2 on bad input
-lines, bad settings or a crashed worker (the message says what was written).
+lines, bad settings or a crashed worker (the message says what was written). Under `accelerate launch` /
+torchrun each process takes a share and rank 0 merges them in input order (specstream_core/io/shard.py).
 """
 
 from __future__ import annotations
 
 import sys
 
-from specstream_core.io import pipeline
+from specstream_core.io import pipeline, shard
 from specstream_core.cli.args import (add_decode_arguments, add_model_arguments, build_config, check_model_arguments,
                                       load_engine, with_recommended)
 
@@ -37,6 +38,8 @@ def run(args) -> int:
         recommended["cfg"] = with_recommended(cfg, args, engine)
         return engine
 
+    if shard.world().size > 1:  # under `accelerate launch` / torchrun: this rank's share, rank 0 merges
+        return shard.run_command(args, load, lambda: recommended["cfg"])
     summary = pipeline.run(load, args.input, args.output, lambda: recommended["cfg"],
                            batch_size=args.batch_size, progress=not args.no_progress)
     s = summary

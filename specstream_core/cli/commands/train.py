@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 
 import torch
 
 from specstream_core.model import defaults
 from specstream_core.errors import SpecstreamError
-from specstream_core.training.data import pack_examples
+from specstream_core.training.data import one_per_row, pack_examples
 from specstream_core.training.config import TrainConfig
 from specstream_core.training.stream_checkpoint import require_checkpoint
 from specstream_core.training.streams import train
@@ -42,10 +43,14 @@ def add_arguments(p) -> None:
                    help="train on the base model's own greedy answers to the prompts (self-distillation: "
                         "what lossless streams must predict to be accepted)")
     p.add_argument("--distill-max-new-tokens", type=int, default=128, help="cap on each distilled answer")
+    p.add_argument("--distilled-only", action="store_true",
+                   help="with --distill: train only on prompts already answered in --distill-cache (generate none)")
     p.add_argument("--distill-cache", default="", help="JSONL file that keeps distilled answers between runs")
     p.add_argument("--eval-data", default="", help="JSONL file of eval examples (default: the last 5%% of --data)")
     p.add_argument("--max-examples", type=int, default=0, help="use only the first N training examples (0 = all)")
     p.add_argument("--raw", action="store_true", help="do not wrap prompts in the model's chat template")
+    p.add_argument("--pack", action="store_true",
+                   help="concatenate examples into full rows (faster, but examples see each other; default: one a row)")
     p.add_argument("--draft-vocab", type=int, default=0,
                    help="streams score only the N most frequent answer tokens (0 = the whole vocabulary)")
     p.add_argument("--feature-cache-gb", type=float, default=4.0,
@@ -80,9 +85,15 @@ def run(args) -> int:
     if args.max_examples:
         train_pairs = train_pairs[: args.max_examples]
     if args.distill:
-        from specstream_core.training.distill import distilled_pairs
+        from specstream_core.training.distill import _key, distilled_pairs, read_cache
 
         cache = args.distill_cache or None
+        if args.distilled_only:  # train on what a (possibly still running) distillation has finished
+            if not cache or not os.path.isfile(cache):
+                raise SpecstreamError("--distilled-only needs an existing --distill-cache file")
+            done = read_cache(cache)
+            train_pairs = [p for p in train_pairs if _key(p[0]) in done]
+            print(f"{len(train_pairs)} training prompts have a distilled answer in {cache}")
         train_pairs = distilled_pairs(model, tokenizer, train_pairs, args.distill_max_new_tokens, cache_file=cache)
         eval_pairs = distilled_pairs(model, tokenizer, eval_pairs, args.distill_max_new_tokens, cache_file=cache)
     train_pairs = [p for p in train_pairs if p[1]]  # prompts without an answer (not yet distilled)
@@ -92,12 +103,17 @@ def run(args) -> int:
     if args.draft_vocab:
         from specstream_core.training.objectives import draft_vocab_coverage, frequent_tokens
 
-        draft_vocab = frequent_tokens(train_pairs, args.draft_vocab, always=(tokenizer.eos_token_id,))
+        draft_vocab = frequent_tokens(train_pairs, args.draft_vocab, always=(tokenizer.eos_token_id,),
+                                      vocab_size=model.config.vocab_size)
         print(f"draft vocabulary: {len(draft_vocab)} tokens cover "
               f"{draft_vocab_coverage(train_pairs, draft_vocab):.1%} of training answer tokens and "
               f"{draft_vocab_coverage(eval_pairs, draft_vocab):.1%} of eval answer tokens")
-    train_data = pack_examples(train_pairs, cfg.seq_len)
-    eval_data = pack_examples(eval_pairs, cfg.seq_len)
+    if args.pack:
+        train_data, eval_data = pack_examples(train_pairs, cfg.seq_len), pack_examples(eval_pairs, cfg.seq_len)
+    else:
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+        train_data = one_per_row(train_pairs, cfg.seq_len, pad)
+        eval_data = one_per_row(eval_pairs, cfg.seq_len, pad)
     print(f"training {cfg.mode} streams on {train_data[0].numel():,} tokens "
           f"({int(train_data[1].sum()):,} answer tokens); eval {eval_data[0].numel():,} tokens")
     decode = {}

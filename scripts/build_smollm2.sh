@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Build what the project trains for the default model, SmolLM2-135M-Instruct, on a CPU, in stages that
+# survive interruption: rerun the script and every stage resumes where it stopped (the prompt files are
+# deterministic, distillation answers are cached per prompt, training resumes from its atomic checkpoint).
+#   nohup bash scripts/build_smollm2.sh > build/smollm2/build.log 2>&1 &
+# Settings (environment): PY, BUILD (work folder, default build/smollm2), THREADS (torch threads per job,
+# default 1: run it beside other work), DISTILL_N (train prompts to distill, default 6400),
+# TRAIN_MINUTES (per stream set, default 65), STEPS (default 450), STAGES (default "corpus distill lossless
+# traces card"; add "shared" and "medusa" for the other stream set and the heads).
+# On a GPU the same commands run through accelerate (`accelerate launch -m specstream_core train ...`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PY:-.venv/bin/python}"
+BUILD="${BUILD:-build/smollm2}"
+THREADS="${THREADS:-1}"
+DISTILL_N="${DISTILL_N:-6400}"
+TRAIN_MINUTES="${TRAIN_MINUTES:-65}"
+STEPS="${STEPS:-450}"
+STAGES="${STAGES:-corpus distill lossless traces card}"
+OUT=assets/smollm2
+mkdir -p "$BUILD" "$OUT"
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+stamp() { echo "[$(date +%H:%M:%S)] $*"; }
+resume_flag() { [ -f "$1/checkpoint/checkpoint.pt" ] && echo --resume || true; }
+
+if has corpus; then  # 1. the chat prompt corpus (seconds; deterministic, so rewriting it changes nothing)
+  stamp "corpus"
+  $PY -m specstream_core prompts --split train --out "$BUILD/train.jsonl"
+  $PY -m specstream_core prompts --split eval --out "$BUILD/eval.jsonl"
+  $PY -m specstream_core prompts --split eval --n-per-category 10 --out "$BUILD/eval80.jsonl"
+fi
+if has distill; then  # 2. the base model's greedy answers (~1.3 s per answer on one thread; resumable)
+  stamp "distill ($DISTILL_N train prompts)"
+  $PY -m specstream_core distill --data "$BUILD/train.jsonl" --eval-data "$BUILD/eval80.jsonl" \
+      --max-examples "$DISTILL_N" --out "$BUILD/answers.jsonl" --max-new-tokens 96 --batch-size 48 --threads "$THREADS"
+fi
+COMMON="--data $BUILD/train.jsonl --eval-data $BUILD/eval80.jsonl --distill --distilled-only
+        --distill-cache $BUILD/answers.jsonl --distill-max-new-tokens 96 --draft-vocab 8192
+        --gamma 4 --n-stream-layers 4 --batch-size 4 --seq-len 256 --threads $THREADS
+        --steps $STEPS --minutes $TRAIN_MINUTES --recommend-topk ${TOPK:-1,1,1,1} --recommend-budget 64"
+if has lossless; then  # 3. lossless streams (base frozen; stream rows get rank-32 adapters)
+  stamp "lossless streams"
+  $PY -m specstream_core train --out "$OUT/streams-lossless" --mode lossless --lr 3e-3 --adapter-rank 32 \
+      $COMMON $(resume_flag "$OUT/streams-lossless")
+fi
+if has shared; then  # 4. shared-mode streams (a LoRA shared by main and stream rows)
+  stamp "shared streams"
+  $PY -m specstream_core train --out "$OUT/streams-shared" --mode shared --lr 3e-3 --lora-rank 16 \
+      $COMMON $(resume_flag "$OUT/streams-shared")
+fi
+if has medusa; then  # 5. Medusa-style heads on the same answers (a benchmark baseline)
+  stamp "medusa heads"
+  $PY -m specstream_core train-medusa --out "$OUT/medusa" --data "$BUILD/train.jsonl" \
+      --distill-cache "$BUILD/answers.jsonl" --distill-max-new-tokens 96 --steps 400 --minutes 30 --threads "$THREADS"
+fi
+# checkpoints stay (git ignores them) so that a rerun resumes a stage its time budget stopped
+if has traces; then  # 6. one recorded lab trace per preset
+  stamp "traces"
+  $PY scripts/record_traces.py --out "$OUT/traces" --threads "$THREADS"
+fi
+if has card; then  # 7. the model card's numbers: 20 eval prompts per category, methods alternating
+  stamp "card bench"
+  $PY -m specstream_core bench --methods ar,hf-greedy,ss-lossless,ss-shared --baseline hf-greedy --n 20 \
+      --max-new-tokens 96 --threads 1 --ablations none --precisions fp32 --json "$OUT/bench.json" --markdown "$OUT/bench.md"
+fi
+stamp "done"
