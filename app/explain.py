@@ -25,6 +25,8 @@ def _tok(text) -> str:
 
 
 def explain_step(trace: dict, index: int) -> str:
+    # long: one narrative, paragraph by paragraph in the order a reader follows a pass; splitting it
+    # would scatter the text's order across helpers
     trace = checked(trace)
     step = step_of(trace, index)
     meta = trace["meta"]

@@ -68,6 +68,7 @@ def tree_layout(parents: list[int]) -> list[float]:
 def tree_figure(trace: dict, index: int) -> go.Figure:
     """Draft tree of pass `index`: x = depth (stream), colour = accepted / rejected / pruned, the accepted
     path drawn thick, the bonus token (the base model's own next token) as a star after it."""
+    # long: one figure's traces (edges, nodes by status, bonus) and its layout, built in drawing order
     trace = checked(trace)
     step = step_of(trace, index)
     nodes = step["nodes"]

@@ -111,6 +111,21 @@ def measure(engine, context: int = 256, verify_rows=(2, 3, 5, 9), repeats: int =
     kinds += [("verify", f"verify {k}", k, chain_pass(k, 0)) for k in verify_rows]
     kinds += [("ss", f"ss γ={g}", g + 1, chain_pass(g + 1, g)) for g in range(1, gamma + 1)]
 
+    times, rows = _time_kinds(kinds, repeats, progress)
+    if cache.lengths != [context]:
+        raise RuntimeError("a measured pass changed the cached prefix")
+    plain = statistics.median(times["plain"]) * 1e3
+    out = []
+    for kind, label, nodes, _ in kinds:
+        ms = statistics.median(times[label]) * 1e3
+        ratio = ms / plain
+        out.append(PassCost(kind, label, nodes, rows[label][0], rows[label][1], round(ms, 3), round(ratio, 3),
+                            nodes, round(ratio, 2), round(2 * ratio, 2)))
+    return out
+
+
+def _time_kinds(kinds, repeats: int, progress: bool) -> tuple[dict[str, list[float]], dict[str, tuple[int, int]]]:
+    """Each kind's pass times over `repeats` rounds (after a warm-up), the kinds' order rotated every round."""
     from tqdm.auto import tqdm
 
     times: dict[str, list[float]] = {label: [] for _, label, _, _ in kinds}
@@ -125,16 +140,7 @@ def measure(engine, context: int = 256, verify_rows=(2, 3, 5, 9), repeats: int =
                 t = time.perf_counter()
                 run()
                 times[label].append(time.perf_counter() - t)
-    if cache.lengths != [context]:
-        raise RuntimeError("a measured pass changed the cached prefix")
-    plain = statistics.median(times["plain"]) * 1e3
-    out = []
-    for kind, label, nodes, _ in kinds:
-        ms = statistics.median(times[label]) * 1e3
-        ratio = ms / plain
-        out.append(PassCost(kind, label, nodes, rows[label][0], rows[label][1], round(ms, 3), round(ratio, 3),
-                            nodes, round(ratio, 2), round(2 * ratio, 2)))
-    return out
+    return times, rows
 
 
 def markdown(runs: list[dict]) -> str:

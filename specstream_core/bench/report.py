@@ -14,6 +14,7 @@ DOC_BEGIN, DOC_END = "<!-- bench:begin -->", "<!-- bench:end -->"
 def doc_section(data: dict, command: str, plots_dir: str | None, doc_dir: str) -> str:
     """The generated part of docs/BENCHMARKS.md: settings, tables, figures (with the command), and where
     speculative streaming (lossless) is not ahead."""
+    # long: the document section top to bottom (settings, tables, figures, caveats), as it reads
     s = data["settings"]
     base = s["baseline"]
     out = [f"Measured {s['date']} on {s['device_name']} ({s['device']}, {s['threads']} torch threads), "

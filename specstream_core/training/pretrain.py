@@ -221,6 +221,23 @@ def sized(preset: Preset, layers: int | None = None, hidden: int | None = None, 
                                intermediate_size=intermediate)
 
 
+def _tokenizer(tok_dir: Path, docs, preset: Preset, resume: bool, init_from, tokenizer_from):
+    """The run's tokenizer: the checkpoint's (resume), the model's or donor's (init_from, tokenizer_from), or
+    a new one trained on the corpus; saved beside the checkpoint so a resumed run reads the same."""
+    if init_from is not None and not (Path(init_from) / "config.json").is_file():
+        raise SpecstreamError(f"--init-from: {init_from} is not a model directory (no config.json)")
+    if resume:
+        return AutoTokenizer.from_pretrained(tok_dir)
+    if init_from is not None or tokenizer_from is not None:
+        tokenizer = AutoTokenizer.from_pretrained(init_from if init_from is not None else tokenizer_from)
+    else:
+        # The tokenizer is trained on a sample (enough for 4k merges); the corpus order is already shuffled.
+        sample = ["".join(doc) for doc in docs[: max(2000, len(docs) // 3)]]
+        tokenizer = build_tokenizer(sample, vocab_size=preset.vocab_size)
+    tokenizer.save_pretrained(tok_dir)
+    return tokenizer
+
+
 def pretrain(out_dir: str | Path, preset_name: str = "default", minutes: float | None = None,
              threads: int | None = None, resume: bool = False, max_steps: int | None = None,
              bf16: bool = False, seed: int = 0, init_from: str | Path | None = None,
@@ -251,19 +268,7 @@ def pretrain(out_dir: str | Path, preset_name: str = "default", minutes: float |
 
     t0 = time.time()
     docs = build_corpus(preset, seed)
-    tok_dir = out / CHECKPOINT / "tokenizer"
-    if init_from is not None and not (Path(init_from) / "config.json").is_file():
-        raise SpecstreamError(f"--init-from: {init_from} is not a model directory (no config.json)")
-    if resume:
-        tokenizer = AutoTokenizer.from_pretrained(tok_dir)
-    elif init_from is not None or tokenizer_from is not None:
-        tokenizer = AutoTokenizer.from_pretrained(init_from if init_from is not None else tokenizer_from)
-        tokenizer.save_pretrained(tok_dir)
-    else:
-        # The tokenizer is trained on a sample (enough for 4k merges); the corpus order is already shuffled.
-        sample = ["".join(doc) for doc in docs[: max(2000, len(docs) // 3)]]
-        tokenizer = build_tokenizer(sample, vocab_size=preset.vocab_size)
-        tokenizer.save_pretrained(tok_dir)
+    tokenizer = _tokenizer(out / CHECKPOINT / "tokenizer", docs, preset, resume, init_from, tokenizer_from)
     data = pack_documents(tokenizer, docs, preset.seq_len)
     model = make_model(preset, tokenizer)
     previous = None

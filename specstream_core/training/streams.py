@@ -88,7 +88,6 @@ def train(model, cfg: TrainConfig, train_data: tuple[torch.Tensor, torch.Tensor]
     model, streams = build_streams(model, cfg, draft_vocab)
     params = trainable(model, streams)
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
-
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(cfg.warmup, cfg.steps))
     objective = StreamObjective(model, streams, cfg)
     objective, optimizer = accelerator.prepare(objective, optimizer)
@@ -99,19 +98,9 @@ def train(model, cfg: TrainConfig, train_data: tuple[torch.Tensor, torch.Tensor]
         log(f"resumed from step {state.step}")
     elif _checkpoint_exists(ckpt):
         log(f"note: {ckpt} holds a checkpoint of an earlier run; it will be replaced (pass --resume to continue it)")
-    ids, weight = train_data
     t_start = time.time()
     model.train(False)  # no dropout; the objective runs in train mode only for autograd
-    features = (FeatureCache(model, streams.cfg.birth_layer, cfg.feature_cache_gb * 2**30)
-                if cfg.mode == "lossless" and cfg.feature_cache_gb > 0 else None)
-
-    def one_step(step: int):
-        idx = torch.randint(0, ids.shape[0], (cfg.batch_size,), generator=gen)
-        x, w = ids[idx].to(accelerator.device), weight[idx].to(accelerator.device)
-        birth = features.get(x, idx.tolist()) if features is not None else None
-        with accelerator.autocast():
-            loss, parts = objective(x, w, birth)
-        return loss, parts, x.numel()
+    one_step = _step_function(model, streams, objective, cfg, train_data, gen, accelerator)
 
     def save_checkpoint(st: LoopState) -> None:
         _save_checkpoint(ckpt, st.step, st.history, identity, model, streams, optimizer, scheduler, gen)
@@ -131,6 +120,22 @@ def train(model, cfg: TrainConfig, train_data: tuple[torch.Tensor, torch.Tensor]
         summary["eval"] = evaluate_streams(model, streams, *eval_data)
     save(out_dir, model, streams, summary, extra)
     return summary
+
+
+def _step_function(model, streams, objective, cfg: TrainConfig, train_data, gen, accelerator):
+    """step -> (loss, parts, tokens) of one random batch (drawn from `gen`, so a resumed run draws the same)."""
+    ids, weight = train_data
+    features = (FeatureCache(model, streams.cfg.birth_layer, cfg.feature_cache_gb * 2**30)
+                if cfg.mode == "lossless" and cfg.feature_cache_gb > 0 else None)
+
+    def one_step(step: int):
+        idx = torch.randint(0, ids.shape[0], (cfg.batch_size,), generator=gen)
+        x, w = ids[idx].to(accelerator.device), weight[idx].to(accelerator.device)
+        birth = features.get(x, idx.tolist()) if features is not None else None
+        with accelerator.autocast():
+            loss, parts = objective(x, w, birth)
+        return loss, parts, x.numel()
+    return one_step
 
 
 def save(out_dir: str, model, streams: StreamParams, summary: dict, extra: dict | None = None) -> None:

@@ -250,12 +250,37 @@ def ablation_methods(names_needed, engine, ctx, plan_) -> list:
 def run(args) -> int:
     import torch
 
-    from specstream_core.bench.runner import markdown_table, run_benchmark, summarize, summary_table
+    from specstream_core.bench.runner import markdown_table, summarize, summary_table
 
     t_start = time.time()
     if args.threads:
         torch.set_num_threads(args.threads)
     pl = plan(args)
+    ctx = _context(args, pl)
+    print(f"bench: {len(pl['categories'])} categories × {pl['n']} prompts × ≤{ctx['max_new']} tokens; precisions "
+          f"{', '.join(pl['precisions'])}; ablations {', '.join(pl['ablations']) or 'none'}; ss tree "
+          f"{list(ctx['topk'])}, prune {ctx['prune']}, budget {ctx['budget']}; torch threads "
+          f"{torch.get_num_threads()}", flush=True)
+    rows, ablation_rows = _measure(args, pl, ctx)
+    summary = summarize(rows)
+    table = markdown_table(rows, pl["baseline"])
+    overview = summary_table(summary, pl["baseline"])
+    abl_table = markdown_table(ablation_rows, pl["baseline"]) if ablation_rows else ""
+    wall = time.time() - t_start
+    print(overview)
+    print(table)
+    if abl_table:
+        print(abl_table)
+    print(f"bench took {wall / 60:.1f} min")
+    data = {"rows": [asdict(r) for r in rows], "ablations": [asdict(r) for r in ablation_rows], "summary": summary,
+            "settings": _settings(args, pl, ctx, wall, torch.get_num_threads())}
+    _write(args, data, overview, table, abl_table)
+    return 0
+
+
+def _context(args, pl: dict) -> dict:
+    """What every method needs: models, stream sets, decode settings (the stream set's recommendation
+    unless given)."""
     base, lossless = defaults.resolve(args.base, args.streams)
     bundled = not args.base
     shared = args.shared_streams or (defaults.default_streams("shared") if bundled else None)
@@ -273,23 +298,28 @@ def run(args) -> int:
     ctx = {"max_new": max_new, "base": base, "device": args.device, "ablation_streams": args.ablation_streams,
            "ss_cfg": DecodeConfig(mode="ss", max_new_tokens=max_new, tree_topk=topk, prune_threshold=prune,
                                   node_budget=budget),
-           "ar_cfg": DecodeConfig(mode="ar", max_new_tokens=max_new), "medusa_dir": medusa_dir, "shared_dir": shared}
+           "ar_cfg": DecodeConfig(mode="ar", max_new_tokens=max_new), "medusa_dir": medusa_dir, "shared_dir": shared,
+           "lossless_dir": lossless, "draft_dir": draft_dir, "topk": topk, "prune": prune, "budget": budget}
     if shared:
         srec = recommended(shared)
         ctx["shared_cfg"] = DecodeConfig(mode="ss", max_new_tokens=max_new, tree_topk=tuple(srec.get("topk", topk)),
                                          prune_threshold=srec.get("prune_threshold", prune),
                                          node_budget=srec.get("node_budget", budget))
     if draft_dir and "hf-assisted" in pl["methods"]:
+        import torch
         from transformers import AutoModelForCausalLM
 
         ctx["draft_model"] = AutoModelForCausalLM.from_pretrained(draft_dir, dtype=torch.float32).to(args.device).eval()
         ctx["draft_params"] = sum(p.numel() for p in ctx["draft_model"].parameters())
+    return ctx
 
-    rows, ablation_rows, engines = [], [], {}
-    prompts = None
-    print(f"bench: {len(pl['categories'])} categories × {pl['n']} prompts × ≤{max_new} tokens; precisions "
-          f"{', '.join(pl['precisions'])}; ablations {', '.join(pl['ablations']) or 'none'}; ss tree {list(topk)}, "
-          f"prune {prune}, budget {budget}; torch threads {torch.get_num_threads()}", flush=True)
+
+def _measure(args, pl: dict, ctx: dict) -> tuple[list, list]:
+    """(rows per precision and method, ablation rows)."""
+    from specstream_core.bench.runner import run_benchmark
+
+    base, lossless, shared, max_new = ctx["base"], ctx["lossless_dir"], ctx["shared_dir"], ctx["max_new"]
+    rows, ablation_rows, engines, prompts = [], [], {}, None
     for precision in pl["precisions"]:
         engine = _load_engine(base, lossless, precision, args.device, chat=not args.raw)
         engines[precision] = engine
@@ -314,26 +344,22 @@ def run(args) -> int:
             baseline = pl["baseline"] if pl["baseline"] in [m.name for m in variants] else "ar"
             ablation_rows = [r for r in run_benchmark(sub, variants, baseline=baseline, desc="ablations")
                              if r.ablation]
-    summary = summarize(rows)
-    table = markdown_table(rows, pl["baseline"])
-    overview = summary_table(summary, pl["baseline"])
-    abl_table = markdown_table(ablation_rows, pl["baseline"]) if ablation_rows else ""
-    wall = time.time() - t_start
-    print(overview)
-    print(table)
-    if abl_table:
-        print(abl_table)
-    print(f"bench took {wall / 60:.1f} min")
-    settings = {"suite": args.suite, "chat": not args.raw, "topk": list(topk), "prune_threshold": prune, "node_budget": budget, "n": pl["n"],
-                "max_new_tokens": max_new, "precisions": pl["precisions"], "baseline": pl["baseline"],
-                "categories": pl["categories"], "ablations": pl["ablations"], "ablation_categories":
-                pl["categories"][: args.ablation_categories], "ablation_n": args.ablation_n,
-                "device": args.device, "threads": torch.get_num_threads(), "wall_s": round(wall, 1),
-                "draft": draft_dir and os.path.relpath(draft_dir, defaults.ROOT),
-                "medusa": medusa_dir and os.path.relpath(medusa_dir, defaults.ROOT), "quick": bool(args.quick),
-                "date": time.strftime("%Y-%m-%d %H:%M"), "device_name": _device_name(args.device)}
-    data = {"rows": [asdict(r) for r in rows], "ablations": [asdict(r) for r in ablation_rows], "summary": summary,
-            "settings": settings}
+    return rows, ablation_rows
+
+
+def _settings(args, pl: dict, ctx: dict, wall: float, threads: int) -> dict:
+    draft_dir, medusa_dir = ctx["draft_dir"], ctx["medusa_dir"]
+    return {"suite": args.suite, "chat": not args.raw, "topk": list(ctx["topk"]), "prune_threshold": ctx["prune"],
+            "node_budget": ctx["budget"], "n": pl["n"], "max_new_tokens": ctx["max_new"],
+            "precisions": pl["precisions"], "baseline": pl["baseline"], "categories": pl["categories"],
+            "ablations": pl["ablations"], "ablation_categories": pl["categories"][: args.ablation_categories],
+            "ablation_n": args.ablation_n, "device": args.device, "threads": threads, "wall_s": round(wall, 1),
+            "draft": draft_dir and os.path.relpath(draft_dir, defaults.ROOT),
+            "medusa": medusa_dir and os.path.relpath(medusa_dir, defaults.ROOT), "quick": bool(args.quick),
+            "date": time.strftime("%Y-%m-%d %H:%M"), "device_name": _device_name(args.device)}
+
+
+def _write(args, data: dict, overview: str, table: str, abl_table: str) -> None:
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
@@ -352,7 +378,6 @@ def run(args) -> int:
     if args.doc:
         update_doc(args.doc, json.loads(json.dumps(data)), command_line(), args.plots)
         print(f"updated {args.doc}")
-    return 0
 
 
 def command_line() -> str:

@@ -43,13 +43,9 @@ def _int_list(text: str, flag: str) -> list[int]:
     return values
 
 
-def run(args) -> int:
-    import torch
-
-    from specstream_core.bench.batch_bench import (METHODS, run_throughput, shared_markdown, shared_prefix_benchmark, throughput_markdown,
-                               to_json)
-    from specstream_core.decoding.engine import Engine
-    from specstream_core.tasks import load_split
+def _settings(args):
+    """(batch sizes, methods, prompts, max new tokens, repeats, shared n), checked; --quick shrinks them."""
+    from specstream_core.bench.batch_bench import METHODS
 
     batch_sizes = _int_list(args.batch_sizes, "--batch-sizes")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -65,6 +61,18 @@ def run(args) -> int:
         raise SpecstreamError("--prompts and --repeats must be >= 1 and --max-new-tokens between 1 and 4096")
     if args.threads < 1:
         raise SpecstreamError(f"--threads must be >= 1, got {args.threads}")
+    return batch_sizes, methods, n_prompts, max_new, repeats, shared_n
+
+
+def run(args) -> int:
+    import torch
+
+    from specstream_core.bench.batch_bench import (run_throughput, shared_markdown, shared_prefix_benchmark, throughput_markdown,
+                               to_json)
+    from specstream_core.decoding.engine import Engine
+    from specstream_core.tasks import load_split
+
+    batch_sizes, methods, n_prompts, max_new, repeats, shared_n = _settings(args)
     torch.set_num_threads(args.threads)
     base, streams = defaults.resolve(args.base, args.streams)
     with warnings.catch_warnings():

@@ -75,6 +75,35 @@ def run(args) -> int:
     base, _ = defaults.resolve(args.base, None)
     tokenizer = load_tokenizer(base)
     model = load_model(LoadConfig(base, precision="fp32", device=args.device))
+    train_pairs, eval_pairs = _pairs(args, model, tokenizer)
+    draft_vocab = None
+    if args.draft_vocab:
+        from specstream_core.training.objectives import draft_vocab_coverage, frequent_tokens
+
+        draft_vocab = frequent_tokens(train_pairs, args.draft_vocab, always=(tokenizer.eos_token_id,),
+                                      vocab_size=model.config.vocab_size)
+        print(f"draft vocabulary: {len(draft_vocab)} tokens cover "
+              f"{draft_vocab_coverage(train_pairs, draft_vocab):.1%} of training answer tokens and "
+              f"{draft_vocab_coverage(eval_pairs, draft_vocab):.1%} of eval answer tokens")
+    if args.pack:
+        train_data, eval_data = pack_examples(train_pairs, cfg.seq_len), pack_examples(eval_pairs, cfg.seq_len)
+    else:
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+        train_data = one_per_row(train_pairs, cfg.seq_len, pad)
+        eval_data = one_per_row(eval_pairs, cfg.seq_len, pad)
+    print(f"training {cfg.mode} streams on {train_data[0].numel():,} tokens "
+          f"({int(train_data[1].sum()):,} answer tokens); eval {eval_data[0].numel():,} tokens")
+    extra = _extra(args)
+    summary = train(model, cfg, train_data, args.out, eval_data=eval_data, resume=args.resume,
+                    extra=extra, draft_vocab=draft_vocab)
+    ev = summary.get("eval", {})
+    print(json.dumps({"out": args.out, "steps": summary["steps"], "train_seconds": round(summary["train_seconds"], 1),
+                      "extra_parameters": summary["extra_parameters"], "eval": ev}, indent=1))
+    return 0
+
+
+def _pairs(args, model, tokenizer) -> tuple[list, list]:
+    """(train, eval) (prompt ids, answer ids) pairs: from --data / --eval-data, distilled when asked."""
     chat = not args.raw
     if args.eval_data:
         train_pairs = load_examples(args.data, tokenizer, args.examples_per_category, "all", chat)
@@ -99,23 +128,11 @@ def run(args) -> int:
     train_pairs = [p for p in train_pairs if p[1]]  # prompts without an answer (not yet distilled)
     if not train_pairs:
         raise SpecstreamError("no training examples with an answer (use --distill for prompt-only data)")
-    draft_vocab = None
-    if args.draft_vocab:
-        from specstream_core.training.objectives import draft_vocab_coverage, frequent_tokens
+    return train_pairs, eval_pairs
 
-        draft_vocab = frequent_tokens(train_pairs, args.draft_vocab, always=(tokenizer.eos_token_id,),
-                                      vocab_size=model.config.vocab_size)
-        print(f"draft vocabulary: {len(draft_vocab)} tokens cover "
-              f"{draft_vocab_coverage(train_pairs, draft_vocab):.1%} of training answer tokens and "
-              f"{draft_vocab_coverage(eval_pairs, draft_vocab):.1%} of eval answer tokens")
-    if args.pack:
-        train_data, eval_data = pack_examples(train_pairs, cfg.seq_len), pack_examples(eval_pairs, cfg.seq_len)
-    else:
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
-        train_data = one_per_row(train_pairs, cfg.seq_len, pad)
-        eval_data = one_per_row(eval_pairs, cfg.seq_len, pad)
-    print(f"training {cfg.mode} streams on {train_data[0].numel():,} tokens "
-          f"({int(train_data[1].sum()):,} answer tokens); eval {eval_data[0].numel():,} tokens")
+
+def _extra(args) -> dict:
+    """What the stream set records about its training, and the decode settings to recommend."""
     decode = {}
     extra = {"targets": "self-distilled (base greedy answers)" if args.distill else "data"}
     if args.recommend_topk:
@@ -126,9 +143,4 @@ def run(args) -> int:
         decode["prune_threshold"] = args.recommend_prune
     if args.recommend_budget is not None:
         decode["node_budget"] = args.recommend_budget
-    summary = train(model, cfg, train_data, args.out, eval_data=eval_data, resume=args.resume,
-                    extra={**extra, "decode": decode} if decode else extra, draft_vocab=draft_vocab)
-    ev = summary.get("eval", {})
-    print(json.dumps({"out": args.out, "steps": summary["steps"], "train_seconds": round(summary["train_seconds"], 1),
-                      "extra_parameters": summary["extra_parameters"], "eval": ev}, indent=1))
-    return 0
+    return {**extra, "decode": decode} if decode else extra

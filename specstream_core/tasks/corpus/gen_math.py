@@ -31,6 +31,7 @@ def _p(rng, split, forms_train, forms_eval, **slots):
 
 
 def _kinds():
+    # long: a table of problem kinds (one small generator each), kept together so the kinds read as one list
     def add_sub(rng, s, name, friend, item, he):
         a, b = rng.randint(5, 40), rng.randint(2, 30)
         c = rng.randint(1, a + b - 1)
