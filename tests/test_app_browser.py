@@ -145,11 +145,14 @@ def expected_texts(lab_dir, prompts, max_new_tokens=MAX_NEW):
 def test_race_views_download_and_replay(server, browser, tmp_path):
     a = Page(browser, server)
     page = a.page
-    # pick a preset from the task suite through the dropdown
+    # pick a preset (the chat corpus's eval prompts) through the dropdown
     page.click("#preset input")
     option = page.get_by_role("option").filter(has_text="math ·").first
     option.click()
-    page.wait_for_function("() => document.querySelector('#prompt textarea').value.startsWith('### Task: math')")
+    from app.presets import presets
+
+    math_prompt = next(text for label, text in presets().items() if label.startswith("math ·"))
+    page.wait_for_function("p => document.querySelector('#prompt textarea').value === p", arg=math_prompt)
     a.run()
     ar, ss = a.text("ar-output"), a.text("ss-output")
     assert ar and ss and ar == ss  # lossless greedy: identical

@@ -136,3 +136,19 @@ def test_eos_and_max_new_tokens_match_generate():
         out = engine.generate(ids, DecodeConfig(mode="ss", max_new_tokens=30)).token_ids
         assert out == ref[: ref.index(eos) + 1]
         assert engine.generate(ids, DecodeConfig(mode="ss", max_new_tokens=7, stop_on_eos=False)).token_ids == ref[:7]
+
+
+@pytest.mark.parametrize("mode", ["ar", "ss"])
+def test_batches_equal_transformers_generate(family_model, mode):
+    """The same step function over B > 1 rows (ragged prompts, pruning on): every row equals transformers."""
+    family, model, refs = family_model
+    streams = perturbed_streams(model, seed=5)
+    try:
+        engine = Engine(model, None, streams)
+        cfg = DecodeConfig(mode=mode, max_new_tokens=NEW, stop_on_eos=False, tree_topk=(4, 3, 2, 1),
+                           prune_threshold=0.05)
+        ps = prompts(N_PROMPTS, seed=7)[:6]
+        got = [r.token_ids for r in engine.generate_batch(ps, cfg)]
+        assert got == refs[:6], family
+    finally:
+        streams.detach()

@@ -87,7 +87,7 @@ def test_resume_never_runs_code_from_the_checkpoint(tmp_path):
     """A checkpoint is loaded with weights_only=True: a pickle that calls a function is refused, not run."""
     import pathlib
 
-    from specstream_core.training.pretrain import PRESETS, train
+    from specstream_core.training.pretrain import PRESETS, train_base as train
 
     marker = tmp_path / "code-ran"
 
@@ -107,7 +107,7 @@ def test_resume_never_runs_code_from_the_checkpoint(tmp_path):
 
 def test_checkpoint_resumes_with_weights_only(tmp_path, capsys):
     """What pretrain saves loads back under weights_only=True (the optimizer, the losses as tuples)."""
-    from specstream_core.training.pretrain import PRESETS, train
+    from specstream_core.training.pretrain import PRESETS, train_base as train
     from tiny_models import tiny_model
 
     data = torch.randint(3, 128, (8, 16), generator=torch.Generator().manual_seed(0))

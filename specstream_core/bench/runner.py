@@ -3,7 +3,7 @@
 Every method decodes the same prompts to the same length, greedy. Per prompt the methods run back to
 back in a rotating order (so none always runs first on a warm cache), after a warm-up pass of each.
 Speedup is the median over prompts of (baseline wall time / method wall time), measured in this
-process; τ and call reduction follow SPECSTREAM.md §6. transformers' `generate` methods count the
+process; τ and call reduction follow docs/METHOD.md §6. transformers' `generate` methods count the
 target model's forward calls with a hook (a draft model's calls are not counted), so they get τ and
 call reduction too. Rows carry the precision and, for ablations, the varied setting.
 """

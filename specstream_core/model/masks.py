@@ -5,7 +5,7 @@ Row layout of one forward step, per sequence:
     stream rows r = n + c*γ + j-1 stream j (1..γ) of carrier c (only in the top Ns layers)
 Keys: the cache's accepted prefix (slots 0..P_b-1), then this step's rows in the same order.
 
-Visibility (SPECSTREAM.md §2):
+Visibility (docs/METHOD.md §2):
     main row i    -> prefix, main rows visible[i] (ancestors-or-self); never stream rows
     stream (c, j) -> prefix, main rows visible[carrier c], streams 1..j of the same carrier
 """

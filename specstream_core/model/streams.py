@@ -196,7 +196,8 @@ class StreamParams(nn.Module):
         return sum(p.numel() for p in self.trainable_parameters())
 
     # ---- persistence ----------------------------------------------------------------------
-    def state_tensors(self) -> dict[str, torch.Tensor]:
+    def named_tensors(self) -> dict[str, torch.Tensor]:
+        """The trained tensors under their file names (the one naming: saved files, checkpoints, loading)."""
         tensors = {"embeddings": self.embeddings}
         if self.prune is not None:
             tensors["prune.down"] = self.prune.down.weight
@@ -204,7 +205,11 @@ class StreamParams(nn.Module):
         for key, wrapper in self.adapters.items():
             tensors[f"adapter.{key}.A"] = wrapper.lora_A.weight
             tensors[f"adapter.{key}.B"] = wrapper.lora_B.weight
-        out = {k: v.detach().float().cpu().contiguous() for k, v in tensors.items()}
+        return tensors
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """`named_tensors` as float32 CPU copies, plus the draft vocabulary: what a stream file holds."""
+        out = {k: v.detach().float().cpu().contiguous() for k, v in self.named_tensors().items()}
         if self.draft_vocab is not None:
             out["draft_vocab"] = self.draft_vocab.detach().cpu().to(torch.int64).contiguous()
         return out
@@ -236,14 +241,7 @@ class StreamParams(nn.Module):
             unexpected = sorted(set(tensors) - expected)[:3]
             raise SpecstreamError(f"stream weights in {directory} do not match their config (missing {missing}, unexpected {unexpected})")
         with torch.no_grad():
-            own = {"embeddings": params.embeddings}
-            if params.prune is not None:
-                own["prune.down"] = params.prune.down.weight
-                own["prune.up"] = params.prune.up.weight
-            for key, wrapper in params.adapters.items():
-                own[f"adapter.{key}.A"] = wrapper.lora_A.weight
-                own[f"adapter.{key}.B"] = wrapper.lora_B.weight
-            for name, target in own.items():
+            for name, target in params.named_tensors().items():
                 source = tensors[name]
                 if source.shape != target.shape:
                     raise SpecstreamError(f"stream tensor {name} in {directory} has shape {tuple(source.shape)}, expected {tuple(target.shape)}")

@@ -4,7 +4,7 @@
     pretrain(out_dir, cfg, minutes=75, threads=1)
 
 Pipeline (each step a function): ``build_corpus`` -> ``build_tokenizer`` -> ``pack_documents`` -> ``make_model``
--> ``train`` -> ``save``. Training is time-budgeted: the cosine learning-rate schedule runs over the
+-> ``train_base`` (the shared loop) -> ``save``. Training is time-budgeted: the cosine learning-rate schedule runs over the
 wall-clock budget (or ``max_steps``, whichever ends first), so a run of M minutes always finishes its
 schedule. A checkpoint (model, optimizer, step, elapsed time) is written to ``DIR/checkpoint/`` every
 few minutes; ``resume=True`` continues from it with the same corpus and tokenizer.
@@ -153,7 +153,7 @@ def _batches(rows: int, batch_size: int, seed: int, start_step: int):
         step = (epoch + 1) * per_epoch
 
 
-def train(model, data: torch.Tensor, preset: Preset, out_dir: Path, minutes: float, max_steps: int | None,
+def train_base(model, data: torch.Tensor, preset: Preset, out_dir: Path, minutes: float, max_steps: int | None,
           resume: bool, checkpoint_minutes: float = 5.0, log_every: int = 25, seed: int = 0,
           autocast_bf16: bool = False) -> dict:
     """The shared loop (`training/loop.py`) over the time budget (and `max_steps`); a resumed run
@@ -281,7 +281,7 @@ def pretrain(out_dir: str | Path, preset_name: str = "default", minutes: float |
           f"{preset.seq_len}; model: {n_params / 1e6:.2f}M parameters; threads {torch.get_num_threads()}; "
           f"prepared in {time.time() - t0:.0f}s", flush=True)
 
-    stats = train(model, data, preset, out, minutes, max_steps, resume, autocast_bf16=bf16, seed=seed)
+    stats = train_base(model, data, preset, out, minutes, max_steps, resume, autocast_bf16=bf16, seed=seed)
     model.eval()
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)

@@ -105,14 +105,8 @@ def _load_checkpoint(ckpt, identity, model, streams, optimizer, scheduler, gen, 
     if streams.cfg.mode == "shared":
         _check_tensors(ckpt, "LoRA", state["lora"], _lora_state(model))
     with torch.no_grad():
-        tensors = state["streams"]
-        streams.embeddings.copy_(tensors["embeddings"])
-        if streams.prune is not None:
-            streams.prune.down.weight.copy_(tensors["prune.down"])
-            streams.prune.up.weight.copy_(tensors["prune.up"])
-        for key, wrapper in streams.adapters.items():
-            wrapper.lora_A.weight.copy_(tensors[f"adapter.{key}.A"])
-            wrapper.lora_B.weight.copy_(tensors[f"adapter.{key}.B"])
+        for name, target in streams.named_tensors().items():
+            target.copy_(state["streams"][name])
     if streams.cfg.mode == "shared":
         from peft import set_peft_model_state_dict
 
