@@ -186,7 +186,7 @@ def replay_recorded(lab: Lab, label):
     Space shows before any model has run. Validated like an upload."""
     path = trace_path(label) if label else None
     if path is None:
-        return {}
+        return {lab.c.msg: gr.update()}  # nothing recorded: change nothing (an empty dict is not a valid return)
     try:
         trace = load_trace(path, max_bytes=limits.MAX_UPLOAD_BYTES)
         view = view_from_trace(trace)
@@ -197,7 +197,7 @@ def replay_recorded(lab: Lab, label):
         return out
     except Exception:  # a broken bundled file must not break the page
         log.exception("cannot replay the recorded trace %s", path)
-        return {}
+        return {lab.c.msg: gr.update()}
 
 
 def on_preset(lab: Lab, label):
