@@ -1,9 +1,10 @@
-"""Fuzzing the lab's upload handler: thousands of hostile variants of real traces (recorded on the tiny
+"""Fuzzing the lab's upload handler: over a thousand hostile variants of real traces (recorded on the tiny
 lab model) — huge or negative numbers, wrong types, deep nesting, long chains, huge γ, HTML in every
 string — each must be refused with one clear message or rendered, within 1 s and 200 MB, with no
 exception escaping and no HTML from the trace in the page.
 
-SPECSTREAM_FUZZ_CASES (default 1200, about 35 s on one core; 2000 took 57 s of CPU) and SPECSTREAM_FUZZ_SEED (default 12) change the run."""
+SPECSTREAM_FUZZ_CASES (default 1200: about 35 s of one core; 2000 took 57 s) and SPECSTREAM_FUZZ_SEED
+(default 12) change the run."""
 
 import json
 import os
