@@ -61,6 +61,7 @@ UPLOAD_TIME_LIMIT_S = _env_number("SPECSTREAM_UPLOAD_TIME_LIMIT_S", 10.0, float)
 MAX_UPLOAD_BYTES = min(MAX_TRACE_BYTES, int(_env_number("SPECSTREAM_MAX_UPLOAD_MB", 8.0, float, 0.001) * 2**20))
 TRACE_TTL_S = _env_number("SPECSTREAM_TRACE_TTL_S", 900.0, float)  # a session's trace, after its last update
 CACHE_TTL_S = _env_number("SPECSTREAM_CACHE_TTL_S", 900.0, float)  # files served to or uploaded by visitors
+MAX_SESSIONS = _env_number("SPECSTREAM_MAX_SESSIONS", 1000)  # sessions Gradio keeps (least recent dropped)
 MAX_ENGINES = _env_number("SPECSTREAM_MAX_ENGINES", 2)  # loaded (model, mode) engines
 LOAD_RETRY_S = _env_number("SPECSTREAM_LOAD_RETRY_S", 300.0, float, 0)  # after a failed load
 
@@ -247,7 +248,9 @@ def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False)
         with gr.Row():
             download = gr.DownloadButton("Download trace (JSON)", value=None, elem_id="trace-download",
                                          interactive=False)
-            upload = gr.File(label="Replay a trace", file_types=[".json"], type="filepath", elem_id="trace-upload")
+            # binary: the handler gets the bytes (type="filepath" leaves an empty temp file per upload in
+            # Gradio's cache, outside delete_cache); the upload itself is aged out by delete_cache
+            upload = gr.File(label="Replay a trace", file_types=[".json"], type="binary", elem_id="trace-upload")
         bench_parts = _bench_panel()
 
         step_views = [tree_plot, attn_plot, mask_plot, explain, layer_dd, head_dd]
@@ -307,7 +310,7 @@ def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False)
             if engine.streams is not None:
                 layers = tuple(range(engine.streams.cfg.birth_layer, engine.streams.cfg.num_layers))
             yield {**race_html(RaceView(SideView(), SideView())), msg: "",
-                   download: gr.DownloadButton(value=None, interactive=False)}
+                   download: gr.update(value=None, interactive=False)}
             t0 = time.monotonic()
             for view in race(engine, text, cfg, lock, attention_layers=layers):
                 if time.monotonic() - t0 > EVENT_TIME_LIMIT_S:
@@ -321,22 +324,25 @@ def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False)
                 path = os.path.join(tmp, f"specstream-trace-{model_name}-{time.strftime('%Y%m%d-%H%M%S')}.json")
                 save_trace(trace, path)
                 out = all_views(trace, view, "")
-                out[download] = gr.DownloadButton(value=path, interactive=True)
+                # an update, not a new DownloadButton: a component built here would copy the file into a
+                # cache of its own that delete_cache never sweeps
+                out[download] = gr.update(value=path, interactive=True)
                 yield out
 
-        def on_upload(path, request: gr.Request = None):
-            if not path:
+        def on_upload(data, request: gr.Request = None):
+            """data: the uploaded bytes (or a path, for direct calls)."""
+            if not data:
                 return {}
             try:
                 with uploads.enter(client_keys(request, TRUST_FORWARDED)):
                     deadline = time.monotonic() + UPLOAD_TIME_LIMIT_S
-                    trace = load_trace(path, max_bytes=MAX_UPLOAD_BYTES)
+                    trace = load_trace(data, max_bytes=MAX_UPLOAD_BYTES)
                     _check(deadline)
                     view = view_from_trace(trace)
                     note = message(f"Replaying a trace of {trace['meta'].get('model', '?')} "
                                    f"({len(trace['steps'])} passes) — no model involved.", "info")
                     out = all_views(trace, view, note, deadline)
-                    out[download] = gr.DownloadButton(value=path, interactive=True)
+                    out[download] = gr.update(value=None, interactive=False)  # the visitor has the file
                     return out
             except SpecstreamError as exc:
                 return {msg: message(f"Cannot replay this file: {exc}")}
@@ -450,5 +456,8 @@ def launch(demo: gr.Blocks | None = None, **kwargs):
     kwargs.setdefault("server_name", os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     kwargs.setdefault("server_port", int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
     kwargs.setdefault("max_file_size", MAX_UPLOAD_BYTES + 2**16)
+    # each session costs Gradio a copy of the page's config (~1 MB here) until it is evicted; API clients
+    # never close theirs
+    kwargs.setdefault("state_session_capacity", MAX_SESSIONS)
     kwargs.setdefault("footer_links", [])
     return demo.launch(css=CSS, theme=gr.themes.Soft(), **kwargs)

@@ -247,7 +247,7 @@ def test_race_leaves_no_temp_dir(lab_demo, tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     outs = run_race(lab_demo)
     download = component(lab_demo, "trace-download")
-    assert [o[download].value for o in outs if download in o and o[download].value]  # a trace was served
+    assert [o[download]["value"] for o in outs if download in o and o[download]["value"]]  # a trace was served
     # Gradio serves its own copy (in its cache, aged out by delete_cache); the race's directory is gone
     assert not [d for d in os.listdir(tmp_path) if d.startswith("specstream")], os.listdir(tmp_path)
 
