@@ -32,7 +32,6 @@ from .race import RaceView, SideView, race, render_badge, render_meters, render_
 log = logging.getLogger("specstream.lab")
 
 
-
 def _env_number(name: str, default, kind=int, low=1):
     """A host setting from the environment; a malformed or too small value is logged and ignored."""
     raw = os.environ.get(name, "")
@@ -115,17 +114,20 @@ def message(text: str, kind: str = "error") -> str:
 def model_info(spec: ModelSpec | None, mode: str) -> str:
     if spec is None:
         return "No model is configured on this host: upload a trace to replay a recorded run."
+    if mode not in spec.modes:
+        return f"⚠ model {spec.name!r} has no such stream mode; choose {' or '.join(spec.modes)}"
     try:
         gamma = gamma_of(spec, mode)
-    except SpecstreamError as exc:
-        return f"⚠ {exc}"
-    streams = spec.streams.get(mode)
-    trained = "fresh, untrained"
-    if streams:
-        from specstream_core.streams import read_stream_config
+        streams = spec.streams.get(mode)
+        trained = "fresh, untrained"
+        if streams:
+            from specstream_core.streams import read_stream_config
 
-        steps = read_stream_config(streams).trained_steps
-        trained = f"trained ({steps} steps)" if steps else "untrained (fresh)"
+            steps = read_stream_config(streams).trained_steps
+            trained = f"trained ({steps} steps)" if steps else "untrained (fresh)"
+    except Exception as exc:  # the streams folder went away: the page says so, without its path
+        log.warning("model info for %s (%s): %s", spec.name, mode, exc)
+        return f"⚠ the {mode} streams of {spec.name!r} cannot be read on this host"
     return f"**γ = {gamma}** speculative streams · {mode} mode · {trained} streams · precision {spec.precision}"
 
 
@@ -374,12 +376,12 @@ def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False)
                 return {msg: message(f"internal error ({type(exc).__name__}); see the server log")}
 
         def on_model(name):
-            spec = specs.get(name)
+            spec = specs.get(name) if isinstance(name, str) else None
             modes = spec.modes if spec else ["lossless"]
             return {mode_radio: gr.Radio(choices=modes, value=modes[0]), info: model_info(spec, modes[0])}
 
         def on_mode(name, mode):
-            return model_info(specs.get(name), mode)
+            return model_info(specs.get(name) if isinstance(name, str) else None, mode)
 
         def on_close(request: gr.Request):
             """The tab closed: drop its trace now (Gradio alone keeps closed sessions' state an hour)."""

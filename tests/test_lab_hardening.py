@@ -381,3 +381,13 @@ def test_browser_tests_fail_without_chromium():
     env["SPECSTREAM_ALLOW_NO_BROWSER"] = "1"
     run = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and "1 skipped" in run.stdout, run.stdout[-2000:]
+
+
+def test_model_info_hides_host_paths(tmp_path):
+    from app.models import ModelSpec
+    from app.ui import model_info
+
+    gone = str(tmp_path / "secret" / "streams")
+    text = model_info(ModelSpec("m", str(tmp_path / "secret"), {"lossless": gone}), "lossless")
+    assert "cannot be read" in text and str(tmp_path) not in text
+    assert "no such stream mode" in model_info(ModelSpec("m", "b"), "<b>shared</b>")
