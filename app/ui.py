@@ -162,6 +162,14 @@ def _check(deadline: float | None) -> None:
         raise SpecstreamError(f"showing this trace took longer than this host's limit of {UPLOAD_TIME_LIMIT_S:g} s")
 
 
+def _index(value) -> int:
+    """The step slider's value as a pass index (a client may send anything)."""
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise SpecstreamError("the forward pass must be a whole number") from None
+
+
 def _preload(cache: EngineCache, name: str, mode: str) -> None:
     try:
         cache.get(name, mode)
@@ -357,7 +365,7 @@ def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False)
             if blob is None:
                 return {}
             try:
-                return views_of_step(Trace.unpack(blob), int(index), layer, head)
+                return views_of_step(Trace.unpack(blob), _index(index), layer, head)
             except SpecstreamError as exc:
                 return {msg: message(str(exc))}
             except Exception as exc:
@@ -368,7 +376,7 @@ def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False)
             if blob is None:
                 return {}
             try:
-                return {attn_plot: figures.attention_figure(Trace.unpack(blob), int(index), layer, head)}
+                return {attn_plot: figures.attention_figure(Trace.unpack(blob), _index(index), layer, head)}
             except SpecstreamError as exc:
                 return {msg: message(str(exc))}
             except Exception as exc:

@@ -212,6 +212,9 @@ def test_step_events_read_the_packed_trace(replay_demo, trace):
     out = handler(replay_demo, "on_attention")(blob, 2, "2", "0")
     assert out[component(replay_demo, "attn-plot")].data
     assert isinstance(Trace.unpack(blob), Trace)
+    for index in (float("nan"), float("inf"), "x", 10**30, -1):  # what a client may send as the slider value
+        shown = handler(replay_demo, "on_step")(blob, index, None, None)[component(replay_demo, "lab-message")]
+        assert "lab-error" in shown and "internal error" not in shown, index
 
 
 def test_events_are_bounded(replay_demo):
