@@ -1,4 +1,4 @@
-"""Fuzzing the lab's upload handler: over a thousand hostile variants of real traces (recorded on the tiny
+"""Fuzzing the lab's upload handler: a thousand hostile variants of real traces (recorded on the tiny
 lab model) — huge or negative numbers, wrong types, deep nesting, long chains, huge γ, HTML in every
 string — each must be refused with one clear message or rendered, within 1 s and 200 MB, with no
 exception escaping and no HTML from the trace in the page.
