@@ -380,7 +380,8 @@ def _attention(att, i: int, budget: dict) -> dict | None:
         out_layers[name] = [[_weights(r, where) for r in h] for h in rows]
     out = {"layers": out_layers}
     if att.get("heads") is not None:
-        out["heads"] = [_int(h, 0, 4096, f"{where}.heads") for h in _list(att["heads"], L.attention_heads, f"{where}.heads")]
+        heads = _list(att["heads"], L.attention_heads, f"{where}.heads")
+        out["heads"] = [_int(h, 0, 4096, f"{where}.heads") for h in heads]
         if shape and out["heads"] and len(out["heads"]) != shape[0]:
             _fail(f"{where}: {len(out['heads'])} head numbers for {shape[0]} heads")
     if att.get("columns") is not None:

@@ -2,10 +2,10 @@
 (gradio_client, each with its own address via X-Forwarded-For) racing and uploading traces for a bounded
 time, and one greedy address with several tabs trying to hold every race slot.
 
-Checks: the server answers throughout; every client is served; the greedy address never gets more than
-its share (it is refused, the others are not); after the sessions end, memory is back at its baseline
-and no temporary files remain. About 70 s on two busy cores (SPECSTREAM_LOAD_SECONDS, default 12, sets
-the measured round; a warm-up round takes half that)."""
+Checks: the server answers throughout; every client is served; the greedy address, starting races in
+several tabs at once, gets one slot and is refused the rest while a visitor still gets the other; after
+the sessions end, memory is back at its baseline and no temporary files remain. About 70 s on two busy
+cores (SPECSTREAM_LOAD_SECONDS, default 12, sets the measured round; a warm-up round takes half that)."""
 
 import json
 import os
@@ -168,7 +168,6 @@ def test_twenty_clients_and_a_greedy_one(server, lab_dir, tmp_path):  # noqa: F8
         assert all("served" in results[i] for i in range(CLIENTS)), summary  # every visitor was served
         assert flat.count("busy") == 0, summary  # one tab, one address each: never refused
         assert probes and max(probes) < 10, summary  # the server answered throughout
-        return greedy
 
     warm = client("10.1.0.1")
     assert race_once(warm) == "served" and upload_once(warm) == "served"
@@ -184,14 +183,15 @@ def test_twenty_clients_and_a_greedy_one(server, lab_dir, tmp_path):  # noqa: F8
 
     # memory: a first round grows the allocator's per-thread arenas and caches; after the second, RSS
     # must come back to where the first left it (traces expired, files deleted, nothing kept per session)
-    greedy = load_round(LOAD_SECONDS / 2)
+    load_round(LOAD_SECONDS / 2)
     time.sleep(TTL_S + 4)
     baseline = rss_mb(proc.pid)
-    greedy += load_round(LOAD_SECONDS)
+    load_round(LOAD_SECONDS)
     time.sleep(TTL_S + 4)  # traces expire (state TTL), Gradio's cache sweep runs (delete_cache)
     after = rss_mb(proc.pid)
     print(f"RSS after the first round {baseline:.0f} MB, after the second {after:.0f} MB; burst {burst}")
-    assert "busy" in greedy  # the greedy address was capped under load too
+    # under load the greedy tabs' races mostly wait in the queue one after another, so the burst above
+    # is the check on its cap; here they only add load
     assert after - baseline < 32, (baseline, after)
     assert files_under(dirs["gradio"]) == [], files_under(dirs["gradio"])[:5]
     assert files_under(dirs["tmp"]) == [], files_under(dirs["tmp"])[:5]
