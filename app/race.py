@@ -240,7 +240,8 @@ def render_speedup(view: RaceView) -> str:
              else "tokens/s ratio (the outputs have different lengths)")
     return (f'<div class="lab-speedup"><span class="lab-big">{x:.2f}×</span> speedup'
             f'<div class="lab-note">AR {a["wall_s"]:.2f} s / SS {s["wall_s"]:.2f} s · {basis} · '
-            f'call reduction {cr:.2f}× · τ = {tau(view.ss.stats):.2f} · same device, interleaved pass by pass</div></div>')
+            f'call reduction {cr:.2f}× · τ = {tau(view.ss.stats):.2f} · same device, interleaved pass by pass'
+            '</div></div>')
 
 
 def outputs_equal(view: RaceView) -> bool:

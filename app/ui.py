@@ -32,7 +32,6 @@ from .race import RaceView, SideView, race, render_badge, render_meters, render_
 log = logging.getLogger("specstream.lab")
 
 
-
 def _env_number(name: str, default, kind=int, low=1):
     """A host setting from the environment; a malformed or too small value is logged and ignored."""
     raw = os.environ.get(name, "")
@@ -61,6 +60,7 @@ UPLOAD_TIME_LIMIT_S = _env_number("SPECSTREAM_UPLOAD_TIME_LIMIT_S", 10.0, float)
 MAX_UPLOAD_BYTES = min(MAX_TRACE_BYTES, int(_env_number("SPECSTREAM_MAX_UPLOAD_MB", 8.0, float, 0.001) * 2**20))
 TRACE_TTL_S = _env_number("SPECSTREAM_TRACE_TTL_S", 900.0, float)  # a session's trace, after its last update
 CACHE_TTL_S = _env_number("SPECSTREAM_CACHE_TTL_S", 900.0, float)  # files served to or uploaded by visitors
+MAX_SESSIONS = _env_number("SPECSTREAM_MAX_SESSIONS", 1000)  # sessions Gradio keeps (least recent dropped)
 MAX_ENGINES = _env_number("SPECSTREAM_MAX_ENGINES", 2)  # loaded (model, mode) engines
 LOAD_RETRY_S = _env_number("SPECSTREAM_LOAD_RETRY_S", 300.0, float, 0)  # after a failed load
 
@@ -114,17 +114,20 @@ def message(text: str, kind: str = "error") -> str:
 def model_info(spec: ModelSpec | None, mode: str) -> str:
     if spec is None:
         return "No model is configured on this host: upload a trace to replay a recorded run."
+    if mode not in spec.modes:
+        return f"⚠ model {spec.name!r} has no such stream mode; choose {' or '.join(spec.modes)}"
     try:
         gamma = gamma_of(spec, mode)
-    except SpecstreamError as exc:
-        return f"⚠ {exc}"
-    streams = spec.streams.get(mode)
-    trained = "fresh, untrained"
-    if streams:
-        from specstream_core.streams import read_stream_config
+        streams = spec.streams.get(mode)
+        trained = "fresh, untrained"
+        if streams:
+            from specstream_core.streams import read_stream_config
 
-        steps = read_stream_config(streams).trained_steps
-        trained = f"trained ({steps} steps)" if steps else "untrained (fresh)"
+            steps = read_stream_config(streams).trained_steps
+            trained = f"trained ({steps} steps)" if steps else "untrained (fresh)"
+    except Exception as exc:  # the streams folder went away: the page says so, without its path
+        log.warning("model info for %s (%s): %s", spec.name, mode, exc)
+        return f"⚠ the {mode} streams of {spec.name!r} cannot be read on this host"
     return f"**γ = {gamma}** speculative streams · {mode} mode · {trained} streams · precision {spec.precision}"
 
 
@@ -157,6 +160,14 @@ def _check(deadline: float | None) -> None:
     trace Limits)."""
     if deadline is not None and time.monotonic() > deadline:
         raise SpecstreamError(f"showing this trace took longer than this host's limit of {UPLOAD_TIME_LIMIT_S:g} s")
+
+
+def _index(value) -> int:
+    """The step slider's value as a pass index (a client may send anything)."""
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise SpecstreamError("the forward pass must be a whole number") from None
 
 
 def _preload(cache: EngineCache, name: str, mode: str) -> None:
@@ -251,7 +262,9 @@ def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False)
         with gr.Row():
             download = gr.DownloadButton("Download trace (JSON)", value=None, elem_id="trace-download",
                                          interactive=False)
-            upload = gr.File(label="Replay a trace", file_types=[".json"], type="filepath", elem_id="trace-upload")
+            # binary: the handler gets the bytes (type="filepath" leaves an empty temp file per upload in
+            # Gradio's cache, outside delete_cache); the upload itself is aged out by delete_cache
+            upload = gr.File(label="Replay a trace", file_types=[".json"], type="binary", elem_id="trace-upload")
         bench_parts = _bench_panel()
 
         step_views = [tree_plot, attn_plot, mask_plot, explain, layer_dd, head_dd]
@@ -311,7 +324,7 @@ def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False)
             if engine.streams is not None:
                 layers = tuple(range(engine.streams.cfg.birth_layer, engine.streams.cfg.num_layers))
             yield {**race_html(RaceView(SideView(), SideView())), msg: "",
-                   download: gr.DownloadButton(value=None, interactive=False)}
+                   download: gr.update(value=None, interactive=False)}
             t0 = time.monotonic()
             for view in race(engine, text, cfg, lock, attention_layers=layers):
                 if time.monotonic() - t0 > EVENT_TIME_LIMIT_S:
@@ -325,22 +338,25 @@ def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False)
                 path = os.path.join(tmp, f"specstream-trace-{model_name}-{time.strftime('%Y%m%d-%H%M%S')}.json")
                 save_trace(trace, path)
                 out = all_views(trace, view, "")
-                out[download] = gr.DownloadButton(value=path, interactive=True)
+                # an update, not a new DownloadButton: a component built here would copy the file into a
+                # cache of its own that delete_cache never sweeps
+                out[download] = gr.update(value=path, interactive=True)
                 yield out
 
-        def on_upload(path, request: gr.Request = None):
-            if not path:
+        def on_upload(data, request: gr.Request = None):
+            """data: the uploaded bytes (or a path, for direct calls)."""
+            if not data:
                 return {}
             try:
                 with uploads.enter(client_keys(request, TRUST_FORWARDED)):
                     deadline = time.monotonic() + UPLOAD_TIME_LIMIT_S
-                    trace = load_trace(path, max_bytes=MAX_UPLOAD_BYTES)
+                    trace = load_trace(data, max_bytes=MAX_UPLOAD_BYTES)
                     _check(deadline)
                     view = view_from_trace(trace)
                     note = message(f"Replaying a trace of {trace['meta'].get('model', '?')} "
                                    f"({len(trace['steps'])} passes) — no model involved.", "info")
                     out = all_views(trace, view, note, deadline)
-                    out[download] = gr.DownloadButton(value=path, interactive=True)
+                    out[download] = gr.update(value=None, interactive=False)  # the visitor has the file
                     return out
             except SpecstreamError as exc:
                 return {msg: message(f"Cannot replay this file: {exc}")}
@@ -361,7 +377,7 @@ def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False)
                 note = message(f"A recorded run of {trace['meta'].get('model', '?')} on this preset "
                                f"({len(trace['steps'])} passes). Press Run to race it live.", "info")
                 out = all_views(trace, view, note, time.monotonic() + UPLOAD_TIME_LIMIT_S)
-                out[download] = gr.DownloadButton(value=path, interactive=True)
+                out[download] = gr.update(value=path, interactive=True)
                 return out
             except Exception:  # a broken bundled file must not break the page
                 log.exception("cannot replay the recorded trace %s", path)
@@ -374,7 +390,7 @@ def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False)
             if blob is None:
                 return {}
             try:
-                return views_of_step(Trace.unpack(blob), int(index), layer, head)
+                return views_of_step(Trace.unpack(blob), _index(index), layer, head)
             except SpecstreamError as exc:
                 return {msg: message(str(exc))}
             except Exception as exc:
@@ -385,7 +401,7 @@ def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False)
             if blob is None:
                 return {}
             try:
-                return {attn_plot: figures.attention_figure(Trace.unpack(blob), int(index), layer, head)}
+                return {attn_plot: figures.attention_figure(Trace.unpack(blob), _index(index), layer, head)}
             except SpecstreamError as exc:
                 return {msg: message(str(exc))}
             except Exception as exc:
@@ -398,13 +414,14 @@ def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False)
                     budget: int(rec["node_budget"])}
 
         def on_model(name):
-            spec = specs.get(name)
+            spec = specs.get(name) if isinstance(name, str) else None
             modes = spec.modes if spec else ["lossless"]
             return {mode_radio: gr.Radio(choices=modes, value=modes[0]), info: model_info(spec, modes[0]),
                     **draft_settings(spec, modes[0])}
 
         def on_mode(name, mode):
-            return {info: model_info(specs.get(name), mode), **draft_settings(specs.get(name), mode)}
+            spec = specs.get(name) if isinstance(name, str) else None
+            return {info: model_info(spec, mode), **draft_settings(spec, mode)}
 
         def on_close(request: gr.Request):
             """The tab closed: drop its trace now (Gradio alone keeps closed sessions' state an hour)."""
@@ -484,5 +501,8 @@ def launch(demo: gr.Blocks | None = None, **kwargs):
     kwargs.setdefault("server_name", os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     kwargs.setdefault("server_port", int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
     kwargs.setdefault("max_file_size", MAX_UPLOAD_BYTES + 2**16)
+    # each session costs Gradio a copy of the page's config (~1 MB here) until it is evicted; API clients
+    # never close theirs
+    kwargs.setdefault("state_session_capacity", MAX_SESSIONS)
     kwargs.setdefault("footer_links", [])
     return demo.launch(css=CSS, theme=gr.themes.Soft(), **kwargs)
