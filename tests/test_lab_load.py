@@ -113,10 +113,12 @@ def test_twenty_clients_and_a_greedy_one(server, lab_dir, tmp_path):  # noqa: F8
         probes: list[float] = []
         errors: list[str] = []
         stop = threading.Event()
+        ready = threading.Barrier(CLIENTS + GREEDY_TABS + 1, timeout=120)  # clients connect before the clock runs
 
         def visitor(i):
             try:
                 c = client(f"10.0.{i // 250}.{i % 250 + 1}")
+                ready.wait()
                 while not stop.is_set():
                     results[i].append(race_once(c))
                     results[i].append(upload_once(c))
@@ -126,6 +128,7 @@ def test_twenty_clients_and_a_greedy_one(server, lab_dir, tmp_path):  # noqa: F8
         def greedy_tab():
             try:
                 c = client("10.9.9.9")
+                ready.wait()
                 while not stop.is_set():
                     greedy.append(race_once(c))
                     if greedy[-1] == "busy":
@@ -147,9 +150,10 @@ def test_twenty_clients_and_a_greedy_one(server, lab_dir, tmp_path):  # noqa: F8
         threads = [threading.Thread(target=visitor, args=(i,)) for i in range(CLIENTS)]
         threads += [threading.Thread(target=greedy_tab) for _ in range(GREEDY_TABS)]
         threads.append(threading.Thread(target=prober))
-        peak, t0 = 0.0, time.time()
         for t in threads:
             t.start()
+        ready.wait()
+        peak, t0 = 0.0, time.time()
         while time.time() - t0 < seconds:
             time.sleep(1)
             peak = max(peak, rss_mb(proc.pid))
