@@ -252,7 +252,8 @@ def attention_figure(trace: dict, index: int, layer=None, head="mean") -> go.Fig
     layer = attention_choices(trace, index)[0][-1] if layer in (None, "") else layer
     rows = [f"s{j + 1}" for j in range(len(z))]
     xs = list(range(len(columns)))
-    hover = [[f"stream {rows[r]} → {plot_label(columns[c])}<br>weight {z[r][c]:.3f}" for c in xs] for r in range(len(z))]
+    hover = [[f"stream {rows[r]} → {plot_label(columns[c])}<br>weight {z[r][c]:.3f}" for c in xs]
+             for r in range(len(z))]
     fig = go.Figure(go.Heatmap(z=z, x=xs, y=rows, colorscale="Blues", zmin=0, hovertext=hover, hoverinfo="text",
                                colorbar=dict(title="weight", thickness=12)))
     fig.add_vline(x=context_len - 0.5, line=dict(color=BONUS, width=2, dash="dash"))

@@ -56,6 +56,14 @@ def _check(deadline: float | None) -> None:
         raise SpecstreamError(f"showing this trace took longer than this host's limit of {limits.UPLOAD_TIME_LIMIT_S:g} s")
 
 
+def _index(value) -> int:
+    """The step slider's value as a pass index (a client may send anything)."""
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise SpecstreamError("the forward pass must be a whole number") from None
+
+
 def views_of_step(lab: Lab, trace, index, layer=None, head=None, deadline=None) -> dict:
     c = lab.c
     layers, heads = figures.attention_choices(trace, index)
@@ -116,7 +124,7 @@ def race_views(lab: Lab, model_name, mode, text, topk_v, prune_v, budget_v, temp
     if engine.streams is not None:
         layers = tuple(range(engine.streams.cfg.birth_layer, engine.streams.cfg.num_layers))
     yield {**race_html(lab, RaceView(SideView(), SideView())), c.msg: "",
-           c.download: gr.DownloadButton(value=None, interactive=False)}
+           c.download: gr.update(value=None, interactive=False)}
     t0 = time.monotonic()
     for view in race(engine, text, cfg, lock, attention_layers=layers):
         if time.monotonic() - t0 > limits.EVENT_TIME_LIMIT_S:
@@ -130,24 +138,27 @@ def race_views(lab: Lab, model_name, mode, text, topk_v, prune_v, budget_v, temp
         path = os.path.join(tmp, f"specstream-trace-{model_name}-{time.strftime('%Y%m%d-%H%M%S')}.json")
         save_trace(trace, path)
         out = all_views(lab, trace, view, "")
-        out[c.download] = gr.DownloadButton(value=path, interactive=True)
+        # an update, not a new DownloadButton: a component built here would copy the file into a
+        # cache of its own that delete_cache never sweeps
+        out[c.download] = gr.update(value=path, interactive=True)
         yield out
 
 
-def on_upload(lab: Lab, path, request: gr.Request = None):
-    if not path:
+def on_upload(lab: Lab, data, request: gr.Request = None):
+    """data: the uploaded bytes (or a path, for direct calls)."""
+    if not data:
         return {}
     c = lab.c
     try:
         with lab.uploads.enter(client_keys(request, limits.TRUST_FORWARDED)):
             deadline = time.monotonic() + limits.UPLOAD_TIME_LIMIT_S
-            trace = load_trace(path, max_bytes=limits.MAX_UPLOAD_BYTES)
+            trace = load_trace(data, max_bytes=limits.MAX_UPLOAD_BYTES)
             _check(deadline)
             view = view_from_trace(trace)
             note = message(f"Replaying a trace of {trace['meta'].get('model', '?')} "
                            f"({len(trace['steps'])} passes) — no model involved.", "info")
             out = all_views(lab, trace, view, note, deadline)
-            out[c.download] = gr.DownloadButton(value=path, interactive=True)
+            out[c.download] = gr.update(value=None, interactive=False)  # the visitor has the file
             return out
     except SpecstreamError as exc:
         return {c.msg: message(f"Cannot replay this file: {exc}")}
@@ -161,7 +172,7 @@ def on_step(lab: Lab, blob, index, layer, head):
     if blob is None:
         return {}
     try:
-        return views_of_step(lab, Trace.unpack(blob), int(index), layer, head)
+        return views_of_step(lab, Trace.unpack(blob), _index(index), layer, head)
     except SpecstreamError as exc:
         return {lab.c.msg: message(str(exc))}
     except Exception as exc:
@@ -173,7 +184,7 @@ def on_attention(lab: Lab, blob, index, layer, head):
     if blob is None:
         return {}
     try:
-        return {lab.c.attn_plot: figures.attention_figure(Trace.unpack(blob), int(index), layer, head)}
+        return {lab.c.attn_plot: figures.attention_figure(Trace.unpack(blob), _index(index), layer, head)}
     except SpecstreamError as exc:
         return {lab.c.msg: message(str(exc))}
     except Exception as exc:
@@ -193,7 +204,7 @@ def replay_recorded(lab: Lab, label):
         note = message(f"A recorded run of {trace['meta'].get('model', '?')} on this preset "
                        f"({len(trace['steps'])} passes). Press Run to race it live.", "info")
         out = all_views(lab, trace, view, note, time.monotonic() + limits.UPLOAD_TIME_LIMIT_S)
-        out[lab.c.download] = gr.DownloadButton(value=path, interactive=True)
+        out[lab.c.download] = gr.update(value=path, interactive=True)
         return out
     except Exception:  # a broken bundled file must not break the page
         log.exception("cannot replay the recorded trace %s", path)
@@ -212,14 +223,15 @@ def draft_settings(lab: Lab, spec, mode) -> dict:
 
 
 def on_model(lab: Lab, name):
-    spec = lab.specs.get(name)
+    spec = lab.specs.get(name) if isinstance(name, str) else None
     modes = spec.modes if spec else ["lossless"]
     return {lab.c.mode_radio: gr.Radio(choices=modes, value=modes[0]), lab.c.info: model_info(spec, modes[0]),
             **draft_settings(lab, spec, modes[0])}
 
 
 def on_mode(lab: Lab, name, mode):
-    return {lab.c.info: model_info(lab.specs.get(name), mode), **draft_settings(lab, lab.specs.get(name), mode)}
+    spec = lab.specs.get(name) if isinstance(name, str) else None
+    return {lab.c.info: model_info(spec, mode), **draft_settings(lab, spec, mode)}
 
 
 def on_close(lab: Lab, request: gr.Request):

@@ -4,12 +4,14 @@ Pure functions; everything from a trace or a visitor is escaped."""
 from __future__ import annotations
 
 import html
+import logging
 
-from specstream_core.errors import SpecstreamError
 from specstream_core.model.streams import read_stream_config
 
 from .models import ModelSpec, spec_gamma
 from .race import RaceView, SideView, number, outputs_equal, speedup, tau
+
+log = logging.getLogger("specstream.lab")
 
 STEP_TINTS = ("#cfe8ff", "#d7f5d0", "#ffe3c2", "#ead7ff", "#fff3b0", "#ffd6e0")
 
@@ -53,15 +55,18 @@ def message(text: str, kind: str = "error") -> str:
 def model_info(spec: ModelSpec | None, mode: str) -> str:
     if spec is None:
         return "No model is configured on this host: upload a trace to replay a recorded run."
+    if mode not in spec.modes:
+        return f"⚠ model {spec.name!r} has no such stream mode; choose {' or '.join(spec.modes)}"
     try:
         gamma = spec_gamma(spec, mode)
-    except SpecstreamError as exc:
-        return f"⚠ {exc}"
-    streams = spec.streams.get(mode)
-    trained = "fresh, untrained"
-    if streams:
-        steps = read_stream_config(streams).trained_steps
-        trained = f"trained ({steps} steps)" if steps else "untrained (fresh)"
+        streams = spec.streams.get(mode)
+        trained = "fresh, untrained"
+        if streams:
+            steps = read_stream_config(streams).trained_steps
+            trained = f"trained ({steps} steps)" if steps else "untrained (fresh)"
+    except Exception as exc:  # the streams folder went away: the page says so, without its path
+        log.warning("model info for %s (%s): %s", spec.name, mode, exc)
+        return f"⚠ the {mode} streams of {spec.name!r} cannot be read on this host"
     return f"**γ = {gamma}** speculative streams · {mode} mode · {trained} streams · precision {spec.precision}"
 
 
@@ -108,7 +113,8 @@ def render_speedup(view: RaceView) -> str:
              else "tokens/s ratio (the outputs have different lengths)")
     return (f'<div class="lab-speedup"><span class="lab-big">{x:.2f}×</span> speedup'
             f'<div class="lab-note">AR {a["wall_s"]:.2f} s / SS {s["wall_s"]:.2f} s · {basis} · '
-            f'call reduction {cr:.2f}× · τ = {tau(view.ss.stats):.2f} · same device, interleaved pass by pass</div></div>')
+            f'call reduction {cr:.2f}× · τ = {tau(view.ss.stats):.2f} · same device, interleaved pass by pass'
+            '</div></div>')
 
 
 def render_badge(view: RaceView) -> str:

@@ -118,7 +118,9 @@ def _views(specs: dict[str, ModelSpec]) -> dict:
     with gr.Row():
         download = gr.DownloadButton("Download trace (JSON)", value=None, elem_id="trace-download",
                                      interactive=False)
-        upload = gr.File(label="Replay a trace", file_types=[".json"], type="filepath", elem_id="trace-upload")
+        # binary: the handler gets the bytes (type="filepath" leaves an empty temp file per upload in
+        # Gradio's cache, outside delete_cache); the upload itself is aged out by delete_cache
+        upload = gr.File(label="Replay a trace", file_types=[".json"], type="binary", elem_id="trace-upload")
     bench_parts = _bench_panel()
     return locals()
 
@@ -235,5 +237,8 @@ def launch(demo: gr.Blocks | None = None, **kwargs):
     kwargs.setdefault("server_name", os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     kwargs.setdefault("server_port", int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
     kwargs.setdefault("max_file_size", MAX_UPLOAD_BYTES + 2**16)
+    # each session costs Gradio a copy of the page's config (~1 MB here) until it is evicted; API clients
+    # never close theirs
+    kwargs.setdefault("state_session_capacity", limits.MAX_SESSIONS)
     kwargs.setdefault("footer_links", [])
     return demo.launch(css=CSS, theme=gr.themes.Soft(), **kwargs)

@@ -84,7 +84,8 @@ def mutate(trace: dict, rng: random.Random) -> bytes:
         node = rng.choice(bad["steps"][1]["nodes"])
         node["depth"] = rng.choice([10**6, 10**12, -1, 2**70])
     elif kind < 0.24:
-        bad["steps"] = bad["steps"] * rng.choice([2, 50, 3000])
+        room = max(1, 10_000_000 // len(json.dumps(trace)))  # stay near the upload cap, not 100s of MB
+        bad["steps"] = bad["steps"] * min(room, rng.choice([2, 50, 3000]))
     elif kind < 0.30:
         bad = html_everywhere(bad, numbers_too=rng.random() < 0.5)
     else:

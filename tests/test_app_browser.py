@@ -63,7 +63,8 @@ def server(lab_dir, tmp_path_factory):
     env = dict(os.environ, SPECSTREAM_MODELS=lab_models_env(lab_dir), GRADIO_SERVER_PORT=str(port),
                SPECSTREAM_DEFAULT_MODEL=next(iter(json.loads(lab_models_env(lab_dir)))),
                GRADIO_SERVER_NAME="127.0.0.1", GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1",
-               HF_HUB_DISABLE_TELEMETRY="1", OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
+               HF_HUB_DISABLE_TELEMETRY="1", OMP_NUM_THREADS="1", PYTHONPATH=ROOT,
+               SPECSTREAM_MAX_PER_IP="2")  # every page here comes from 127.0.0.1: two races at once
     log = open(tmp_path_factory.mktemp("server") / "server.log", "w+")
     proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
@@ -239,3 +240,40 @@ def test_two_sessions_at_once_get_their_own_results(server, browser, lab_dir):
         assert not p.errors, p.errors
         p.close()
     assert texts[0] != texts[1]
+
+
+def test_uploaded_script_never_runs(server, browser, lab_dir, tmp_path):
+    """A trace carrying `<img src=x onerror=…>` in every string, in every number, or only in the stats the
+    meters show (the old injection: new_tokens reached gr.HTML as it was) never runs its script."""
+    from hostile import PAYLOAD, html_everywhere
+
+    from app.race import race
+    from specstream_core import DecodeConfig, Engine
+
+    engine = Engine.load(lab_dir, streams_dir=os.path.join(lab_dir, "streams"))
+    layers = tuple(range(engine.streams.cfg.birth_layer, engine.streams.cfg.num_layers))
+    trace = list(race(engine, PROMPT, DecodeConfig(max_new_tokens=12, tree_topk=(3, 2, 1)),
+                      attention_layers=layers))[-1].trace
+    meters_only = json.loads(json.dumps(trace))
+    meters_only["stats"].update(new_tokens=PAYLOAD, forward_passes=0, wall_s=0, tokens_per_s=0)
+    cases = {"strings.json": (html_everywhere(trace), ".lab-info"),
+             "numbers.json": (html_everywhere(trace, numbers_too=True), ".lab-error"),
+             "meters.json": (meters_only, ".lab-error")}
+    p = Page(browser, server)
+    dialogs = []
+    p.page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    for name, (data, shown) in cases.items():
+        path = tmp_path / name
+        path.write_text(json.dumps(data))
+        p.page.set_input_files("#trace-upload input[type=file]", str(path))
+        p.page.wait_for_selector(f"#lab-message {shown}", timeout=30_000)
+        if shown == ".lab-info":  # rendered: every view, the payload as text
+            p.page.wait_for_selector("#ss-output .lab-text .tok", timeout=30_000)
+            assert "onerror" in p.text("ss-output") and p.plot_points("tree-plot") > 0
+        p.page.wait_for_timeout(500)  # an injected <img src=x> fails to load, and would run, within this
+        assert p.page.evaluate("() => window.__xss") is None, name
+        assert p.page.query_selector_all("img[src=x], img[onerror]") == [], name
+        assert not dialogs, name
+        p.page.reload()
+        p.page.wait_for_selector("#run")
+    p.close()

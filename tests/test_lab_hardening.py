@@ -133,12 +133,13 @@ def test_uploaded_html_is_escaped_everywhere(replay_demo, trace, tmp_path):
     out = handler(replay_demo, "on_upload")(str(tmp_path / "t.json"))
     for elem_id in ("ar-output", "ss-output", "meters", "speedup", "equal-badge", "lab-message"):
         assert "<img" not in out[component(replay_demo, elem_id)], elem_id
-    for elem_id in ("tree-plot", "attn-plot", "mask-plot", "accept-plot"):
-        assert "<img" not in out[component(replay_demo, elem_id)].to_json(), elem_id
+    for elem_id in ("tree-plot", "attn-plot", "mask-plot", "accept-plot"):  # Plotly renders tags in labels
+        shown = json.dumps(json.loads(out[component(replay_demo, elem_id)].to_json()), ensure_ascii=False)
+        assert "<img" not in shown and "&lt;img" in shown or elem_id == "accept-plot", elem_id
     explain = out[component(replay_demo, "explain")]
     assert "<img" in explain and not re.findall(r"(?<!`)<img", explain)  # only as code spans: shown as text
     refused = upload(replay_demo, json.dumps(html_everywhere(trace, numbers_too=True)).encode(), tmp_path)
-    assert "Cannot replay this file" in refused and "<img" not in refused
+    assert "Cannot replay this file: not a valid specstream trace" in refused and "<img" not in refused
 
 
 def test_explain_keeps_backticks_inside_code_spans(trace):
@@ -149,8 +150,8 @@ def test_explain_keeps_backticks_inside_code_spans(trace):
     for node in bad["steps"][index]["nodes"]:
         node["text"] = "`<img src=x onerror=alert(1)>`"
     text = explain_step(bad, index)
-    assert "`<img" not in text.replace("``", "")  # every payload stays inside one code span
-    assert text.count("`") % 2 == 0
+    # the payload's own backticks become look-alikes, so each token stays one code span (shown as text)
+    assert text.count("<img") == text.count("`ˋ<img") > 0 and text.count("`") % 2 == 0
 
 
 # ---- the upload handler: limits, time, messages (High) --------------------------------------------
@@ -164,16 +165,21 @@ def test_upload_is_size_capped_and_time_limited(replay_demo, trace, tmp_path, mo
     assert "longer than this host" in shown and "Traceback" not in shown
 
 
-def test_upload_handler_catches_everything(replay_demo, tmp_path, monkeypatch):
-    import app.handlers as handlers
+def test_handlers_catch_everything(replay_demo, trace, tmp_path, monkeypatch):
+    """A RecursionError (or any other) inside a figure used to escape the step and attention handlers."""
+    import app.figures as figures
 
-    def boom(trace):
+    def boom(*args, **kwargs):
         raise RecursionError("maximum recursion depth exceeded")
 
-    monkeypatch.setattr(handlers, "view_from_trace", boom)
-    raw = json.dumps({"schema": "specstream-trace", "version": 1, "meta": {}, "prompt": {}, "steps": [],
-                      "output": {}, "stats": {}}).encode()
-    shown = upload(replay_demo, raw, tmp_path)
+    monkeypatch.setattr(figures, "tree_figure", boom)
+    monkeypatch.setattr(figures, "attention_figure", boom)
+    blob = validate(trace).pack()
+    msg = component(replay_demo, "lab-message")
+    for name, args in (("on_step", (blob, 2, None, None)), ("on_attention", (blob, 2, "2", "0"))):
+        shown = handler(replay_demo, name)(*args)[msg]
+        assert "internal error (RecursionError)" in shown and "Traceback" not in shown, name
+    shown = upload(replay_demo, json.dumps(trace).encode(), tmp_path)
     assert shown.count("Cannot replay this file") == 1 and "Traceback" not in shown
 
 
@@ -213,6 +219,9 @@ def test_step_events_read_the_packed_trace(replay_demo, trace):
     out = handler(replay_demo, "on_attention")(blob, 2, "2", "0")
     assert out[component(replay_demo, "attn-plot")].data
     assert isinstance(Trace.unpack(blob), Trace)
+    for index in (float("nan"), float("inf"), "x", 10**30, -1):  # what a client may send as the slider value
+        shown = handler(replay_demo, "on_step")(blob, index, None, None)[component(replay_demo, "lab-message")]
+        assert "lab-error" in shown and "internal error" not in shown, index
 
 
 def test_events_are_bounded(replay_demo):
@@ -248,7 +257,7 @@ def test_race_leaves_no_temp_dir(lab_demo, tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     outs = run_race(lab_demo)
     download = component(lab_demo, "trace-download")
-    assert [o[download].value for o in outs if download in o and o[download].value]  # a trace was served
+    assert [o[download]["value"] for o in outs if download in o and o[download]["value"]]  # a trace was served
     # Gradio serves its own copy (in its cache, aged out by delete_cache); the race's directory is gone
     assert not [d for d in os.listdir(tmp_path) if d.startswith("specstream")], os.listdir(tmp_path)
 
@@ -382,3 +391,13 @@ def test_browser_tests_fail_without_chromium():
     env["SPECSTREAM_ALLOW_NO_BROWSER"] = "1"
     run = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and "1 skipped" in run.stdout, run.stdout[-2000:]
+
+
+def test_model_info_hides_host_paths(tmp_path):
+    from app.models import ModelSpec
+    from app.render import model_info
+
+    gone = str(tmp_path / "secret" / "streams")
+    text = model_info(ModelSpec("m", str(tmp_path / "secret"), {"lossless": gone}), "lossless")
+    assert "cannot be read" in text and str(tmp_path) not in text
+    assert "no such stream mode" in model_info(ModelSpec("m", "b"), "<b>shared</b>")

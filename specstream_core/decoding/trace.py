@@ -27,6 +27,7 @@ Schema (version 1) — see docs/TRACE.md:
 from __future__ import annotations
 
 import json
+import marshal
 import math
 import os
 import zlib
@@ -120,14 +121,15 @@ class Trace(dict):
         return copy.deepcopy(dict(self), memo)
 
     def pack(self) -> bytes:
-        """Compressed JSON: how a session keeps its trace (a fraction of the file's size, where the
-        parsed objects take 6-13x it)."""
-        return zlib.compress(json.dumps(self, separators=(",", ":")).encode("utf-8"), 1)
+        """How a session keeps its trace: compressed, a fraction of the file's size (the parsed objects
+        take 6-13x it). marshal (plain dicts, lists, strings and numbers only) is 10x faster than JSON
+        both ways; the blob never leaves the server process."""
+        return zlib.compress(marshal.dumps(dict(self)), 1)
 
     @classmethod
     def unpack(cls, blob: bytes) -> "Trace":
-        """The inverse of `pack`; trusted, as only `pack` of a validated trace produces the blob."""
-        return cls(json.loads(zlib.decompress(blob)))
+        """The inverse of `pack`; trusted, as only `pack` of a validated trace in this process makes one."""
+        return cls(marshal.loads(zlib.decompress(blob)))
 
 
 def validate(data) -> Trace:
@@ -377,7 +379,8 @@ def _attention(att, i: int, budget: dict) -> dict | None:
         out_layers[name] = [[_weights(r, where) for r in h] for h in rows]
     out = {"layers": out_layers}
     if att.get("heads") is not None:
-        out["heads"] = [_int(h, 0, 4096, f"{where}.heads") for h in _list(att["heads"], L.attention_heads, f"{where}.heads")]
+        heads = _list(att["heads"], L.attention_heads, f"{where}.heads")
+        out["heads"] = [_int(h, 0, 4096, f"{where}.heads") for h in heads]
         if shape and out["heads"] and len(out["heads"]) != shape[0]:
             _fail(f"{where}: {len(out['heads'])} head numbers for {shape[0]} heads")
     if att.get("columns") is not None:

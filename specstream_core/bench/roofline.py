@@ -1,0 +1,107 @@
+"""The roofline of one forward pass on this machine: the least time its memory traffic and its
+arithmetic can take, to set next to what `pass-cost` measures.
+
+    machine = measure_machine()                       # this core's read bandwidth and matmul peak
+    limit = pass_limit(model.config, machine, rows_bottom=5, rows_top=25, birth_layer=26,
+                       main_logit_rows=5, stream_logit_rows=4, context=256)
+    limit.ms                                          # max(bytes / bandwidth, flops / peak)
+
+A decoding pass reads every weight once (in the precision it is stored), reads the cached keys and
+values of the prefix, and multiplies each weight by each row that passes through it. A plain pass of
+a 135M-parameter model is bound by the first (its arithmetic is one row); a speculative pass adds rows
+— the tree's main rows below the stream-birth layer, main and stream rows above it, and the logits
+rows — which cost nothing until the arithmetic reaches the memory time. The gap between a measured
+pass and its roofline is what kernels and overheads take; the gap between a speculative and a plain
+roofline is what the method itself must pay.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Machine:
+    bandwidth_gbs: float  # streaming read bandwidth of one thread, GB/s
+    peak_gflops: float  # large-matmul throughput, GFLOP/s, in `dtype`
+    dtype: str = "float32"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PassLimit:
+    bytes: float  # weights + KV cache read once
+    flops: float  # 2 · rows · parameters they pass through, plus attention
+    memory_ms: float
+    compute_ms: float
+
+    @property
+    def ms(self) -> float:
+        return max(self.memory_ms, self.compute_ms)
+
+    @property
+    def bound(self) -> str:
+        return "memory" if self.memory_ms >= self.compute_ms else "compute"
+
+
+def _median_seconds(fn, repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def measure_machine(dtype: torch.dtype = torch.float32, buffer_mb: int = 256, matmul: int = 1024,
+                    repeats: int = 7) -> Machine:
+    """Read bandwidth (a sum over a buffer far larger than the caches) and matmul peak (a square
+    product of side `matmul`), each the median of `repeats`, with torch's current thread count."""
+    n = buffer_mb * 2**20 // torch.tensor([], dtype=dtype).element_size()
+    buf = torch.ones(n, dtype=dtype)
+    seconds = _median_seconds(lambda: buf.sum(), repeats)
+    bandwidth = buf.numel() * buf.element_size() / seconds / 1e9
+    a = torch.randn(matmul, matmul).to(dtype)
+    b = torch.randn(matmul, matmul).to(dtype)
+    seconds = _median_seconds(lambda: a @ b, repeats)
+    peak = 2 * matmul**3 / seconds / 1e9
+    return Machine(round(bandwidth, 2), round(peak, 1), str(dtype).replace("torch.", ""))
+
+
+def layer_parameters(config) -> int:
+    """Weights of one decoder layer's linear maps (norms are negligible)."""
+    d = config.hidden_size
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or d // heads
+    kv = getattr(config, "num_key_value_heads", heads) * head_dim
+    return d * heads * head_dim * 2 + d * kv * 2 + 3 * d * config.intermediate_size
+
+
+def pass_limit(config, machine: Machine, *, rows_bottom: int, rows_top: int, birth_layer: int,
+               main_logit_rows: int, stream_logit_rows: int = 0, context: int = 256,
+               bytes_per_weight: float = 4.0, draft_vocab: int = 0) -> PassLimit:
+    """The roofline of one pass: `rows_bottom` rows through layers [0, birth_layer), `rows_top` rows
+    through the rest, logits for `main_logit_rows` rows over the vocabulary and `stream_logit_rows`
+    rows over the draft vocabulary (the whole vocabulary when draft_vocab is 0)."""
+    n_layers = config.num_hidden_layers
+    d, vocab = config.hidden_size, config.vocab_size
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or d // heads
+    kv = getattr(config, "num_key_value_heads", heads) * head_dim
+    per_layer = layer_parameters(config)
+    head_rows = draft_vocab or vocab
+    weights = n_layers * per_layer + vocab * d + (draft_vocab * d if draft_vocab and stream_logit_rows else 0)
+    cache_bytes = 2 * n_layers * context * kv * 4.0  # keys and values, fp32
+    rows_layers = rows_bottom * birth_layer + rows_top * (n_layers - birth_layer)
+    flops = 2.0 * (rows_layers * per_layer + main_logit_rows * vocab * d + stream_logit_rows * head_rows * d)
+    flops += 4.0 * rows_layers * (context + rows_top) * heads * head_dim  # scores and weighted values
+    total_bytes = weights * bytes_per_weight + cache_bytes
+    return PassLimit(total_bytes, flops, total_bytes / (machine.bandwidth_gbs * 1e9) * 1e3,
+                     flops / (machine.peak_gflops * 1e9) * 1e3)

@@ -1,0 +1,30 @@
+"""The roofline of a pass: bytes and flops counted from the model's shape, limits from a machine."""
+
+from specstream_core.bench.roofline import Machine, layer_parameters, measure_machine, pass_limit
+from tiny_models import tiny_config
+
+
+def test_counts_follow_the_model_shape():
+    c = tiny_config("llama", vocab=100, layers=4, hidden=64)  # 4 heads, 2 kv heads, head_dim 16, I = 128
+    assert layer_parameters(c) == 64 * 64 * 2 + 64 * 32 * 2 + 3 * 64 * 128
+    m = Machine(bandwidth_gbs=10.0, peak_gflops=100.0)
+    plain = pass_limit(c, m, rows_bottom=1, rows_top=1, birth_layer=2, main_logit_rows=1, context=0)
+    assert plain.bytes == (4 * layer_parameters(c) + 100 * 64) * 4
+    assert plain.flops == 2 * (4 * layer_parameters(c) + 100 * 64) + 4 * 4 * 1 * 64
+    assert plain.memory_ms == plain.bytes / 10e9 * 1e3 and plain.bound == "memory"
+
+
+def test_more_rows_cost_arithmetic_not_bytes_and_draft_vocab_cuts_head_flops():
+    c = tiny_config("llama", vocab=1000, layers=4, hidden=64)
+    m = Machine(bandwidth_gbs=10.0, peak_gflops=1.0)  # a slow core: every row shows
+    plain = pass_limit(c, m, rows_bottom=1, rows_top=1, birth_layer=2, main_logit_rows=1)
+    ss = pass_limit(c, m, rows_bottom=5, rows_top=25, birth_layer=2, main_logit_rows=5, stream_logit_rows=4)
+    cut = pass_limit(c, m, rows_bottom=5, rows_top=25, birth_layer=2, main_logit_rows=5, stream_logit_rows=4,
+                     draft_vocab=100)
+    assert ss.bytes == plain.bytes and ss.flops > 10 * plain.flops and ss.bound == "compute"
+    assert cut.flops < ss.flops and cut.bytes == ss.bytes + 100 * 64 * 4  # the draft head is its own copy
+
+
+def test_measure_machine_gives_positive_rates():
+    m = measure_machine(buffer_mb=8, matmul=128, repeats=2)
+    assert m.bandwidth_gbs > 0 and m.peak_gflops > 0 and m.dtype == "float32"
