@@ -84,4 +84,6 @@ class StreamDrafter(TopkDrafter):
     uses_streams = True
 
     def observe(self, out: RowOutput, node: int) -> None:
+        if out.streams is None:  # an engine without stream parameters: nothing to draft from (root-only trees)
+            return
         self._observe_logits(out.draft_logits(out.stream_rows(node)))
