@@ -60,10 +60,30 @@ def test_cli_writes_json_and_reports_errors(tiny_dir, tmp_path, capsys):
     (run,) = json.loads(out.read_text())["runs"]
     assert [p["label"] for p in run["passes"]] == ["plain", "verify 3", "ss γ=1", "ss γ=2"]
     assert run["settings"]["gamma"] == 2 and run["settings"]["context"] == 8 and run["label"].startswith("fp32")
-    assert "| plain | 1 | 1 / 1 |" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "| plain | 1 | 1 / 1 |" in printed and "GB/s read" in printed and "Roofline: this machine read" in printed
+    machine = run["settings"]["machine"]
+    assert machine["bandwidth_gbs"] > 0 and machine["peak_gflops"] > 0
+    by = {p["label"]: p for p in run["passes"]}
+    assert by["plain"]["roofline_ratio"] == 1.0 and by["plain"]["roofline_ms"] > 0
+    assert by["ss γ=2"]["roofline_ms"] >= by["verify 3"]["roofline_ms"] > 0  # same nodes, more rows
     assert (tmp_path / "pass-cost.svg").read_text().startswith("<svg") and (tmp_path / "pass-cost.html").is_file()
     for argv, message in ((["--verify-rows", "two"], "--verify-rows must be comma-separated integers"),
                           (["--precisions", "fp8"], "--precisions must list"),
                           (["--streams", str(tmp_path)], "is not a stream directory")):
         assert main(["pass-cost", "--base", tiny_dir, "--no-progress", *argv]) == 2
         assert message in capsys.readouterr().err
+
+
+def test_rooflines_follow_rows_and_precision(engine):
+    from specstream_core.bench.pass_cost import with_rooflines
+    from specstream_core.bench.roofline import Machine
+
+    costs = measure(engine, context=12, verify_rows=(4,), repeats=1, progress=False)
+    slow_core = Machine(bandwidth_gbs=1000.0, peak_gflops=0.01)  # compute-bound: rows show
+    with_rooflines(costs, engine, slow_core, 12)
+    by = {c.label: c for c in costs}
+    assert by["plain"].bound == "compute" and by["plain"].roofline_ratio == 1.0
+    assert by["ss γ=3"].roofline_ratio > by["verify 4"].roofline_ratio > 1.0
+    table = markdown([to_json("x", costs, {"context": 12, "device": "cpu", "threads": 1, "repeats": 1})])
+    assert "roofline ms (bound)" in table and "(compute)" in table

@@ -30,6 +30,7 @@ import torch
 from specstream_core.model import msa
 from specstream_core.model.cache import KVCache
 from specstream_core.bench.results import read_json
+from specstream_core.bench.roofline import BYTES_PER_WEIGHT, Machine, pass_limit
 from specstream_core.errors import SpecstreamError
 from specstream_core.decoding.tree import chain
 from specstream_core.tasks import CATEGORIES, load_split
@@ -47,6 +48,9 @@ class PassCost:
     max_tau: int  # the most tokens this pass can yield (nodes)
     tau_break_even: float  # = ratio
     tau_for_2x: float  # = 2 * ratio
+    roofline_ms: float = float("nan")  # the least this pass can take here (bench/roofline.py)
+    roofline_ratio: float = float("nan")  # roofline_ms / the plain pass's roofline_ms
+    bound: str = ""  # memory | compute, at the roofline
 
     @property
     def reachable_2x(self) -> bool:
@@ -69,8 +73,9 @@ def _context_ids(engine, context: int) -> list[int]:
 
 
 def measure(engine, context: int = 256, verify_rows=(2, 3, 5, 9), repeats: int = 30,
-            progress: bool = True) -> list[PassCost]:
-    """Median time of each pass kind (see the module docstring), plain first in the result."""
+            progress: bool = True, machine: Machine | None = None) -> list[PassCost]:
+    """Median time of each pass kind (see the module docstring), plain first in the result; with a
+    `machine`, each pass also gets its roofline (the least time its bytes and flops can take)."""
     if repeats < 1:
         raise SpecstreamError(f"repeats must be >= 1, got {repeats}")
     if context < 1:
@@ -121,7 +126,24 @@ def measure(engine, context: int = 256, verify_rows=(2, 3, 5, 9), repeats: int =
         ratio = ms / plain
         out.append(PassCost(kind, label, nodes, rows[label][0], rows[label][1], round(ms, 3), round(ratio, 3),
                             nodes, round(ratio, 2), round(2 * ratio, 2)))
+    if machine is not None:
+        with_rooflines(out, engine, machine, context)
     return out
+
+
+def with_rooflines(costs: list[PassCost], engine, machine: Machine, context: int) -> None:
+    """Fill each pass's roofline from its rows (measured) and the model's shape."""
+    cfg = engine.streams.cfg if engine.streams is not None else None
+    birth = cfg.birth_layer if cfg is not None else engine.model.config.num_hidden_layers
+    limits = [pass_limit(engine.model.config, machine, rows_bottom=c.rows_bottom, rows_top=c.rows_top,
+                         birth_layer=birth, main_logit_rows=c.nodes,
+                         stream_logit_rows=c.nodes - 1 if c.kind == "ss" else 0, context=context,
+                         bytes_per_weight=BYTES_PER_WEIGHT.get(engine.precision, 4.0),
+                         head_bytes_per_weight=2.0 if engine.precision == "bf16" else 4.0,
+                         draft_vocab=cfg.draft_vocab_size if cfg is not None else 0) for c in costs]
+    plain = limits[0].ms
+    for c, lim in zip(costs, limits):
+        c.roofline_ms, c.roofline_ratio, c.bound = round(lim.ms, 3), round(lim.ms / plain, 3), lim.bound
 
 
 def _time_kinds(kinds, repeats: int, progress: bool) -> tuple[dict[str, list[float]], dict[str, tuple[int, int]]]:
@@ -151,11 +173,23 @@ def markdown(runs: list[dict]) -> str:
         parts.append(f"**{run['label']}** — after a {st['context']}-token prefix, {st['device']}, {st['threads']} "
                      f"thread(s), median of {st['repeats']} rounds (kinds rotated within each round)\n\n"
                      "| pass | tree nodes | rows (bottom / multi-stream layers) | median ms | × plain | τ to break even | "
-                     "τ for 2× | 2× possible (τ ≤ nodes) |\n|---|---|---|---|---|---|---|---|")
+                     "τ for 2× | 2× possible (τ ≤ nodes) | roofline ms (bound) | roofline × plain | measured ÷ roofline |"
+                     "\n|---|---|---|---|---|---|---|---|---|---|---|")
         for c in run["passes"]:
             possible = "—" if c["kind"] == "plain" else ("yes" if c["reachable_2x"] else "no")
+            roof = c.get("roofline_ms")
+            has_roof = isinstance(roof, (int, float)) and roof == roof
+            roof_cells = (f"{roof:.2f} ({c.get('bound', '')}) | {c['roofline_ratio']:.2f}× | {c['median_ms'] / roof:.2f}"
+                          if has_roof else "– | – | –")
             parts.append(f"| {c['label']} | {c['nodes']} | {c['rows_bottom']} / {c['rows_top']} | {c['median_ms']:.2f} | "
-                         f"{c['ratio']:.2f}× | {c['tau_break_even']:.2f} | {c['tau_for_2x']:.2f} | {possible} |")
+                         f"{c['ratio']:.2f}× | {c['tau_break_even']:.2f} | {c['tau_for_2x']:.2f} | {possible} | "
+                         f"{roof_cells} |")
+        machine = st.get("machine")
+        if machine:
+            parts.append(f"\nRoofline: this machine read {machine['bandwidth_gbs']:.1f} GB/s and multiplied "
+                         f"{machine['peak_gflops']:.0f} GFLOP/s ({machine['dtype']}, {st['threads']} thread(s)); a pass "
+                         "reads every weight and the cached keys/values once, and multiplies each weight by every row "
+                         "that passes through it (bench/roofline.py).")
         parts.append("")
     return "\n".join(parts)
 

@@ -24,6 +24,11 @@ from dataclasses import asdict, dataclass
 import torch
 
 
+# bytes read per weight of the decoder layers in each precision (bitsandbytes nf4: 4 bits plus one fp32
+# scale per 64 weights; the LM head stays in the compute precision, counted as fp32 here)
+BYTES_PER_WEIGHT = {"fp32": 4.0, "bf16": 2.0, "nf4": 0.5625, "int8": 1.0}
+
+
 @dataclass(frozen=True)
 class Machine:
     bandwidth_gbs: float  # streaming read bandwidth of one thread, GB/s
@@ -86,7 +91,8 @@ def layer_parameters(config) -> int:
 
 def pass_limit(config, machine: Machine, *, rows_bottom: int, rows_top: int, birth_layer: int,
                main_logit_rows: int, stream_logit_rows: int = 0, context: int = 256,
-               bytes_per_weight: float = 4.0, draft_vocab: int = 0) -> PassLimit:
+               bytes_per_weight: float = 4.0, draft_vocab: int = 0, head_bytes_per_weight: float | None = None
+               ) -> PassLimit:
     """The roofline of one pass: `rows_bottom` rows through layers [0, birth_layer), `rows_top` rows
     through the rest, logits for `main_logit_rows` rows over the vocabulary and `stream_logit_rows`
     rows over the draft vocabulary (the whole vocabulary when draft_vocab is 0)."""
@@ -97,11 +103,12 @@ def pass_limit(config, machine: Machine, *, rows_bottom: int, rows_top: int, bir
     kv = getattr(config, "num_key_value_heads", heads) * head_dim
     per_layer = layer_parameters(config)
     head_rows = draft_vocab or vocab
-    weights = n_layers * per_layer + vocab * d + (draft_vocab * d if draft_vocab and stream_logit_rows else 0)
+    head_weights = vocab * d + (draft_vocab * d if draft_vocab and stream_logit_rows else 0)
     cache_bytes = 2 * n_layers * context * kv * 4.0  # keys and values, fp32
     rows_layers = rows_bottom * birth_layer + rows_top * (n_layers - birth_layer)
     flops = 2.0 * (rows_layers * per_layer + main_logit_rows * vocab * d + stream_logit_rows * head_rows * d)
     flops += 4.0 * rows_layers * (context + rows_top) * heads * head_dim  # scores and weighted values
-    total_bytes = weights * bytes_per_weight + cache_bytes
+    head_bytes = head_bytes_per_weight if head_bytes_per_weight is not None else bytes_per_weight
+    total_bytes = n_layers * per_layer * bytes_per_weight + head_weights * head_bytes + cache_bytes
     return PassLimit(total_bytes, flops, total_bytes / (machine.bandwidth_gbs * 1e9) * 1e3,
                      flops / (machine.peak_gflops * 1e9) * 1e3)

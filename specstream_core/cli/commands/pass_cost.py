@@ -72,6 +72,11 @@ def run(args) -> int:
     verify_rows, precisions, stream_dirs = _plan(args)
     if args.threads:
         torch.set_num_threads(args.threads)
+    from specstream_core.bench.roofline import measure_machine
+
+    machine = measure_machine()  # once, with the threads the passes use
+    print(f"this machine: {machine.bandwidth_gbs:.1f} GB/s read, {machine.peak_gflops:.0f} GFLOP/s matmul "
+          f"({torch.get_num_threads()} thread(s))", flush=True)
     runs = []
     for streams_arg in stream_dirs:
         base, streams = defaults.resolve(args.base, streams_arg)
@@ -84,13 +89,13 @@ def run(args) -> int:
             label = f"{precision} · {name}"
             print(f"measuring {label} ...", flush=True)
             costs = measure(engine, context=args.context, verify_rows=verify_rows, repeats=args.repeats,
-                            progress=not args.no_progress)
+                            progress=not args.no_progress, machine=machine)
             settings = {"model": base, "streams": streams or name, "precision": precision, "device": str(engine.device),
                         "threads": torch.get_num_threads(), "context": args.context, "repeats": args.repeats,
                         "gamma": engine.streams.cfg.gamma, "n_stream_layers": engine.streams.cfg.n_stream_layers,
                         "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
                         "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                        "torch": torch.__version__}
+                        "torch": torch.__version__, "machine": machine.to_dict()}
             runs.append(to_json(label, costs, settings))
             del engine
     tables = markdown(runs)
