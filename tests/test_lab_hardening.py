@@ -401,3 +401,24 @@ def test_model_info_hides_host_paths(tmp_path):
     text = model_info(ModelSpec("m", str(tmp_path / "secret"), {"lossless": gone}), "lossless")
     assert "cannot be read" in text and str(tmp_path) not in text
     assert "no such stream mode" in model_info(ModelSpec("m", "b"), "<b>shared</b>")
+
+
+# ---- recorded traces: a cold lab shows a run before any compute (#11) ----------------------------
+def test_a_presets_recorded_trace_is_replayed_on_load_and_on_choosing_it(trace, tmp_path, monkeypatch):
+    from app.presets import presets, slug
+    from app.ui import build_demo
+    from specstream_core.decoding.trace import save_trace
+
+    label = next(iter(presets()))
+    save_trace(trace, str(tmp_path / f"{slug(label)}.json"))
+    monkeypatch.setenv("SPECSTREAM_TRACES_DIR", str(tmp_path))
+    demo = build_demo({})  # no model at all: the recorded run is still shown
+    out = handler(demo, "replay_recorded")(label)
+    assert "A recorded run" in out[component(demo, "lab-message")]
+    assert out[component(demo, "ar-output")] and out[component(demo, "tree-plot")] is not None
+    chosen = handler(demo, "on_preset")(label)
+    assert chosen[component(demo, "prompt")] == presets()[label] and "A recorded run" in chosen[component(demo, "lab-message")]
+    other = list(presets())[1]  # nothing recorded for it: the prompt changes, the views stay
+    assert set(handler(demo, "on_preset")(other)) == {component(demo, "prompt"), component(demo, "lab-message")}
+    (tmp_path / f"{slug(label)}.json").write_text("{not json")  # a broken file never breaks the page
+    assert set(handler(demo, "replay_recorded")(label)) == {component(demo, "lab-message")}
