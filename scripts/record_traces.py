@@ -4,7 +4,7 @@
 
 Each preset (app/presets.py: one chat-corpus eval prompt per category) is raced exactly as the lab
 races it (plain and speculative decoding alternating, the stream set's recommended tree, attention
-captured in the multi-stream layers) and saved as <slug>.json, checked by the same validator as an
+captured in the top multi-stream layer, to keep assets/ small) and saved as <slug>.json, checked by the same validator as an
 upload.
 """
 
@@ -34,6 +34,8 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--base", default=None)
     p.add_argument("--streams", default=None)
+    p.add_argument("--attention-layers", type=int, default=1,
+                   help="capture stream attention in this many top layers (each adds ~15 KB per pass)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     base, streams = defaults.resolve(args.base, args.streams)
@@ -41,7 +43,8 @@ def main() -> int:
         warnings.simplefilter("ignore")
         engine = Engine.load(base, streams)
     engine.name = os.path.basename(base.rstrip("/"))
-    layers = tuple(range(engine.streams.cfg.birth_layer, engine.streams.cfg.num_layers))
+    top = engine.streams.cfg.num_layers
+    layers = tuple(range(max(engine.streams.cfg.birth_layer, top - args.attention_layers), top))
     os.makedirs(args.out, exist_ok=True)
     cfg = engine.decode_config(max_new_tokens=args.max_new)
     engine.generate("Hello", cfg)  # warm-up
