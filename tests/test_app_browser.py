@@ -60,7 +60,9 @@ def lab_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(lab_dir, tmp_path_factory):
     port = free_port()
+    # no recorded traces: a replay on page load would show a finished race before these tests start theirs
     env = dict(os.environ, SPECSTREAM_MODELS=lab_models_env(lab_dir), GRADIO_SERVER_PORT=str(port),
+               SPECSTREAM_TRACES_DIR=str(tmp_path_factory.mktemp("no-traces")),
                SPECSTREAM_DEFAULT_MODEL=next(iter(json.loads(lab_models_env(lab_dir)))),
                GRADIO_SERVER_NAME="127.0.0.1", GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1",
                HF_HUB_DISABLE_TELEMETRY="1", OMP_NUM_THREADS="1", PYTHONPATH=ROOT,

@@ -42,7 +42,9 @@ def server(lab_dir, tmp_path_factory):  # noqa: F811
     for d in dirs.values():
         d.mkdir()
     port = free_port()
+    # no recorded traces: a replay on page load would show a finished race before these tests start theirs
     env = dict(os.environ, SPECSTREAM_MODELS=lab_models_env(lab_dir), GRADIO_SERVER_PORT=str(port),
+               SPECSTREAM_TRACES_DIR=str(tmp_path_factory.mktemp("no-traces")),
                GRADIO_SERVER_NAME="127.0.0.1", GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1",
                OMP_NUM_THREADS="1", PYTHONPATH=ROOT, GRADIO_TEMP_DIR=str(dirs["gradio"]), TMPDIR=str(dirs["tmp"]),
                SPECSTREAM_TRUST_FORWARDED="1", SPECSTREAM_MAX_PER_IP="1", SPECSTREAM_CONCURRENCY="2",

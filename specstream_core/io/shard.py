@@ -154,6 +154,13 @@ def _meet(w: World, outcome: dict) -> list[dict]:
     return gathered
 
 
+def _leave() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def run(load, input_path: str, output_path: str, cfg, batch_size: int = 8, progress: bool = True,
         w: World | None = None) -> tuple[pipeline.Summary, pipeline.Summary | None]:
     """This rank's share through the pipeline, then (rank 0) the merge. (this rank's summary, the merged
@@ -171,6 +178,7 @@ def run(load, input_path: str, output_path: str, cfg, batch_size: int = 8, progr
     except Exception as exc:  # noqa: BLE001 - reported to every rank below, so none waits for a dead one
         outcome["error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     everyone = _meet(w, outcome)
+    _leave()  # the group's work is done; a process that exits with it alive aborts in gloo's threads
     failed = [o for o in everyone if "error" in o]
     if failed:
         listed = "; ".join(f"rank {o['rank']}: {o['error']}" for o in failed)
