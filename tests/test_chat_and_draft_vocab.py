@@ -188,3 +188,17 @@ def test_distill_then_train_on_a_chat_corpus_file(chat_dir, tmp_path, capsys):
     assert "training prompts have a distilled answer" in printed and "draft vocabulary: 16 tokens" in printed
     cfg = json.loads((out / "streams_config.json").read_text())
     assert cfg["draft_vocab_size"] == 16 and cfg["trained_steps"] == 2
+
+
+def test_chat_corpus_is_the_default_training_data(chat_dir):
+    from transformers import AutoTokenizer
+
+    from specstream_core.cli.args import load_examples
+    from specstream_core.tasks.corpus import CATEGORIES, load_corpus
+
+    tok = AutoTokenizer.from_pretrained(chat_dir)
+    pairs = load_examples("chat", tok, 2, "train")
+    records = load_corpus("train", n=2)
+    assert len(pairs) == 2 * len(CATEGORIES) == len(records)
+    assert pairs[0][0] == encode_prompt(tok, records[0]["prompt"], True)  # chat-wrapped
+    assert {r["prompt"] for r in load_corpus("eval", n=1)}.isdisjoint(r["prompt"] for r in records)

@@ -22,7 +22,7 @@ COMMANDS = {
     "train": ("specstream_core.cli.commands.train", "train stream parameters (lossless or shared mode)"),
     "bench": ("specstream_core.cli.commands.bench", "benchmark speculative streaming against other methods per category"),
     "distill": ("specstream_core.cli.commands.distill", "write the base model's greedy answers (self-distillation targets)"),
-    "pretrain": ("specstream_core.cli.commands.pretrain", "pretrain the bundled base model from offline text"),
+    "pretrain": ("specstream_core.cli.commands.pretrain", "pretrain a small base model from offline text (the first, 9.4M model)"),
     "bench-batch": ("specstream_core.cli.commands.bench_batch", "batched decoding throughput (samples/s) and the shared-prompt cache"),
     "eval-tasks": ("specstream_core.cli.commands.eval_tasks", "score a model on the task suite (plain greedy)"),
     "train-medusa": ("specstream_core.cli.commands.train_medusa", "train Medusa-style heads (a benchmark baseline)"),

@@ -107,7 +107,7 @@ def load_examples(data: str, tokenizer, per_category: int, split: str,
                   chat: bool = True) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, answer ids + EOS) pairs; the loss is taken on answers only.
 
-    data: 'tasks' (the old templated suite), or a JSONL file of {"text"} or {"prompt", "completion"}
+    data: 'chat' (the chat prompt corpus, `prompts`), 'tasks' (the old templated suite), or a JSONL file of {"text"} or {"prompt", "completion"}
     lines (a `prompts` corpus file: {"prompt", "reference"}; with --distill the answer may be missing).
     A file's last 5 % is its eval split unless a separate eval file is given. Prompts are wrapped in the
     tokenizer's chat template (when it has one) unless `chat` is False."""
@@ -118,6 +118,11 @@ def load_examples(data: str, tokenizer, per_category: int, split: str,
         from specstream_core.tasks import load_split
 
         rows = [(ex["prompt"], ex["reference"]) for ex in load_split(split, n=per_category)]
+    elif data == "chat":  # the chat prompt corpus; answers come from --distill (instruct has no reference)
+        from specstream_core.tasks.corpus import load_corpus
+
+        records = load_corpus("eval" if split == "eval" else "train", n=per_category or None)
+        rows = [(r["prompt"], r["reference"] or "") for r in records]
     else:
         rows = read_jsonl_examples(data)
         if split == "eval":

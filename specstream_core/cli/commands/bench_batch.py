@@ -15,8 +15,8 @@ from specstream_core.cli.args import recommended
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--base", help="base model (default: the bundled one)")
-    p.add_argument("--streams", help="stream directory (default: the bundled lossless streams)")
+    p.add_argument("--base", help="base model (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--streams", help="stream directory (default: the default model's lossless streams)")
     p.add_argument("--batch-sizes", default="1,2,4,8,16", help="comma-separated batch sizes")
     p.add_argument("--methods", default="ar-seq,ar-batch,ss-batch,hf-batch",
                    help="subset of ar-seq, ar-batch, ss-batch, hf-batch (ar-seq is always run: it is the baseline)")

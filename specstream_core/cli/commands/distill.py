@@ -13,10 +13,10 @@ from specstream_core.cli.args import load_examples
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--base", help="base model directory or hub id (default: the bundled base model)")
+    p.add_argument("--base", help="base model directory or hub id (default: SmolLM2-135M-Instruct)")
     p.add_argument("--out", required=True, help="JSONL cache file (appended to; existing answers are kept; "
                    "OUT.meta.json records the model and settings they belong to)")
-    p.add_argument("--data", default="tasks", help="'tasks' or a JSONL file as for `train` (all its prompts)")
+    p.add_argument("--data", default="chat", help="'chat' (the chat prompt corpus), 'tasks' or a JSONL file as for `train` (all its prompts)")
     p.add_argument("--eval-data", default="", help="a second JSONL file whose prompts are distilled first")
     p.add_argument("--max-examples", type=int, default=0, help="distill only the first N prompts of --data (0 = all)")
     p.add_argument("--raw", action="store_true", help="do not wrap prompts in the model's chat template")
@@ -38,7 +38,7 @@ def run(args) -> int:
     model = load_model(LoadConfig(base, precision="fp32", device=args.device))
     total = 0
     chat = not args.raw
-    if args.data == "tasks":  # the same train and eval prompts `train` will ask for
+    if args.data in ("tasks", "chat"):  # the same train and eval prompts `train` will ask for
         jobs = [load_examples(args.data, tokenizer, n, split, chat)
                 for split, n in (("eval", max(20, args.examples_per_category // 20)), ("train", args.examples_per_category))]
     else:

@@ -1,7 +1,7 @@
 """`pass-cost`: what a plain pass, a draft-verification pass and a Speculative Streaming pass cost on this
 machine, and the τ each needs to break even or reach 2× (see specstream_core/pass_cost.py).
 
-    python -m specstream_core pass-cost                       # the bundled model and its lossless streams
+    python -m specstream_core pass-cost                       # the default model and its lossless streams
     python -m specstream_core pass-cost --precisions fp32,nf4 --streams assets/streams-lossless,assets/streams-shared
     python -m specstream_core pass-cost --base MODEL --gamma 4 --n-stream-layers 4   # any model, fresh streams
 
@@ -22,9 +22,9 @@ from specstream_core.model.streams import check_gamma
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--base", help="base model directory or hub id (default: the bundled one)")
+    p.add_argument("--base", help="base model directory or hub id (default: SmolLM2-135M-Instruct)")
     p.add_argument("--streams", default="", help="stream directory, or several separated by commas (default: the "
-                   "bundled lossless streams; with --base: fresh streams)")
+                   "default model's lossless streams; with --base: fresh streams)")
     p.add_argument("--gamma", type=int, default=4, help="streams of fresh (untrained) stream parameters")
     p.add_argument("--n-stream-layers", type=int, default=None, help="multi-stream layers of fresh streams")
     p.add_argument("--precisions", default="fp32", help="comma-separated subset of fp32, bf16, nf4, int8")

@@ -17,10 +17,10 @@ from specstream_core.cli.args import load_examples
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--base", help="base model directory or hub id (default: the bundled base model)")
+    p.add_argument("--base", help="base model directory or hub id (default: SmolLM2-135M-Instruct)")
     p.add_argument("--out", required=True, help="output directory for the streams")
     p.add_argument("--mode", choices=("lossless", "shared"), default="lossless")
-    p.add_argument("--data", default="tasks", help="'tasks' (the bundled task suite) or a JSONL file with "
+    p.add_argument("--data", default="chat", help="'chat' (the chat prompt corpus), 'tasks' (the old task suite) or a JSONL file with "
                    "{\"prompt\", \"completion\"} or {\"text\"} lines")
     p.add_argument("--examples-per-category", type=int, default=1500, help="task-suite examples per category")
     p.add_argument("--gamma", type=int, default=4)

@@ -16,9 +16,9 @@ from specstream_core.cli.args import load_examples
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--base", help="base model directory (default: the bundled base model)")
+    p.add_argument("--base", help="base model directory (default: SmolLM2-135M-Instruct)")
     p.add_argument("--out", required=True, help="output directory for the heads")
-    p.add_argument("--data", default="tasks", help="'tasks' (the task suite) or a JSONL file (as for `train`)")
+    p.add_argument("--data", default="chat", help="'chat' (the chat prompt corpus), 'tasks' (the old task suite) or a JSONL file (as for `train`)")
     p.add_argument("--examples-per-category", type=int, default=500)
     p.add_argument("--heads", type=int, default=4, help="number of Medusa heads K")
     p.add_argument("--steps", type=int, default=400)
