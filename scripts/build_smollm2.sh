@@ -2,6 +2,8 @@
 # Build what the project trains for the default model, SmolLM2-135M-Instruct, on a CPU, in stages that
 # survive interruption: rerun the script and every stage resumes where it stopped (the prompt files are
 # deterministic, distillation answers are cached per prompt, training resumes from its atomic checkpoint).
+# Answers distilled so far are kept in assets/smollm2/distill/ (gzip) so a later session starts from them:
+#   gzip -9c "$BUILD/answers.jsonl" > assets/smollm2/distill/answers.jsonl.gz  (and copy its .meta.json)
 #   nohup bash scripts/build_smollm2.sh > build/smollm2/build.log 2>&1 &
 # Settings (environment): PY, BUILD (work folder, default build/smollm2), THREADS (torch threads per job,
 # default 1: run it beside other work), DISTILL_N (train prompts to distill, default 6400),
@@ -31,6 +33,11 @@ if has corpus; then  # 1. the chat prompt corpus (seconds; deterministic, so rew
 fi
 if has distill; then  # 2. the base model's greedy answers (~1.3 s per answer on one thread; resumable)
   stamp "distill ($DISTILL_N train prompts)"
+  if [ ! -f "$BUILD/answers.jsonl" ] && [ -f "$OUT/distill/answers.jsonl.gz" ]; then
+    # answers distilled in earlier sessions travel with the repository: start from them
+    gzip -dc "$OUT/distill/answers.jsonl.gz" > "$BUILD/answers.jsonl"
+    cp "$OUT/distill/answers.jsonl.meta.json" "$BUILD/answers.jsonl.meta.json"
+  fi
   $PY -m specstream_core distill --data "$BUILD/train.jsonl" --eval-data "$BUILD/eval80.jsonl" \
       --max-examples "$DISTILL_N" --out "$BUILD/answers.jsonl" --max-new-tokens 96 --batch-size 48 --threads "$THREADS"
 fi
