@@ -31,6 +31,7 @@ class TrainConfig:
     log_every: int = 10
     draft_vocab_size: int = 0  # streams score only the K most frequent answer tokens (0 = all)
     feature_cache_gb: float = 4.0  # lossless: keep the frozen layers' output per sequence, up to this size
+    init_from: str = ""  # start from the trained tensors of this stream directory (same shapes) instead of fresh ones
 
     def __post_init__(self):
         if self.mode not in ("lossless", "shared"):

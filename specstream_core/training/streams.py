@@ -57,9 +57,29 @@ def build_streams(model, cfg: TrainConfig, draft_vocab: list[int] | None = None)
                                  draft_vocab=list(draft_vocab) if draft_vocab else None)
     if cfg.mode == "shared":
         streams.cfg = replace(streams.cfg, lora_rank=cfg.lora_rank)
+    if cfg.init_from:
+        warm_start(streams, cfg.init_from)
     for p in streams.trainable_parameters():
         p.requires_grad_(True)
     return model, streams
+
+
+def warm_start(streams: StreamParams, directory: str) -> None:
+    """Copy a trained stream set's tensors into fresh `streams` of the same shapes (a longer run on more
+    data continues from a shorter one). The draft vocabulary stays the new data's own."""
+    from specstream_core.model.streams import read_stream_weights
+
+    tensors = read_stream_weights(directory)
+    targets = streams.named_tensors()
+    missing = sorted(set(targets) - set(tensors))
+    if missing:
+        raise SpecstreamError(f"--init-from {directory}: it lacks {missing[:3]} (made with other settings?)")
+    with torch.no_grad():
+        for name, target in targets.items():
+            if tensors[name].shape != target.shape:
+                raise SpecstreamError(f"--init-from {directory}: {name} has shape {tuple(tensors[name].shape)}, "
+                                      f"these settings need {tuple(target.shape)}")
+            target.copy_(tensors[name].to(target.dtype))
 
 
 def trainable(model, streams: StreamParams) -> list[torch.Tensor]:

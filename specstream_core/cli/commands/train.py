@@ -55,6 +55,8 @@ def add_arguments(p) -> None:
                    help="streams score only the N most frequent answer tokens (0 = the whole vocabulary)")
     p.add_argument("--feature-cache-gb", type=float, default=4.0,
                    help="lossless: memory for reusing the frozen lower layers' output per sequence (0 = off)")
+    p.add_argument("--init-from", default="", help="start from this trained stream directory's tensors (same "
+                   "gamma, layers and ranks) instead of fresh ones")
     p.add_argument("--recommend-topk", default="", help="store a recommended draft tree (e.g. 3,2,1,1) with the streams")
     p.add_argument("--recommend-prune", type=float, default=None, help="store a recommended pruning threshold")
     p.add_argument("--recommend-budget", type=int, default=None, help="store a recommended node budget")
@@ -69,7 +71,7 @@ def run(args) -> int:
                       adapter_rank=args.adapter_rank, lora_rank=args.lora_rank, steps=args.steps,
                       minutes=args.minutes, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
                       precision=args.precision, seed=args.seed, draft_vocab_size=args.draft_vocab,
-                      feature_cache_gb=args.feature_cache_gb)
+                      feature_cache_gb=args.feature_cache_gb, init_from=args.init_from)
     if args.resume:  # before loading and distilling anything
         require_checkpoint(args.out, cfg.checkpoint_every)
     base, _ = defaults.resolve(args.base, None)
