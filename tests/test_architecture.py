@@ -36,6 +36,8 @@ OPTIONAL = {
     "resource": "POSIX only (sandbox limits when scoring code)",
     "huggingface_hub": "hub ids only: a local stream directory never touches it",
     "torch.distributed": "generate-batch under accelerate launch / torchrun only",
+    "gguf": "reading a GGUF file's own 4-bit groups (int4 on the default model) only",
+    "llama_cpp": "the llama.cpp peer of `speed` only, optional (builds from source)",
 }
 # cli commands defer their machinery to `run()`: building the parser (`--help`) must not load torch
 LAZY_LAYERS = {"cli"}

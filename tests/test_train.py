@@ -170,3 +170,21 @@ def test_an_older_checkpoint_with_other_shapes_is_a_clear_error(tmp_path):
     with pytest.raises(SpecstreamError, match=r"stream tensor adapter\..* has shape \(4, 64\) there and \(2, 64\)"):
         train(tiny_model("llama", seed=0), RESUME_CFG, periodic_data(), str(tmp_path), resume=True, progress=False,
               log=quiet)
+
+
+def test_init_from_continues_a_trained_stream_set(tmp_path):
+    quiet = lambda *a: None  # noqa: E731
+    cfg = TrainConfig(mode="lossless", gamma=3, n_stream_layers=2, adapter_rank=4, steps=40, batch_size=8, seq_len=64,
+                      lr=5e-3, warmup=5, checkpoint_every=0, log_every=5)
+    data = periodic_data()
+    first = train(tiny_model("llama", seed=0), cfg, data, str(tmp_path / "a"), eval_data=data, progress=False, log=quiet)
+    # zero steps of training from it: the same tensors, so the same eval as the run it started from
+    again = train(tiny_model("llama", seed=0), replace(cfg, steps=1, lr=1e-12, init_from=str(tmp_path / "a")), data,
+                  str(tmp_path / "b"), eval_data=data, progress=False, log=quiet)
+    assert again["eval"]["stream_top1"] == pytest.approx(first["eval"]["stream_top1"], abs=1e-6)
+    fresh = train(tiny_model("llama", seed=0), replace(cfg, steps=1, lr=1e-12), data, str(tmp_path / "c"),
+                  eval_data=data, progress=False, log=quiet)
+    assert fresh["eval"]["stream_top1"] != pytest.approx(first["eval"]["stream_top1"], abs=1e-6)
+    with pytest.raises(SpecstreamError, match="init-from"):
+        train(tiny_model("llama", seed=0), replace(cfg, gamma=2, init_from=str(tmp_path / "a")), data,
+              str(tmp_path / "d"), progress=False, log=quiet)

@@ -30,7 +30,7 @@ import torch
 from specstream_core.model import msa
 from specstream_core.model.cache import KVCache
 from specstream_core.bench.results import read_json
-from specstream_core.bench.roofline import BYTES_PER_WEIGHT, Machine, pass_limit
+from specstream_core.bench.roofline import BYTES_PER_WEIGHT, HEAD_BYTES_PER_WEIGHT, Machine, pass_limit
 from specstream_core.errors import SpecstreamError
 from specstream_core.decoding.tree import chain
 from specstream_core.tasks import CATEGORIES, load_split
@@ -139,7 +139,7 @@ def with_rooflines(costs: list[PassCost], engine, machine: Machine, context: int
                          birth_layer=birth, main_logit_rows=c.nodes,
                          stream_logit_rows=c.nodes - 1 if c.kind == "ss" else 0, context=context,
                          bytes_per_weight=BYTES_PER_WEIGHT.get(engine.precision, 4.0),
-                         head_bytes_per_weight=2.0 if engine.precision == "bf16" else 4.0,
+                         head_bytes_per_weight=HEAD_BYTES_PER_WEIGHT.get(engine.precision, 4.0),
                          draft_vocab=cfg.draft_vocab_size if cfg is not None else 0) for c in costs]
     plain = limits[0].ms
     for c, lim in zip(costs, limits):

@@ -25,8 +25,10 @@ import torch
 
 
 # bytes read per weight of the decoder layers in each precision (bitsandbytes nf4: 4 bits plus one fp32
-# scale per 64 weights; the LM head stays in the compute precision, counted as fp32 here)
-BYTES_PER_WEIGHT = {"fp32": 4.0, "bf16": 2.0, "nf4": 0.5625, "int8": 1.0}
+# scale per 64 weights; the LM head stays in the compute precision, counted as fp32 here; int4: torch's
+# CPU kernel, 4 bits plus a bf16 scale and offset per 32 weights, the head included)
+BYTES_PER_WEIGHT = {"fp32": 4.0, "bf16": 2.0, "nf4": 0.5625, "int8": 1.0, "int4": 0.625}
+HEAD_BYTES_PER_WEIGHT = {"bf16": 2.0, "int4": 0.625}  # others: fp32
 
 
 @dataclass(frozen=True)

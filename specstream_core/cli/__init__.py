@@ -30,6 +30,8 @@ COMMANDS = {
                 "write the chat prompt corpus (8 categories; train, or the differently worded eval split) as JSONL"),
     "pass-cost": ("specstream_core.cli.commands.pass_cost",
                   "cost of a plain, a verification and a speculative pass here, and the τ each needs"),
+    "speed": ("specstream_core.cli.commands.speed",
+              "tokens/s against transformers and llama.cpp, fp32 and int4, at 1 and 2 threads"),
 }
 
 

@@ -19,7 +19,7 @@ from specstream_core.model.chat import encode_prompt
 from specstream_core.errors import SpecstreamError
 from specstream_core.model.loading import LoadConfig, load_model, load_tokenizer
 from specstream_core.model.streams import StreamParams, read_stream_config, warn_fresh
-from specstream_core.model.loading import check_architecture
+from specstream_core.model.loading import check_architecture, is_exact
 from specstream_core.model.lora import apply_shared_lora
 
 
@@ -66,6 +66,11 @@ class Engine:
             streams = StreamParams.fresh(model, gamma=gamma, n_stream_layers=n_stream_layers)
         return cls(model, tokenizer, streams, name=os.path.basename(base.rstrip("/")) or base, precision=precision,
                    chat=chat)
+
+    @property
+    def exact(self) -> bool:
+        """Whether speculative output provably equals plain decoding at this engine's precision."""
+        return is_exact(self.precision, self.device.type)
 
     # ---- tokens ----------------------------------------------------------------------------------
     def encode(self, prompt: str, max_new_tokens: int = 0) -> list[int]:

@@ -12,19 +12,19 @@ from dataclasses import dataclass
 
 import torch
 
-from specstream_core.model import compat
+from specstream_core.model import compat, int4
 from specstream_core.errors import SpecstreamError
 from safetensors import SafetensorError
 import tempfile
 
-PRECISIONS = ("fp32", "bf16", "nf4", "int8")
-QUANTIZE_CHOICES = ("none", "nf4", "int8")
+PRECISIONS = ("fp32", "bf16", "nf4", "int8", "int4")
+QUANTIZE_CHOICES = ("none", "nf4", "int8", "int4")
 
 
 @dataclass(frozen=True)
 class LoadConfig:
     base: str
-    precision: str = "fp32"  # fp32 | bf16 | nf4 | int8
+    precision: str = "fp32"  # fp32 | bf16 | nf4 | int8 (bitsandbytes) | int4 (torch's CPU kernel)
     device: str = "cpu"  # cpu | cuda | cuda:N
     exact_nf4: bool = True  # CPU nf4: disable the bf16 fast path so tree and sequential logits agree
 
@@ -33,8 +33,22 @@ class LoadConfig:
             raise SpecstreamError(f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             raise SpecstreamError(f"unknown device {self.device!r}; use cpu or cuda")
+        if self.precision == "int4" and self.device != "cpu":
+            raise SpecstreamError("int4 runs on the CPU (torch's int4 CPU kernel); on CUDA use nf4")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise SpecstreamError("--device cuda was asked for but no CUDA device is available")
+
+
+# precisions whose speculative output provably equals plain decoding (tests: test_lossless, test_int4):
+# fp32 on any device, and CPU nf4 with bitsandbytes' bf16 fast path off (it computes in fp32). In bf16
+# and int4 a pass's reductions depend on how many rows it holds, so a token can flip where two
+# candidates nearly tie: such runs are labelled "not exact" and their mismatch rate is measured (bench).
+def is_exact(precision: str, device: str = "cpu") -> bool:
+    return precision == "fp32" or (precision == "nf4" and device == "cpu")
+
+
+NOT_EXACT_NOTE = ("not exact: at {precision} a speculative pass can round differently from a plain pass, so "
+                  "a near-tie can flip a token (fp32 is exact; `bench` measures the mismatch rate)")
 
 
 def precision_from_flags(quantize: str = "none", dtype: str = "fp32") -> str:
@@ -107,7 +121,18 @@ def load_model(cfg: LoadConfig):
     model.eval()
     if cfg.precision == "nf4" and cfg.device == "cpu" and cfg.exact_nf4:
         make_nf4_exact(model)
+    if cfg.precision == "int4":
+        to_int4(model, cfg.base)
     return model
+
+
+def to_int4(model, base: str) -> dict:
+    """4-bit decoder Linears and head (model/int4.py); a GGUF-converted base keeps its file's own groups."""
+    source = int4.gguf_source(base)
+    groups = int4.gguf_groups(source, model) if source else {}
+    report = int4.quantize_model(model, groups)
+    model.config.specstream_int4 = report  # where the 4-bit groups came from, for traces and benchmarks
+    return report
 
 
 def bnb_config(precision: str):

@@ -44,6 +44,11 @@ class RowState:
             self.n_main = previous
 
 
+def _input_dtype(module: nn.Module) -> torch.dtype:
+    weight = getattr(module, "weight", None)
+    return weight.dtype if weight is not None else torch.float32  # int4 layers take fp32 and cast inside
+
+
 class StreamRowLoRA(nn.Module):
     """Wraps a Linear: `base(x)` for every row plus a LoRA delta on stream rows only.
 
@@ -98,7 +103,7 @@ class StreamParams(nn.Module):
         # draft vocabulary (the FR-Spec idea): stream rows are scored against these token ids only; main
         # rows always use the full head, so verification and output are unchanged
         self.register_buffer("draft_vocab", torch.arange(cfg.draft_vocab_size) if cfg.draft_vocab_size else None)
-        self._draft_head: tuple | None = None  # (weight [K, d], bias [K] | None, source weight): cut once
+        self._draft_head: tuple | None = None  # (head cut to the draft vocabulary, source weights, (device, dtype))
 
     # ---- construction ------------------------------------------------------------------
     @classmethod
@@ -162,24 +167,35 @@ class StreamParams(nn.Module):
         self.draft_vocab = ids.to(self.embeddings.device)
         self._draft_head = None
 
-    def draft_head(self, head: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The LM head's rows for the draft vocabulary ([K, d], bias [K]); cut once, reused every step."""
-        weight = head.weight
+    def draft_head(self, head: nn.Module) -> nn.Module:
+        """The LM head cut to the draft vocabulary's rows (a frozen Linear [K, d], or an int4 head's own
+        `rows`); cut once, reused every step until the head's weights change."""
+        source = getattr(head, "weight", None)
+        if source is None:
+            source = head.packed  # model/int4.Int4Linear
         cached = self._draft_head
-        if cached is None or cached[0].device != weight.device or cached[0].dtype != weight.dtype or cached[2] is not weight:
-            idx = self.draft_vocab.to(weight.device)
-            bias = head.bias[idx] if getattr(head, "bias", None) is not None else None
-            cached = (weight.detach()[idx].contiguous(), None if bias is None else bias.detach(), weight)
+        if cached is None or cached[1] is not source or cached[2] != (source.device, source.dtype):
+            idx = self.draft_vocab.to(source.device)
+            if hasattr(head, "rows"):
+                sub = head.rows(idx)
+            else:
+                bias = head.bias[idx].detach() if getattr(head, "bias", None) is not None else None
+                sub = nn.Linear(head.in_features, idx.numel(), bias=bias is not None, device=source.device,
+                                dtype=source.dtype).requires_grad_(False)
+                sub.weight.data = source.detach()[idx].contiguous()
+                if bias is not None:
+                    sub.bias.data = bias
+            cached = (sub, source, (source.device, source.dtype))
             self._draft_head = cached
-        return cached[0], cached[1]
+        return cached[0]
 
     def draft_logits(self, head: nn.Module, normed_hidden: torch.Tensor, vocab_size: int) -> torch.Tensor:
         """Stream-row logits over the full vocabulary ([..., V]); tokens outside the draft vocabulary
         get -inf, so they are never drafted (and cost nothing to score)."""
         if self.draft_vocab is None:
             return head(normed_hidden)
-        weight, bias = self.draft_head(head)
-        sub = torch.nn.functional.linear(normed_hidden.to(weight.dtype), weight, bias)  # [..., K]
+        sub_head = self.draft_head(head)
+        sub = sub_head(normed_hidden.to(_input_dtype(sub_head)))  # [..., K]
         full = sub.new_full((*sub.shape[:-1], vocab_size), float("-inf"))
         return full.scatter_(-1, self.draft_vocab.to(sub.device).expand_as(sub), sub)
 

@@ -86,12 +86,12 @@ def _stream_ce(streams: StreamParams, head: nn.Module, hidden: torch.Tensor, tar
     are skipped: the streams could never draft them)."""
     if streams.draft_vocab is None:
         return _ce(head, hidden, targets)
-    weight, bias = streams.draft_head(head)
+    sub_head = streams.draft_head(head)
     sub = to_draft_ids(streams.draft_vocab, targets, head.weight.shape[0])
     valid = sub != IGNORE
     if not bool(valid.any()):
         return hidden.sum() * 0.0
-    logits = F.linear(hidden[valid], weight, bias)  # [rows, K]
+    logits = sub_head(hidden[valid])  # [rows, K]
     return F.cross_entropy(logits.float(), sub[valid])
 
 

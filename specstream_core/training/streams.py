@@ -30,7 +30,7 @@ from dataclasses import asdict, replace
 import torch
 
 from specstream_core.errors import SpecstreamError
-from specstream_core.model.streams import ADAPTER_TARGETS, LORA_DIR, StreamParams
+from specstream_core.model.streams import ADAPTER_TARGETS, LORA_DIR, StreamParams, read_stream_weights
 from specstream_core.training.config import TrainConfig
 from specstream_core.training.evaluate import evaluate_streams
 from specstream_core.training.features import FeatureCache
@@ -67,8 +67,6 @@ def build_streams(model, cfg: TrainConfig, draft_vocab: list[int] | None = None)
 def warm_start(streams: StreamParams, directory: str) -> None:
     """Copy a trained stream set's tensors into fresh `streams` of the same shapes (a longer run on more
     data continues from a shorter one). The draft vocabulary stays the new data's own."""
-    from specstream_core.model.streams import read_stream_weights
-
     tensors = read_stream_weights(directory)
     targets = streams.named_tensors()
     missing = sorted(set(targets) - set(tensors))

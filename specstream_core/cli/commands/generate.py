@@ -6,6 +6,7 @@ import json
 import sys
 
 from specstream_core.errors import SpecstreamError
+from specstream_core.model.loading import NOT_EXACT_NOTE
 from specstream_core.cli.args import (add_decode_arguments, add_model_arguments, build_config, check_model_arguments,
                                       check_output_file, load_engine, with_recommended)
 
@@ -31,11 +32,14 @@ def run(args) -> int:
     engine = load_engine(args, quiet=args.json)
     cfg = with_recommended(cfg, args, engine)
     result = engine.generate(args.prompt, cfg)
+    if cfg.mode == "ss" and not engine.exact and not args.json:
+        print("note: " + NOT_EXACT_NOTE.format(precision=engine.precision), file=sys.stderr)
     if args.trace:
         save_trace(result.trace, args.trace)
     if args.json:
         print(json.dumps({"token_ids": result.token_ids, "text": result.text, "stats": result.stats,
-                          "mode": cfg.mode, "model": engine.name}))
+                          "mode": cfg.mode, "model": engine.name, "precision": engine.precision,
+                          "exact": cfg.mode == "ar" or engine.exact}))
     else:
         print(result.text)
         s = result.stats

@@ -27,7 +27,7 @@ def add_arguments(p) -> None:
                    "default model's lossless streams; with --base: fresh streams)")
     p.add_argument("--gamma", type=int, default=4, help="streams of fresh (untrained) stream parameters")
     p.add_argument("--n-stream-layers", type=int, default=None, help="multi-stream layers of fresh streams")
-    p.add_argument("--precisions", default="fp32", help="comma-separated subset of fp32, bf16, nf4, int8")
+    p.add_argument("--precisions", default="fp32", help="comma-separated subset of fp32, bf16, nf4, int8, int4")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--context", type=int, default=256, help="tokens already in the KV cache")

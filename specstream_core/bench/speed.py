@@ -1,0 +1,81 @@
+"""Tokens per second against the peers a CPU user would pick instead: transformers' greedy `generate`
+in fp32 and in int4, our plain loop and speculative streaming in fp32 and int4, and llama.cpp on the
+same GGUF file (through `llama-cpp-python`, when it is installed).
+
+All methods decode the same chat prompts greedily, alternating per prompt in one process
+(`runner.run_benchmark`), at each thread count asked for. Each row says whose output it must equal:
+transformers' generate on the same weights for our plain loop, our plain loop for speculative
+streaming, our int4 loop for llama.cpp (which rounds differently: its agreement is shown, not claimed).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+
+from specstream_core.bench.runner import Method, Row, engine_method, hf_method
+
+# method -> (precision, reference method); "hf-greedy" (transformers fp32) is the baseline
+METHODS = {
+    "hf-greedy": ("fp32", "hf-greedy"),
+    "ar": ("fp32", "hf-greedy"),
+    "ss": ("fp32", "ar"),
+    "hf-greedy int4": ("int4", "hf-greedy int4"),
+    "ar int4": ("int4", "hf-greedy int4"),
+    "ss int4": ("int4", "ar int4"),
+    "llama.cpp": ("gguf Q4_1", "ar int4"),
+}
+
+
+def llama_cpp_available() -> bool:
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
+def llama_cpp_method(gguf_path: str, threads: int, max_new: int, eos_ids: set[int]) -> Method:
+    """llama.cpp's own greedy decoding of the same token ids (its tokenizer is the file's, as ours)."""
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=gguf_path, n_ctx=2048, n_threads=threads, n_threads_batch=threads, verbose=False)
+
+    def run(ids):
+        t0 = time.perf_counter()
+        out: list[int] = []
+        for tok in llm.generate(ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True):
+            out.append(int(tok))
+            if tok in eos_ids or len(out) >= max_new:
+                break
+        return out, time.perf_counter() - t0, len(out)
+
+    return Method("llama.cpp", run, reference=METHODS["llama.cpp"][1])
+
+
+def build(names: list[str], engines: dict, max_new: int, threads: int, gguf_path: str | None) -> list[Method]:
+    """engines: precision -> Engine (with streams). Methods in `names` order; llama.cpp only with a file."""
+    out = []
+    for name in names:
+        precision, reference = METHODS[name]
+        if name == "llama.cpp":
+            if gguf_path and llama_cpp_available():
+                out.append(llama_cpp_method(gguf_path, threads, max_new, engines["int4"].eos_ids))
+            continue
+        engine = engines[precision]
+        if name.startswith("hf-greedy"):
+            out.append(hf_method(name, engine.model, max_new, reference=reference))
+        else:
+            cfg = engine.decode_config(mode="ss" if name.startswith("ss") else "ar", max_new_tokens=max_new)
+            extra = engine.streams.extra_parameter_count() if name.startswith("ss") else 0
+            out.append(engine_method(name, engine, cfg, reference=reference, extra_params=extra))
+    return out
+
+
+def markdown(rows: list[Row], threads_of: dict[int, int]) -> str:
+    """One table: threads, method, precision, tokens/s, × transformers fp32 (median per prompt), τ, output check."""
+    lines = ["| threads | method | weights | tokens/s | × transformers fp32 | τ | output equals |",
+             "|---|---|---|---|---|---|---|"]
+    for i, r in enumerate(rows):
+        ref = METHODS.get(r.method, ("", r.method))[1]
+        same = "itself (baseline)" if ref == r.method else (
+            f"{ref}: {'yes' if r.identical else f'{r.identical_count}/{r.prompts} prompts'}")
+        lines.append(f"| {threads_of[i]} | {r.method} | {r.precision} | {r.tokens_per_s:.1f} | {r.speedup:.2f}× | "
+                     f"{r.tau:.2f} | {same} |")
+    return "\n".join(lines)

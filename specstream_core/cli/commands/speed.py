@@ -1,0 +1,98 @@
+"""`speed`: tokens/s of transformers, our plain loop, speculative streaming and llama.cpp, fp32 and int4,
+at 1 and 2 threads, methods alternating per prompt (specstream_core/bench/speed.py).
+
+    python -m specstream_core speed                                   # the default model, 1 and 2 threads
+    python -m specstream_core speed --threads 1 --n 2 --json speed.json --markdown speed.md
+
+llama.cpp joins when `llama-cpp-python` is installed (`pip install -r requirements-bench.txt`; it
+builds from source, ~25 min on one core) and the base was converted from a GGUF file (the default model).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+
+from specstream_core.errors import SpecstreamError
+from specstream_core.model import defaults
+
+
+def add_arguments(p) -> None:
+    from specstream_core.bench.speed import METHODS
+
+    p.add_argument("--base", help="base model directory or hub id (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--streams", help="stream directory (default: the default model's lossless streams)")
+    p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {', '.join(METHODS)}")
+    p.add_argument("--threads", default="1,2", help="torch (and llama.cpp) threads, comma-separated")
+    p.add_argument("--n", type=int, default=2, help="eval prompts per category of the chat corpus")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--json", metavar="FILE", help="write the rows and settings as JSON")
+    p.add_argument("--markdown", metavar="FILE", help="write the table as Markdown")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def _plan(args) -> tuple[list[str], list[int]]:
+    from specstream_core.bench.speed import METHODS
+
+    names = [m.strip() for m in args.methods.split(",") if m.strip()]
+    bad = [m for m in names if m not in METHODS]
+    if bad:
+        raise SpecstreamError(f"unknown methods {bad}; choose from {', '.join(METHODS)}")
+    for needed in ("hf-greedy", "ar"):
+        if needed not in names:
+            names.insert(0, needed)
+    try:
+        threads = [int(t) for t in args.threads.split(",") if t.strip()]
+    except ValueError:
+        raise SpecstreamError(f"--threads must be comma-separated integers, got {args.threads!r}") from None
+    if not threads or any(t < 1 or t > 256 for t in threads):
+        raise SpecstreamError(f"--threads must list counts between 1 and 256, got {args.threads!r}")
+    if not 1 <= args.n <= 50 or not 1 <= args.max_new_tokens <= 1024:
+        raise SpecstreamError("--n must be 1..50 and --max-new-tokens 1..1024")
+    return names, threads
+
+
+def run(args) -> int:
+    import torch
+
+    from specstream_core.bench import speed
+    from specstream_core.bench.runner import run_benchmark
+    from specstream_core.bench.suites import suite_categories, suite_examples
+    from specstream_core.decoding.engine import Engine
+    from specstream_core.model.int4 import gguf_source
+
+    names, threads = _plan(args)
+    base, streams = defaults.resolve(args.base, args.streams)
+    precisions = sorted({speed.METHODS[m][0] for m in names} & {"fp32", "int4"} | ({"int4"} if "llama.cpp" in names else set()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        engines = {p: Engine.load(base, streams, precision=p) for p in precisions}
+    gguf = gguf_source(base)
+    if "llama.cpp" in names and not (gguf and speed.llama_cpp_available()):
+        print("skipping llama.cpp: " + ("install llama-cpp-python (requirements-bench.txt)" if gguf else
+                                        "the base was not converted from a GGUF file"))
+    engine = engines[precisions[0]]
+    prompts = {"all": [engine.encode(ex["prompt"], args.max_new_tokens) for c in suite_categories("chat")
+                       for ex in suite_examples("chat", c, args.n)]}
+    rows, threads_of = [], {}
+    for t in threads:
+        torch.set_num_threads(t)
+        methods = speed.build(names, engines, args.max_new_tokens, t, gguf)
+        got = run_benchmark(prompts, methods, baseline="hf-greedy", progress=not args.no_progress, desc=f"speed {t} thr")
+        for r in got:
+            r.precision = speed.METHODS[r.method][0]
+            threads_of[len(rows)] = t
+            rows.append(r)
+    table = speed.markdown(rows, threads_of)
+    print(table)
+    report = {"base": base, "streams": streams, "threads": threads, "n_per_category": args.n,
+              "max_new_tokens": args.max_new_tokens, "int4": getattr(engines.get("int4"), "model", None) and
+              getattr(engines["int4"].model.config, "specstream_int4", None),
+              "rows": [{**r.__dict__, "threads": threads_of[i]} for i, r in enumerate(rows)]}
+    for path, text in ((args.json, json.dumps(report, indent=1) + "\n"), (args.markdown, table + "\n")):
+        if path:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            with open(path, "w") as f:
+                f.write(text)
+    return 0

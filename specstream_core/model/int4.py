@@ -1,0 +1,234 @@
+"""4-bit weights on the CPU through torch's own int4 kernel (`aten._weight_int4pack_mm_for_cpu`).
+
+Every Linear of the decoder layers and the LM head becomes an `Int4Linear`: 4-bit weights in groups of
+32 along the input dimension, each group with a scale and an offset, w = (q - 8) * scale + zero. The
+kernel reads bf16 activations, so the layer casts its input to bf16 and its output back; everything
+between the Linears (norms, attention, residuals) keeps the model's fp32.
+
+Why this path: one 4-bit row costs a quarter of the bytes of fp32 (the plain pass is bound by reading
+weights), and the kernel is *row-invariant*: a row's result does not depend on how many rows share
+the pass (checked by `tests/test_int4.py`), so a speculative pass scores its main rows exactly as a
+one-row pass would, and speculative decoding stays lossless against int4 plain decoding.
+
+Where the base was converted from a Q4_1 GGUF file (the default SmolLM2 model), the decoder layers'
+4-bit groups are the file's own (`from_gguf_q4_1`): Q4_1 stores w = d * q + m per block of 32, which is
+the kernel's form with scale = d and zero = m + 8 d; only their rounding to bf16 differs. The file's
+token embedding (Q8_0, tied to the head) is quantized again to 4 bits for the head.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import torch
+from torch import nn
+
+from specstream_core.errors import SpecstreamError
+from specstream_core.model import compat, default_model
+
+GROUP = 32  # elements per scale/offset group (Q4_1's block size)
+_KERNEL_DTYPE = torch.bfloat16  # the CPU kernel's fast path; fp32 activations take a scalar fallback
+
+
+def available() -> bool:
+    return hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu") and hasattr(torch.ops.aten, "_convert_weight_to_int4pack_for_cpu")
+
+
+class Int4Linear(nn.Module):
+    """y = x W^T (+ b) with W in 4-bit groups; the input is cast to bf16 for the kernel, the output back.
+
+    The kernel packs rows in blocks of 16, so a layer whose output size is not a multiple of 16 carries
+    padding rows that its output drops. keep_rows: also keep the plain 4-bit values (half a byte per
+    weight) so that `rows` can cut the layer to some of its outputs (the LM head, for a draft vocabulary)."""
+
+    ROW_BLOCK = 16
+
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bias: torch.Tensor | None = None,
+                 keep_rows: bool = False):
+        """q: integers 0..15 [N, K]; scale, zero: [N, K / GROUP] (w = (q - 8) * scale + zero)."""
+        super().__init__()
+        n, k = q.shape
+        if k % GROUP or scale.shape != (n, k // GROUP) or zero.shape != scale.shape:
+            raise SpecstreamError(f"int4 weights need groups of {GROUP} along the input (got {tuple(q.shape)})")
+        self.in_features, self.out_features = k, n
+        q = q.to(torch.uint8)
+        self.register_buffer("nibbles", (q[:, 0::2] | (q[:, 1::2] << 4)).contiguous() if keep_rows else None,
+                             persistent=False)
+        pad = -n % self.ROW_BLOCK
+        if pad:  # repeat the last row; its outputs are dropped
+            q, scale, zero = (torch.cat([t, t[-1:].expand(pad, -1)]) for t in (q, scale, zero))
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32).contiguous(), 1)
+        self.register_buffer("packed", packed, persistent=False)
+        sz = torch.stack([scale, zero], dim=-1).transpose(0, 1).contiguous()  # [K / GROUP, N, 2]
+        self.register_buffer("scales_zeros", sz.to(_KERNEL_DTYPE), persistent=False)
+        self.register_buffer("bias", None if bias is None else bias.detach().float(), persistent=False)
+        self._groups = (scale[:n], zero[:n]) if keep_rows else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features).to(_KERNEL_DTYPE)
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.packed, GROUP, self.scales_zeros)
+        if y.shape[-1] != self.out_features:
+            y = y[:, : self.out_features]
+        y = y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+        return y if self.bias is None else y + self.bias.to(y.dtype)
+
+    def rows(self, index: torch.Tensor) -> "Int4Linear":
+        """The same layer restricted to output rows `index` (a draft vocabulary's slice of the head)."""
+        if self.nibbles is None:
+            raise SpecstreamError("this int4 layer was built without keep_rows; it cannot be cut")
+        index = index.to(torch.long).cpu()
+        picked = self.nibbles[index]
+        q = torch.stack([picked & 0x0F, picked >> 4], dim=-1).reshape(len(index), self.in_features)
+        scale, zero = self._groups
+        bias = None if self.bias is None else self.bias[index]
+        return Int4Linear(q, scale[index], zero[index], bias)
+
+    def dequantized(self) -> torch.Tensor:
+        """The fp32 weight [N, K] the kernel multiplies by (for checks, not for decoding)."""
+        eye = torch.eye(self.in_features, dtype=_KERNEL_DTYPE)
+        out = torch.ops.aten._weight_int4pack_mm_for_cpu(eye, self.packed, GROUP, self.scales_zeros)
+        return out[:, : self.out_features].float().T
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, group={GROUP}, int4"
+
+
+def quantize_groups(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Asymmetric min-max 4-bit groups of a weight [N, K]: (q, scale, zero) with w ~ (q - 8) * scale + zero."""
+    w = weight.detach().float()
+    n, k = w.shape
+    if k % GROUP:
+        raise SpecstreamError(f"int4 needs input sizes that are multiples of {GROUP} (got {k})")
+    g = w.reshape(n, k // GROUP, GROUP)
+    lo, hi = g.amin(-1), g.amax(-1)
+    scale = ((hi - lo) / 15).clamp_min(1e-12)
+    q = torch.round((g - lo[..., None]) / scale[..., None]).clamp_(0, 15)
+    return q.reshape(n, k).to(torch.uint8), scale, lo + 8 * scale
+
+
+def from_q4_1(raw: np.ndarray, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(q, scale, zero) from GGUF Q4_1 blocks [n, k / 32 * 20 bytes]: fp16 d, fp16 m, 16 bytes of nibbles
+    (element j is the low nibble of byte j, element j + 16 its high nibble); w = d * q + m."""
+    blocks = np.ascontiguousarray(raw).reshape(n, k // GROUP, 20)
+    d = blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
+    m = blocks[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
+    nibbles = blocks[..., 4:20]
+    q = np.concatenate([nibbles & 0x0F, nibbles >> 4], axis=-1).reshape(n, k)
+    d_t, m_t = torch.from_numpy(d), torch.from_numpy(m)
+    return torch.from_numpy(q.astype(np.uint8)), d_t, m_t + 8 * d_t
+
+
+def dequantize(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> torch.Tensor:
+    n, k = q.shape
+    g = (q.float() - 8).reshape(n, k // GROUP, GROUP)
+    return (g * scale[..., None] + zero[..., None]).reshape(n, k)
+
+
+# ---- the model ---------------------------------------------------------------------------------
+def _linears(model) -> dict[str, nn.Linear]:
+    """Decoder-layer Linears by their name in the model, plus the LM head."""
+    layers = compat.decoder_layers(model)
+    out = {}
+    for li, layer in enumerate(layers):
+        for name, module in layer.named_modules():
+            if isinstance(module, nn.Linear):
+                out[f"{li}.{name}"] = module
+    out["lm_head"] = compat.lm_head(model)
+    return out
+
+
+def _set(model, key: str, module: nn.Module) -> None:
+    if key == "lm_head":
+        compat.causal_lm(model).lm_head = module
+        return
+    li, path = key.split(".", 1)
+    parent = compat.decoder_layers(model)[int(li)]
+    *parents, leaf = path.split(".")
+    for name in parents:
+        parent = getattr(parent, name)
+    setattr(parent, leaf, module)
+
+
+def quantize_model(model, groups: dict[str, tuple] | None = None) -> dict:
+    """Replace the decoder Linears and the LM head by `Int4Linear`s in place (CPU, fp32 model).
+
+    groups: per key of `_linears`, ready (q, scale, zero) to use instead of quantizing the weight (a
+    GGUF file's own blocks). Returns {"layers": n, "from_file": m}."""
+    if not available():
+        raise SpecstreamError("this torch has no CPU int4 kernel (aten._weight_int4pack_mm_for_cpu); use torch >= 2.6")
+    if next(model.parameters()).device.type != "cpu":
+        raise SpecstreamError("--quantize int4 runs on the CPU; on CUDA use nf4")
+    groups = groups or {}
+    from_file = 0
+    linears = _linears(model)
+    for key, linear in linears.items():
+        if linear.in_features % GROUP:
+            raise SpecstreamError(f"int4 needs input sizes that are multiples of {GROUP}; {key} has {linear.in_features}")
+        if key in groups:
+            q, scale, zero = groups[key]
+            from_file += 1
+        else:
+            q, scale, zero = quantize_groups(linear.weight)
+        _set(model, key, Int4Linear(q, scale, zero, linear.bias, keep_rows=key == "lm_head"))
+    return {"layers": len(linears), "from_file": from_file}
+
+
+# ---- a GGUF file's own 4-bit groups --------------------------------------------------------------
+_GGUF_NAMES = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+               "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+               "ffn_down": "mlp.down_proj"}
+
+
+def gguf_source(base: str) -> str | None:
+    """The GGUF file a converted default model was made from, when it is still there unchanged."""
+    marker = os.path.join(base, default_model.MARKER) if os.path.isdir(base) else ""
+    if not marker or not os.path.isfile(marker):
+        return None
+    try:
+        with open(marker) as f:
+            info = json.load(f)
+        path = info.get("source")
+        if path and os.path.isfile(path) and default_model.file_digest(path) == info.get("gguf_digest"):
+            return path
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _row_order(rows: int, n_head: int) -> np.ndarray:
+    """llama.cpp stores q/k rows permuted for its RoPE layout; transformers' own GGUF reader undoes it.
+    Apply that same function to row numbers to learn the order."""
+    from transformers.modeling_gguf_pytorch_utils import LlamaTensorProcessor
+
+    return LlamaTensorProcessor()._reverse_permute_weights(np.arange(rows), n_head, n_head)
+
+
+def gguf_groups(path: str, model) -> dict[str, tuple]:
+    """The Q4_1 tensors of a llama GGUF file as (q, scale, zero) per `_linears` key, rows in the model's
+    order; each is checked against the model's own (dequantized) weight, and one that differs is left out."""
+    from gguf import GGUFReader
+
+    config = model.config
+    if config.model_type != "llama":
+        return {}
+    heads = {"attn_q": config.num_attention_heads, "attn_k": config.num_key_value_heads}
+    linears = _linears(model)
+    out = {}
+    for tensor in GGUFReader(path).tensors:
+        parts = tensor.name.split(".")
+        if tensor.tensor_type.name != "Q4_1" or len(parts) != 4 or parts[0] != "blk" or parts[2] not in _GGUF_NAMES:
+            continue
+        key = f"{parts[1]}.{_GGUF_NAMES[parts[2]]}"
+        linear = linears.get(key)
+        if linear is None:
+            continue
+        n, k = linear.out_features, linear.in_features
+        q, scale, zero = from_q4_1(np.asarray(tensor.data), n, k)
+        if parts[2] in heads:
+            order = torch.from_numpy(_row_order(n, heads[parts[2]]).copy())
+            q, scale, zero = q[order], scale[order], zero[order]
+        if torch.allclose(dequantize(q, scale, zero), linear.weight.detach().float(), rtol=0, atol=1e-5):
+            out[key] = (q, scale, zero)
+    return out

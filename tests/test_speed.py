@@ -1,0 +1,44 @@
+"""`speed`: transformers, our loop and speculative streaming in fp32 and int4, alternating in one run."""
+
+import pytest
+
+from specstream_core import Engine, StreamParams
+from specstream_core.bench import speed
+from specstream_core.bench.runner import run_benchmark
+from specstream_core.model import int4
+from specstream_core.model.loading import quantize_in_memory
+from tiny_models import prompts, tiny_model
+
+pytestmark = pytest.mark.skipif(not int4.available(), reason="this torch has no CPU int4 kernel")
+
+
+def test_speed_rows_check_each_method_against_its_reference():
+    engines = {}
+    for precision in ("fp32", "int4"):
+        model = tiny_model("llama", seed=3)
+        if precision == "int4":
+            model = quantize_in_memory(model, "int4")
+        model.generation_config.eos_token_id = None
+        engines[precision] = Engine(model, None, StreamParams.fresh(model, gamma=2, n_stream_layers=2),
+                                    precision=precision)
+    names = list(speed.METHODS)
+    methods = speed.build(names, engines, max_new=8, threads=1, gguf_path=None)
+    assert [m.name for m in methods] == [n for n in names if n != "llama.cpp"]  # no GGUF file: no llama.cpp
+    rows = run_benchmark({"all": prompts(3, seed=2)}, methods, baseline="hf-greedy", progress=False)
+    by = {r.method: r for r in rows}
+    assert by["ar"].identical and by["ss"].identical  # fp32: our loop = transformers, ss = ar
+    assert by["ar int4"].identical  # int4 plain loop = transformers' generate on the same int4 model
+    assert all(r.tokens == 3 * 8 for r in rows)
+    table = speed.markdown(rows, {i: 1 for i in range(len(rows))})
+    assert "| 1 | ss int4 |" in table and "× transformers fp32" in table
+
+
+@pytest.mark.parametrize("flags, message", [(["--methods", "ar,vllm"], "unknown methods"),
+                                            (["--threads", "0"], "--threads"), (["--threads", "a"], "--threads"),
+                                            (["--n", "0"], "--n")])
+def test_bad_speed_settings_are_one_clear_line(flags, message, capsys):
+    from specstream_core import cli
+
+    assert cli.main(["speed", *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
