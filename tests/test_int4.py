@@ -114,12 +114,53 @@ def test_int4_plain_decoding_equals_transformers_generate_on_the_int4_model(int4
         assert engine.generate(ids, cfg).token_ids == hf_greedy(int4_llama, ids, 16)
 
 
-def test_int4_speculative_decoding_runs_with_a_draft_vocabulary(int4_llama):
-    streams = StreamParams.fresh(int4_llama, gamma=2, n_stream_layers=2, draft_vocab=list(range(0, 128, 2)))
-    engine = Engine(int4_llama, None, streams, precision="int4")
-    out = engine.generate(prompts(1, seed=5)[0], DecodeConfig(mode="ss", max_new_tokens=12, stop_on_eos=False))
-    assert len(out.token_ids) == 12 and not engine.exact
-    streams.detach()
+def _perturbed(model, draft_vocab=None):
+    streams = StreamParams.fresh(model, gamma=3, n_stream_layers=2, adapter_rank=4, seed=1, draft_vocab=draft_vocab)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in streams.trainable_parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    return streams
+
+
+@pytest.fixture(scope="module")
+def near_tie_int4():
+    """An int4 model with head_dim 64 (as real models) and unscaled random logits: near-ties everywhere,
+    so any rounding difference between a speculative and a plain pass flips tokens (without row-exact
+    attention 2 of these 20 prompt runs differ; checked by `test_the_check_can_fail`)."""
+    from specstream_core.model.loading import quantize_in_memory
+
+    model = quantize_in_memory(tiny_model("llama", seed=5, logit_scale=1.0, hidden=256, layers=4,
+                                          num_attention_heads=4, num_key_value_heads=2), "int4")
+    return model, _perturbed(model, draft_vocab=list(range(0, 128, 2)))
+
+
+def _mismatches(engine, topk, batch=False):
+    ss = DecodeConfig(mode="ss", max_new_tokens=40, stop_on_eos=False, tree_topk=topk)
+    ar = DecodeConfig(mode="ar", max_new_tokens=40, stop_on_eos=False)
+    items = prompts(10, seed=6, max_len=60)
+    plain = [engine.generate(ids, ar).token_ids for ids in items]
+    spec = ([r.token_ids for r in engine.generate_batch(items, ss)] if batch
+            else [engine.generate(ids, ss).token_ids for ids in items])
+    return sum(a != b for a, b in zip(plain, spec))
+
+
+def test_int4_speculative_output_is_plain_int4_output(near_tie_int4):
+    """Row-invariant Linears + row-exact attention: every main row of a speculative pass computes what a
+    one-row plain pass computes, bit for bit, so even near-ties resolve the same way."""
+    model, streams = near_tie_int4
+    engine = Engine(model, None, streams, precision="int4")
+    assert engine.exact and engine.row_exact
+    for topk in ((1, 1, 1), (4, 3, 2)):
+        assert _mismatches(engine, topk) == 0
+    assert _mismatches(engine, (4, 3, 2), batch=True) == 0
+
+
+def test_the_check_can_fail(near_tie_int4, monkeypatch):
+    model, streams = near_tie_int4
+    engine = Engine(model, None, streams, precision="int4")
+    monkeypatch.setattr(Engine, "row_exact", property(lambda self: False))  # plain sdpa over all rows
+    assert _mismatches(engine, (1, 1, 1)) + _mismatches(engine, (4, 3, 2)) > 0
 
 
 def test_int4_is_refused_on_cuda_and_for_odd_sizes():

@@ -68,6 +68,11 @@ class Engine:
                    chat=chat)
 
     @property
+    def row_exact(self) -> bool:
+        """int4: row-invariant Linears, so row-exact attention makes a pass's main rows exact."""
+        return self.precision == "int4"
+
+    @property
     def exact(self) -> bool:
         """Whether speculative output provably equals plain decoding at this engine's precision."""
         return is_exact(self.precision, self.device.type)

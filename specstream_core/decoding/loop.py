@@ -222,9 +222,13 @@ class Decoding:
 
     # ---- cache and batch bookkeeping ------------------------------------------------------------
     def _attention(self):
-        """Shared-prefix attention once the prompt's K/V sits in a SharedPrefixCache, sdpa before."""
+        """Shared-prefix attention once the prompt's K/V sits in a SharedPrefixCache; row-exact attention
+        where the engine's Linears are row-invariant (int4), so speculative output equals plain; sdpa else."""
         if isinstance(self.cache, SharedPrefixCache):
             return compat.shared_prefix_attention(self.engine.model, self.cache.prefix_kv)
+        if self.engine.row_exact:
+            return compat.row_exact_attention(self.engine.model, self.streams.rows if self.streams is not None else None,
+                                              per_row=self.forward_passes > 0)
         return nullcontext()
 
     def scratch(self) -> int:

@@ -148,3 +148,99 @@ def shared_prefix_attention(model: nn.Module, prefix_kv):
         _shared_prefix = previous
         for layer, cfg in saved:
             layer.self_attn.config = cfg
+
+
+# ---- row-exact attention (a main row's result does not depend on the other rows of its pass) -----
+ROW_EXACT_ATTENTION = "specstream_row_exact"
+_row_exact = None  # (RowState | None, per_row, memo) while inside `row_exact_attention`
+
+
+def _sdpa(module, query, key, value, mask, scaling, dropout, **kwargs) -> torch.Tensor:
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    return sdpa_attention_forward(module, query, key, value, mask, dropout=dropout, scaling=scaling, **kwargs)[0]
+
+
+def _visible_keys(mask: torch.Tensor | None, B: int, n: int, keys: int) -> list[list]:
+    """Per row b and main row i: the number of keys when it sees a prefix, else the index of those it
+    sees. Computed once per mask (the layers of one pass share their mask)."""
+    memo = _row_exact[2]
+    if mask is not None and memo.get("mask") is mask:
+        return memo["seen"]
+    out = []
+    for b in range(B):
+        row = []
+        for i in range(n):
+            if mask is None:
+                row.append(keys)
+                continue
+            seen = (mask[b, 0, i] == 0).nonzero()[:, 0]
+            row.append(seen.numel() if not seen.numel() or int(seen[-1]) == seen.numel() - 1 else seen)
+        out.append(row)
+    memo.update(mask=mask, seen=out)
+    return out
+
+
+def _one_row(query, key, value, scaling) -> torch.Tensor:
+    """One query row [1, Hq, 1, D] over its keys [1, H_kv, L, D]: the query heads sharing a key/value
+    head go in as that head's rows (GQA without copying keys). Returns [1, 1, Hq, D]."""
+    _, hq, _, d = query.shape
+    kv = key.shape[1]
+    out = torch.nn.functional.scaled_dot_product_attention(query.reshape(1, kv, hq // kv, d), key, value,
+                                                           scale=scaling)
+    return out.reshape(1, 1, hq, d)
+
+
+def _row_exact_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """Attention in which each main row of a decoding step is one one-row sdpa call over exactly the keys
+    it may see (a slice of the cache when they are its prefix, as in a chain), so it computes what a
+    plain one-row pass over the same cache computes, bit for bit. With row-invariant Linears (int4) a
+    speculative pass then scores its main rows exactly as plain decoding would. Stream rows (index >=
+    the row state's n_main) are one masked call; a prefill's main rows are one call, the same in
+    plain and speculative decoding. query [B, Hq, q, D]; returns [B, q, Hq, D] like transformers' sdpa."""
+    state, per_row = _row_exact[0], _row_exact[1]
+    B, _, q, _ = query.shape
+    n = state.n_main if state is not None and state.n_main is not None else q
+    mask = attention_mask
+    parts = []
+    if not per_row:
+        parts.append(_sdpa(module, query[:, :, :n], key, value, None if mask is None else mask[:, :, :n],
+                           scaling, dropout, **kwargs))
+    else:
+        seen = _visible_keys(mask, B, n, key.shape[2])
+        rows = []
+        for b in range(B):
+            outs = []
+            for i, s in enumerate(seen[b]):
+                if isinstance(s, int):  # its prefix: a view of the cache, as in a plain pass
+                    k, v = key[b:b + 1, :, :s], value[b:b + 1, :, :s]
+                else:
+                    k, v = key[b:b + 1].index_select(2, s), value[b:b + 1].index_select(2, s)
+                outs.append(_one_row(query[b:b + 1, :, i:i + 1], k, v, scaling))
+            rows.append(torch.cat(outs, dim=1) if len(outs) > 1 else outs[0])
+        parts.append(torch.cat(rows, dim=0) if B > 1 else rows[0])
+    if n < q:  # stream rows: their own call
+        parts.append(_sdpa(module, query[:, :, n:], key, value, None if mask is None else mask[:, :, n:],
+                           scaling, dropout, **kwargs))
+    return (torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]), None
+
+
+@contextmanager
+def row_exact_attention(model: nn.Module, row_state, per_row: bool):
+    """Every decoder layer uses `_row_exact_forward` while inside (per_row: a decoding step, False: a
+    prefill). row_state: the stream parameters' RowState (which rows are main rows), or None."""
+    from transformers import AttentionInterface
+
+    global _row_exact
+    if ROW_EXACT_ATTENTION not in AttentionInterface._global_mapping:
+        AttentionInterface.register(ROW_EXACT_ATTENTION, _row_exact_forward)
+    saved = [(layer, layer.self_attn.config) for layer in decoder_layers(model)]
+    for layer, _ in saved:
+        set_attention_implementation(layer, ROW_EXACT_ATTENTION)
+    previous, _row_exact = _row_exact, (row_state, per_row, {})
+    try:
+        yield
+    finally:
+        _row_exact = previous
+        for layer, cfg in saved:
+            layer.self_attn.config = cfg

@@ -1,6 +1,7 @@
 """Load a Hugging Face causal LM (local directory or hub id) at a chosen precision and device.
 
-Precision: fp32, bf16, nf4 (bitsandbytes 4-bit) or int8 (bitsandbytes 8-bit). Only the
+Precision: fp32, bf16, nf4 (bitsandbytes 4-bit), int8 (bitsandbytes 8-bit) or int4 (torch's CPU int4
+kernel, `model/int4.py`; a GGUF-converted base keeps its file's own 4-bit groups). Only the
 architectures in `compat.SUPPORTED_MODEL_TYPES` are accepted; anything else is refused with a
 message naming the supported families.
 """
@@ -39,16 +40,17 @@ class LoadConfig:
             raise SpecstreamError("--device cuda was asked for but no CUDA device is available")
 
 
-# precisions whose speculative output provably equals plain decoding (tests: test_lossless, test_int4):
-# fp32 on any device, and CPU nf4 with bitsandbytes' bf16 fast path off (it computes in fp32). In bf16
-# and int4 a pass's reductions depend on how many rows it holds, so a token can flip where two
-# candidates nearly tie: such runs are labelled "not exact" and their mismatch rate is measured (bench).
+# precisions whose speculative output equals plain decoding (tests: test_lossless, test_int4): fp32 on
+# any device; CPU nf4 with bitsandbytes' bf16 fast path off (it computes in fp32); int4, whose kernel is
+# row-invariant and whose attention runs row-exact (compat.row_exact_attention), so a speculative pass
+# computes its main rows bit for bit as a plain pass. In bf16 (oneDNN) a pass's sums depend on how many
+# rows it holds, so a near-tie can flip a token: such runs are labelled "not exact".
 def is_exact(precision: str, device: str = "cpu") -> bool:
-    return precision == "fp32" or (precision == "nf4" and device == "cpu")
+    return precision in ("fp32", "int4") or (precision == "nf4" and device == "cpu")
 
 
 NOT_EXACT_NOTE = ("not exact: at {precision} a speculative pass can round differently from a plain pass, so "
-                  "a near-tie can flip a token (fp32 is exact; `bench` measures the mismatch rate)")
+                  "a near-tie can flip a token (fp32 and int4 are exact; `speed` shows how often outputs differ)")
 
 
 def precision_from_flags(quantize: str = "none", dtype: str = "fp32") -> str:
