@@ -7,11 +7,12 @@ between the Linears (norms, attention, residuals) keeps the model's fp32.
 
 Why this path: one 4-bit row costs a quarter of the bytes of fp32 (the plain pass is bound by reading
 weights), and the kernel is *row-invariant*: a row's result does not depend on how many rows share
-the pass (checked by `tests/test_int4.py`), so a speculative pass scores its main rows exactly as a
-one-row pass would, and speculative decoding stays lossless against int4 plain decoding.
+the pass (checked by `tests/test_int4.py`). With the engine's row-exact attention
+(`compat.row_exact_attention`) a speculative pass computes its main rows bit for bit as a one-row pass
+would, so speculative decoding in int4 equals int4 plain decoding (tests/test_int4.py).
 
 Where the base was converted from a Q4_1 GGUF file (the default SmolLM2 model), the decoder layers'
-4-bit groups are the file's own (`from_gguf_q4_1`): Q4_1 stores w = d * q + m per block of 32, which is
+4-bit groups are the file's own (`gguf_groups`, `from_q4_1`): Q4_1 stores w = d * q + m per block of 32, which is
 the kernel's form with scale = d and zero = m + 8 d; only their rounding to bf16 differs. The file's
 token embedding (Q8_0, tied to the head) is quantized again to 4 bits for the head.
 """
