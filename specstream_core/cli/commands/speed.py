@@ -39,9 +39,13 @@ def _plan(args) -> tuple[list[str], list[int]]:
     bad = [m for m in names if m not in METHODS]
     if bad:
         raise SpecstreamError(f"unknown methods {bad}; choose from {', '.join(METHODS)}")
-    for needed in ("hf-greedy", "ar"):
-        if needed not in names:
-            names.insert(0, needed)
+    wanted = set(names) | {"hf-greedy", "ar"}
+    while True:  # every method's reference runs too (ss int4 needs ar int4, which needs hf-greedy int4)
+        more = {METHODS[m][1] for m in wanted} - wanted
+        if not more:
+            break
+        wanted |= more
+    names = [m for m in METHODS if m in wanted]
     try:
         threads = [int(t) for t in args.threads.split(",") if t.strip()]
     except ValueError:
