@@ -13,6 +13,8 @@ from __future__ import annotations
 import importlib.util
 import time
 
+import numpy as np
+
 from specstream_core.bench.runner import Method, Row, engine_method, hf_method
 
 # method -> (precision, reference method); "hf-greedy" (transformers fp32) is the baseline
@@ -34,8 +36,6 @@ def llama_cpp_available() -> bool:
 def llama_cpp_method(gguf_path: str, threads: int, max_new: int, eos_ids: set[int]) -> Method:
     """llama.cpp's own forward passes on the same token ids (its tokenizer is the file's, as ours), greedy:
     the argmax of the logits it returns after each pass (the wall time includes the prompt, as ours)."""
-    import numpy as np
-
     llm = _load_llama(gguf_path, threads)
     vocab = llm.n_vocab()
 
