@@ -1,6 +1,7 @@
 """`speed`: transformers, our loop and speculative streaming in fp32 and int4, alternating in one run."""
 
 import pytest
+import torch
 
 from specstream_core import Engine, StreamParams
 from specstream_core.bench import speed
@@ -14,10 +15,12 @@ pytestmark = pytest.mark.skipif(not int4.available(), reason="this torch has no 
 
 def test_speed_rows_check_each_method_against_its_reference():
     engines = {}
-    for precision in ("fp32", "int4"):
+    for precision in ("fp32", "bf16", "int4"):
         model = tiny_model("llama", seed=3)
         if precision == "int4":
             model = quantize_in_memory(model, "int4")
+        if precision == "bf16":
+            model = model.to(torch.bfloat16)
         model.generation_config.eos_token_id = None
         engines[precision] = Engine(model, None, StreamParams.fresh(model, gamma=2, n_stream_layers=2),
                                     precision=precision)

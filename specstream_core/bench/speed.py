@@ -1,11 +1,12 @@
 """Tokens per second against the peers a CPU user would pick instead: transformers' greedy `generate`
-in fp32 and in int4, our plain loop and speculative streaming in fp32 and int4, and llama.cpp on the
+in fp32 and in int4, our plain loop and speculative streaming in fp32, bf16 and int4, and llama.cpp on the
 same GGUF file (through `llama-cpp-python`, when it is installed).
 
 All methods decode the same chat prompts greedily, alternating per prompt in one process
 (`runner.run_benchmark`), at each thread count asked for. Each row says whose output it must equal:
 transformers' generate on the same weights for our plain loop, our plain loop for speculative
-streaming, our int4 loop for llama.cpp (which rounds differently: its agreement is shown, not claimed).
+streaming (in bf16 it is not exact: the count shows how often it differs), our int4 loop for llama.cpp
+(which rounds differently: its agreement is shown, not claimed).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ METHODS = {
     "hf-greedy": ("fp32", "hf-greedy"),
     "ar": ("fp32", "hf-greedy"),
     "ss": ("fp32", "ar"),
+    "ar bf16": ("bf16", "ar bf16"),
+    "ss bf16": ("bf16", "ar bf16"),
     "hf-greedy int4": ("int4", "hf-greedy int4"),
     "ar int4": ("int4", "hf-greedy int4"),
     "ss int4": ("int4", "ar int4"),

@@ -31,7 +31,7 @@ COMMANDS = {
     "pass-cost": ("specstream_core.cli.commands.pass_cost",
                   "cost of a plain, a verification and a speculative pass here, and the τ each needs"),
     "speed": ("specstream_core.cli.commands.speed",
-              "tokens/s against transformers and llama.cpp, fp32 and int4, at 1 and 2 threads"),
+              "tokens/s against transformers and llama.cpp, fp32, bf16 and int4, at 1 and 2 threads"),
 }
 
 

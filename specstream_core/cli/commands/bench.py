@@ -60,7 +60,7 @@ def add_arguments(p) -> None:
     p.add_argument("--topk", default="", help="draft tree per depth (default: the streams' recommended)")
     p.add_argument("--prune-threshold", type=float, default=None)
     p.add_argument("--node-budget", type=int, default=None)
-    p.add_argument("--precisions", default=None, help="comma-separated: fp32,nf4 (default both; --quick: fp32)")
+    p.add_argument("--precisions", default=None, help="comma-separated: fp32,nf4,int4,bf16 (default fp32,nf4; --quick: fp32)")
     p.add_argument("--quantize", choices=("none", "nf4"), default=None, help="shorthand for --precisions fp32 / nf4")
     p.add_argument("--ablations", default=None,
                    help=f"comma-separated subset of {', '.join(ABLATIONS)}, or 'none' (default: all that apply)")
@@ -124,9 +124,9 @@ def plan(args) -> dict:
         precisions = ["nf4" if args.quantize == "nf4" else "fp32"]
     else:
         precisions = _csv(QUICK["precisions"]) if args.quick else ["fp32", "nf4"]
-    bad = [p for p in precisions if p not in ("fp32", "nf4")]
+    bad = [p for p in precisions if p not in ("fp32", "nf4", "int4", "bf16")]
     if bad or not precisions:
-        raise SpecstreamError(f"--precisions must list fp32 and/or nf4, got {args.precisions!r}")
+        raise SpecstreamError(f"--precisions must list some of fp32, nf4, int4, bf16, got {args.precisions!r}")
     if args.ablations is not None:
         ablations = [] if args.ablations.strip() == "none" else _csv(args.ablations)
     else:

@@ -1,4 +1,4 @@
-"""`speed`: tokens/s of transformers, our plain loop, speculative streaming and llama.cpp, fp32 and int4,
+"""`speed`: tokens/s of transformers, our plain loop, speculative streaming and llama.cpp, fp32, bf16 and int4,
 at 1 and 2 threads, methods alternating per prompt (specstream_core/bench/speed.py).
 
     python -m specstream_core speed                                   # the default model, 1 and 2 threads
@@ -68,7 +68,8 @@ def run(args) -> int:
 
     names, threads = _plan(args)
     base, streams = defaults.resolve(args.base, args.streams)
-    precisions = sorted({speed.METHODS[m][0] for m in names} & {"fp32", "int4"} | ({"int4"} if "llama.cpp" in names else set()))
+    precisions = sorted({speed.METHODS[m][0] for m in names} & {"fp32", "bf16", "int4"}
+                        | ({"int4"} if "llama.cpp" in names else set()))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         engines = {p: Engine.load(base, streams, precision=p) for p in precisions}
