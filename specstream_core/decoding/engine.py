@@ -41,6 +41,8 @@ class Engine:
             eos = getattr(model.config, "eos_token_id", None)
         self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else ([eos] if eos is not None else []))
         self._lm_head = compat.lm_head(model)
+        if self.row_exact:
+            compat.use_row_exact_attention(model)
         self._causal_cache: dict[int, torch.Tensor] = {}
         self.token_text = lru_cache(maxsize=65536)(self._token_text)
 

@@ -227,7 +227,7 @@ class Decoding:
         if isinstance(self.cache, SharedPrefixCache):
             return compat.shared_prefix_attention(self.engine.model, self.cache.prefix_kv)
         if self.engine.row_exact:
-            return compat.row_exact_attention(self.engine.model, self.streams.rows if self.streams is not None else None,
+            return compat.row_exact_attention(self.streams.rows if self.streams is not None else None,
                                               per_row=self.forward_passes > 0)
         return nullcontext()
 

@@ -198,6 +198,8 @@ def _row_exact_forward(module, query, key, value, attention_mask, scaling=None, 
     speculative pass then scores its main rows exactly as plain decoding would. Stream rows (index >=
     the row state's n_main) are one masked call; a prefill's main rows are one call, the same in
     plain and speculative decoding. query [B, Hq, q, D]; returns [B, q, Hq, D] like transformers' sdpa."""
+    if _row_exact is None:  # outside a decoding step (transformers' own generate): plain sdpa
+        return _sdpa(module, query, key, value, attention_mask, scaling, dropout, **kwargs), None
     state, per_row = _row_exact[0], _row_exact[1]
     B, _, q, _ = query.shape
     n = state.n_main if state is not None and state.n_main is not None else q
@@ -225,22 +227,26 @@ def _row_exact_forward(module, query, key, value, attention_mask, scaling=None, 
     return (torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]), None
 
 
-@contextmanager
-def row_exact_attention(model: nn.Module, row_state, per_row: bool):
-    """Every decoder layer uses `_row_exact_forward` while inside (per_row: a decoding step, False: a
-    prefill). row_state: the stream parameters' RowState (which rows are main rows), or None."""
+def use_row_exact_attention(model: nn.Module) -> None:
+    """Name the row-exact attention in every decoder layer, once (int4 engines): outside
+    `row_exact_attention` it is plain sdpa, so transformers' own generate on the model is unchanged."""
     from transformers import AttentionInterface
 
-    global _row_exact
     if ROW_EXACT_ATTENTION not in AttentionInterface._global_mapping:
         AttentionInterface.register(ROW_EXACT_ATTENTION, _row_exact_forward)
-    saved = [(layer, layer.self_attn.config) for layer in decoder_layers(model)]
-    for layer, _ in saved:
-        set_attention_implementation(layer, ROW_EXACT_ATTENTION)
+    for layer in decoder_layers(model):
+        if layer.self_attn.config._attn_implementation != ROW_EXACT_ATTENTION:
+            set_attention_implementation(layer, ROW_EXACT_ATTENTION)
+
+
+@contextmanager
+def row_exact_attention(row_state, per_row: bool):
+    """Inside, layers that use the row-exact attention (`use_row_exact_attention`) compute main rows one by
+    one (per_row: a decoding step) or as one block (a prefill). row_state: the stream parameters' RowState
+    (which rows are main rows), or None."""
+    global _row_exact
     previous, _row_exact = _row_exact, (row_state, per_row, {})
     try:
         yield
     finally:
         _row_exact = previous
-        for layer, cfg in saved:
-            layer.self_attn.config = cfg
