@@ -27,7 +27,11 @@ def test_speed_rows_check_each_method_against_its_reference():
     names = list(speed.METHODS)
     methods = speed.build(names, engines, max_new=8, threads=1, gguf_path=None)
     assert [m.name for m in methods] == [n for n in names if n != "llama.cpp"]  # no GGUF file: no llama.cpp
+    kept = speed.recording(methods)
     rows = run_benchmark({"all": prompts(3, seed=2)}, methods, baseline="hf-greedy", progress=False)
+    assert all(len(v) == 1 + 3 for v in kept.values())  # the warm-up, then each prompt
+    assert speed.shared_prefix(kept["ss"][1:], kept["ar"][1:]) == 1.0
+    assert speed.shared_prefix([[1, 2, 9, 9]], [[1, 2, 3, 4]]) == 0.5
     by = {r.method: r for r in rows}
     assert by["ar"].identical and by["ss"].identical  # fp32: our loop = transformers, ss = ar
     assert by["ar int4"].identical  # int4 plain loop = transformers' generate on the same int4 model

@@ -79,6 +79,27 @@ def _load_llama(gguf_path: str, threads: int):
         high_level.llama_cpp.llama_model_default_params = default
 
 
+def recording(methods: list[Method]) -> dict[str, list[list[int]]]:
+    """Make each method keep its outputs (after its warm-up run): method name -> token lists in prompt order."""
+    kept: dict[str, list[list[int]]] = {}
+    for m in methods:
+        def run(ids, inner=m.run, name=m.name):
+            tokens, wall, passes = inner(ids)
+            kept.setdefault(name, []).append(tokens)
+            return tokens, wall, passes
+        m.run = run
+    return kept
+
+
+def shared_prefix(outputs: list[list[int]], reference: list[list[int]]) -> float:
+    """Mean share of the reference's tokens produced before the first difference (1.0: identical)."""
+    shares = []
+    for a, b in zip(outputs, reference):
+        same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        shares.append(same / max(1, len(b)) if a != b else 1.0)
+    return sum(shares) / max(1, len(shares))
+
+
 def build(names: list[str], engines: dict, max_new: int, threads: int, gguf_path: str | None) -> list[Method]:
     """engines: precision -> Engine (with streams). Methods in `names` order; llama.cpp only with a file."""
     out = []
@@ -98,14 +119,18 @@ def build(names: list[str], engines: dict, max_new: int, threads: int, gguf_path
     return out
 
 
-def markdown(rows: list[Row], threads_of: dict[int, int]) -> str:
-    """One table: threads, method, precision, tokens/s, × transformers fp32 (median per prompt), τ, output check."""
-    lines = ["| threads | method | weights | tokens/s | × transformers fp32 | τ | output equals |",
-             "|---|---|---|---|---|---|---|"]
+def markdown(rows: list[Row], threads_of: dict[int, int], closeness: dict[int, float] | None = None) -> str:
+    """One table: threads, method, precision, tokens/s, × transformers fp32 (median per prompt), τ, output
+    check, and (closeness: row index -> share) how much of fp32 plain decoding's output it reproduces."""
+    closeness = closeness or {}
+    lines = ["| threads | method | weights | tokens/s | × transformers fp32 | τ | output equals | "
+             "same as fp32 until the first difference |",
+             "|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(rows):
         ref = METHODS.get(r.method, ("", r.method))[1]
         same = "itself (baseline)" if ref == r.method else (
             f"{ref}: {'yes' if r.identical else f'{r.identical_count}/{r.prompts} prompts'}")
+        close = f"{closeness[i]:.0%}" if i in closeness else "–"
         lines.append(f"| {threads_of[i]} | {r.method} | {r.precision} | {r.tokens_per_s:.1f} | {r.speedup:.2f}× | "
-                     f"{r.tau:.2f} | {same} |")
+                     f"{r.tau:.2f} | {same} | {close} |")
     return "\n".join(lines)

@@ -80,21 +80,24 @@ def run(args) -> int:
     engine = engines[precisions[0]]
     prompts = {"all": [engine.encode(ex["prompt"], args.max_new_tokens) for c in suite_categories("chat")
                        for ex in suite_examples("chat", c, args.n)]}
-    rows, threads_of = [], {}
+    rows, threads_of, closeness = [], {}, {}
     for t in threads:
         torch.set_num_threads(t)
         methods = speed.build(names, engines, args.max_new_tokens, t, gguf)
+        kept = speed.recording(methods)
         got = run_benchmark(prompts, methods, baseline="hf-greedy", progress=not args.no_progress, desc=f"speed {t} thr")
         for r in got:
             r.precision = speed.METHODS[r.method][0]
             threads_of[len(rows)] = t
+            closeness[len(rows)] = speed.shared_prefix(kept[r.method][1:], kept["ar"][1:])  # [0]: warm-up
             rows.append(r)
-    table = speed.markdown(rows, threads_of)
+    table = speed.markdown(rows, threads_of, closeness)
     print(table)
     report = {"base": base, "streams": streams, "threads": threads, "n_per_category": args.n,
               "max_new_tokens": args.max_new_tokens, "int4": getattr(engines.get("int4"), "model", None) and
               getattr(engines["int4"].model.config, "specstream_int4", None),
-              "rows": [{**r.__dict__, "threads": threads_of[i]} for i, r in enumerate(rows)]}
+              "rows": [{**r.__dict__, "threads": threads_of[i], "same_as_fp32_until_first_difference": closeness[i]}
+                       for i, r in enumerate(rows)]}
     for path, text in ((args.json, json.dumps(report, indent=1) + "\n"), (args.markdown, table + "\n")):
         if path:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
