@@ -18,7 +18,7 @@ DEFAULT_PATH = os.path.join(defaults.ROOT, "docs", "bench", "latest.json")
 PASS_COST_PATH = os.path.join(defaults.ROOT, "docs", "bench", "pass-cost.json")
 PASS_COST_COMMAND = ("python -m specstream_core pass-cost --precisions fp32,int4 --repeats 20 "
                      "--json docs/bench/pass-cost.json --markdown docs/bench/pass-cost.md --plots docs/bench/")
-COMMAND = ("python -m specstream_core bench --methods ar,hf-greedy,hf-pld,pld,ss-lossless --n 5 --max-new-tokens 64 "
+COMMAND = ("python -m specstream_core bench --methods ar,hf-greedy,hf-pld,pld,medusa,ss-lossless --n 5 --max-new-tokens 64 "
            "--threads 1 --ablations gamma --ablation-categories 8 --ablation-n 1 --precisions fp32 "
            "--json docs/bench/latest.json --markdown docs/bench/latest.md --plots docs/bench/ --doc docs/BENCHMARKS.md")
 NONE_YET = ("No benchmark results yet. Run\n\n```bash\n" + COMMAND + "\n```\n\n"
