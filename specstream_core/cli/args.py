@@ -92,6 +92,13 @@ def load_engine(args, quiet: bool = False):
                            n_stream_layers=args.n_stream_layers, chat=not getattr(args, "raw", False))
 
 
+def write_text(path: str, text: str) -> None:
+    """Write a command's output file, making its folder."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
 def check_output_file(path: str, flag: str) -> None:
     """A clear error now, rather than after the work is done, when `path` cannot be written."""
     folder = os.path.dirname(os.path.abspath(path))

@@ -16,6 +16,7 @@ import os
 import platform
 import warnings
 
+from specstream_core.cli.args import write_text
 from specstream_core.model import defaults
 from specstream_core.errors import SpecstreamError
 from specstream_core.model.streams import check_gamma
@@ -101,19 +102,13 @@ def run(args) -> int:
     tables = markdown(runs)
     print(tables)
     if args.json:
-        _write(args.json, json.dumps({"runs": runs}, indent=1) + "\n")
+        write_text(args.json, json.dumps({"runs": runs}, indent=1) + "\n")
     if args.markdown:
-        _write(args.markdown, tables)
+        write_text(args.markdown, tables)
     if args.plots:
         labels, series = figure_series(runs)
         title = "Cost of one forward pass ÷ a plain pass"
-        _write(os.path.join(args.plots, "pass-cost.svg"), svg_bars(title, labels, series, "× plain pass"))
+        write_text(os.path.join(args.plots, "pass-cost.svg"), svg_bars(title, labels, series, "× plain pass"))
         pass_cost_figure(runs).write_html(os.path.join(args.plots, "pass-cost.html"), include_plotlyjs="cdn",
                                           full_html=True)
     return 0
-
-
-def _write(path: str, text: str) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        f.write(text)

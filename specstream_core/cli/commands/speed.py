@@ -11,9 +11,9 @@ builds from source, ~25 min on one core) and the base was converted from a GGUF 
 from __future__ import annotations
 
 import json
-import os
 import warnings
 
+from specstream_core.cli.args import write_text
 from specstream_core.errors import SpecstreamError
 from specstream_core.model import defaults
 
@@ -94,13 +94,11 @@ def run(args) -> int:
     table = speed.markdown(rows, threads_of, closeness)
     print(table)
     report = {"base": base, "streams": streams, "threads": threads, "n_per_category": args.n,
-              "max_new_tokens": args.max_new_tokens, "int4": getattr(engines.get("int4"), "model", None) and
-              getattr(engines["int4"].model.config, "specstream_int4", None),
+              "max_new_tokens": args.max_new_tokens,
+              "int4": getattr(engines["int4"].model.config, "specstream_int4", None) if "int4" in engines else None,
               "rows": [{**r.__dict__, "threads": threads_of[i], "same_as_fp32_until_first_difference": closeness[i]}
                        for i, r in enumerate(rows)]}
     for path, text in ((args.json, json.dumps(report, indent=1) + "\n"), (args.markdown, table + "\n")):
         if path:
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            with open(path, "w") as f:
-                f.write(text)
+            write_text(path, text)
     return 0
