@@ -48,6 +48,23 @@ def test_training_lowers_the_loss(mode, tmp_path):
     assert summary["eval"]["tau_estimate"] >= 1.0
 
 
+def test_shared_lora_on_top_layers_only_trains_them(tmp_path):
+    """`lora_layers` <= Ns: LoRA sits in the stream layers only, the lower layers' output is reused, the loss falls."""
+    model = tiny_model("llama", seed=0)
+    n = len(model.model.layers)
+    cfg = TrainConfig(mode="shared", gamma=3, n_stream_layers=2, lora_rank=4, lora_layers=2, steps=60, batch_size=8,
+                      seq_len=64, lr=5e-3, warmup=5, precision="fp32", checkpoint_every=0, log_every=5)
+    assert cfg.frozen_bottom and not replace(cfg, lora_layers=0).frozen_bottom
+    data = periodic_data()
+    summary = train(model, cfg, data, str(tmp_path), eval_data=data, progress=False, log=lambda *a: None)
+    losses = [h["loss"] for h in summary["history"]]
+    assert sum(losses[-3:]) / 3 < 0.92 * sum(losses[:3]) / 3, losses
+    adapted = {int(k.split("layers.")[1].split(".")[0]) for k, _ in model.named_parameters() if "lora_" in k}
+    assert adapted == {n - 2, n - 1}
+    config = json.loads((tmp_path / "lora" / "adapter_config.json").read_text())
+    assert config["layers_to_transform"] == [n - 2, n - 1]
+
+
 def test_trained_streams_reload_decode_exactly(tmp_path):
     model = tiny_model("llama", seed=0, logit_scale=1.0)
     cfg = TrainConfig(mode="lossless", gamma=3, n_stream_layers=2, adapter_rank=4, steps=30, batch_size=8,

@@ -15,6 +15,7 @@ class TrainConfig:
     n_stream_layers: int = 2
     adapter_rank: int = 16  # stream-rows-only LoRA (lossless)
     lora_rank: int = 16  # shared LoRA
+    lora_layers: int = 0  # shared: LoRA on the top K layers only (0 = every layer); K <= Ns keeps the rest frozen
     prune_rank: int = 8
     steps: int = 600
     minutes: float = 0.0  # stop early after this many minutes (0 = no limit)
@@ -39,3 +40,10 @@ class TrainConfig:
         check_gamma(self.gamma, "--gamma")
         if self.steps < 1 or self.batch_size < 1 or self.seq_len < 8:
             raise SpecstreamError("steps and batch size must be >= 1 and seq_len >= 8")
+        if self.lora_layers < 0:
+            raise SpecstreamError(f"--lora-layers must be >= 0 (0 = every layer), got {self.lora_layers}")
+
+    @property
+    def frozen_bottom(self) -> bool:
+        """Nothing below the stream-birth layer trains: its output can be computed once per sequence."""
+        return self.mode == "lossless" or 0 < self.lora_layers <= self.n_stream_layers

@@ -32,7 +32,7 @@ class StreamObjective(nn.Module):
         # only positions with a stream target carry streams: fewer rows in the (1+γ)-wide layers
         carriers, pad = stream_carriers(weight, gamma)
         out = msa.forward(self.model, ids, positions, visible, streams=self.streams, carriers=carriers,
-                          frozen_bottom=self.cfg.mode == "lossless", birth_hidden=birth_hidden)
+                          frozen_bottom=self.cfg.frozen_bottom, birth_hidden=birth_hidden)
         head = compat.lm_head(self.model)
         parts = {}
         loss = ids.new_zeros((), dtype=torch.float32)

@@ -30,6 +30,7 @@ from dataclasses import asdict, replace
 import torch
 
 from specstream_core.errors import SpecstreamError
+from specstream_core.model import compat
 from specstream_core.model.streams import ADAPTER_TARGETS, LORA_DIR, StreamParams, read_stream_weights
 from specstream_core.training.config import TrainConfig
 from specstream_core.training.evaluate import evaluate_streams
@@ -48,8 +49,11 @@ def build_streams(model, cfg: TrainConfig, draft_vocab: list[int] | None = None)
     if cfg.mode == "shared":
         from peft import LoraConfig, get_peft_model
 
+        n_layers = len(compat.decoder_layers(model))
+        top = list(range(n_layers - cfg.lora_layers, n_layers)) if 0 < cfg.lora_layers < n_layers else None
         lora = LoraConfig(r=cfg.lora_rank, lora_alpha=2 * cfg.lora_rank, lora_dropout=0.0,
-                          target_modules=list(ADAPTER_TARGETS))
+                          target_modules=list(ADAPTER_TARGETS), layers_to_transform=top,
+                          layers_pattern="layers" if top else None)
         model = get_peft_model(model, lora)
     streams = StreamParams.fresh(model, gamma=cfg.gamma, n_stream_layers=cfg.n_stream_layers,
                                  adapter_rank=cfg.adapter_rank if cfg.mode == "lossless" else 0,
@@ -144,7 +148,7 @@ def _step_function(model, streams, objective, cfg: TrainConfig, train_data, gen,
     """step -> (loss, parts, tokens) of one random batch (drawn from `gen`, so a resumed run draws the same)."""
     ids, weight = train_data
     features = (FeatureCache(model, streams.cfg.birth_layer, cfg.feature_cache_gb * 2**30)
-                if cfg.mode == "lossless" and cfg.feature_cache_gb > 0 else None)
+                if cfg.frozen_bottom and cfg.feature_cache_gb > 0 else None)
 
     def one_step(step: int):
         idx = torch.randint(0, ids.shape[0], (cfg.batch_size,), generator=gen)

@@ -27,6 +27,8 @@ def add_arguments(p) -> None:
     p.add_argument("--n-stream-layers", type=int, default=2)
     p.add_argument("--adapter-rank", type=int, default=16, help="stream-rows-only LoRA rank (lossless)")
     p.add_argument("--lora-rank", type=int, default=16, help="shared LoRA rank (shared mode)")
+    p.add_argument("--lora-layers", type=int, default=0, help="shared mode: LoRA on the top K layers only "
+                   "(0 = every layer; K <= --n-stream-layers reuses the frozen lower layers' output, as lossless does)")
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--minutes", type=float, default=0.0, help="stop after this many minutes (0 = no limit)")
     p.add_argument("--batch-size", type=int, default=8)
@@ -68,7 +70,8 @@ def run(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     cfg = TrainConfig(mode=args.mode, gamma=args.gamma, n_stream_layers=args.n_stream_layers,
-                      adapter_rank=args.adapter_rank, lora_rank=args.lora_rank, steps=args.steps,
+                      adapter_rank=args.adapter_rank, lora_rank=args.lora_rank,
+                      lora_layers=args.lora_layers, steps=args.steps,
                       minutes=args.minutes, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
                       precision=args.precision, seed=args.seed, draft_vocab_size=args.draft_vocab,
                       feature_cache_gb=args.feature_cache_gb, init_from=args.init_from)
