@@ -33,6 +33,29 @@ def test_int4_linear_computes_with_its_groups_and_is_row_invariant():
         assert torch.equal(layer(x[m:m + 1]), y[m:m + 1])
 
 
+def test_fused_members_give_their_own_layers_output_in_one_kernel_call(monkeypatch):
+    torch.manual_seed(0)
+    parts = [int4.quantize_groups(torch.randn(n, 64)) for n in (48, 16, 16)]
+    fused = int4.FusedInt4([(*p, None) for p in parts])
+    members = [int4.Int4Part(fused, i) for i in range(3)]
+    x = torch.randn(2, 3, 64)
+    calls = []
+    kernel = torch.ops.aten._weight_int4pack_mm_for_cpu
+    monkeypatch.setattr(int4.torch.ops.aten, "_weight_int4pack_mm_for_cpu", lambda *a: calls.append(1) or kernel(*a))
+    outs = [m(x) for m in members]
+    assert len(calls) == 1
+    for (q, s, z), out, m in zip(parts, outs, members):
+        alone = int4.Int4Linear(q, s, z)(x)
+        assert out.shape == alone.shape and torch.allclose(out, alone, atol=1e-5, rtol=1e-3)
+        assert torch.allclose(m.dequantized(), int4.dequantize(q, s, z), atol=0.02)
+    calls.clear()
+    members[2](x)
+    assert not calls  # still the same input: sliced from the stored call
+    x.mul_(2)  # the same tensor changed in place: computed again
+    members[1](x)
+    assert len(calls) == 1
+
+
 def test_int4_rows_is_the_head_cut_to_a_vocabulary():
     _, layer = _layer(n=168, keep_rows=True)  # 168 and 5 rows: not multiples of the kernel's 16
     x = torch.randn(3, 128)
@@ -94,9 +117,9 @@ def test_a_gguf_files_own_q4_1_groups_are_used(tmp_path):
     groups = int4.gguf_groups(str(tmp_path / "tiny.gguf"), model)
     assert len(groups) == 7 * 2  # every decoder Linear, q and k rows put back in the model's order
     report = int4.quantize_model(model, groups)
-    assert report == {"layers": 7 * 2 + 1, "from_file": 14}
+    assert report == {"layers": 7 * 2 + 1, "from_file": 14, "fused": 2 * 2}  # q/k/v and gate/up per layer
     q_proj = model.model.layers[1].self_attn.q_proj
-    assert isinstance(q_proj, int4.Int4Linear)
+    assert isinstance(q_proj, int4.Int4Part)
 
 
 @pytest.fixture(scope="module")
