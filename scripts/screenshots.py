@@ -50,12 +50,25 @@ def start_server(port: int) -> subprocess.Popen:
     raise SystemExit("the lab server did not start within 180 s")
 
 
+def shoot_race(page, path: str) -> None:
+    """The race area: meters, both outputs, the speedup and the output check."""
+    top = page.query_selector("#meters").bounding_box()
+    bottom = page.query_selector("#equal-badge").bounding_box()
+    scroll = page.evaluate("() => window.scrollY")
+    page.screenshot(path=path, full_page=True, clip={"x": 0, "y": top["y"] + scroll - 10, "width": 1400,
+                                                     "height": bottom["y"] + bottom["height"] - top["y"] + 20})
+    print(f"wrote {path}")
+
+
 def main() -> int:
     from playwright.sync_api import sync_playwright
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", default="math", help="task category of the preset prompt")
+    ap.add_argument("--preset", default="math", help="category of the preset prompt (sql, summarization, data2text, "
+                    "math, qa, code, translation, instruct)")
     ap.add_argument("--max-new", type=int, default=64)
+    ap.add_argument("--replay", default="code-i-need-a-small-python-helper-called-clamp-with-p.json",
+                    help="recorded trace (assets/smollm2/traces/) to upload for the replay shot")
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "screenshots"))
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -69,23 +82,26 @@ def main() -> int:
             page.wait_for_selector("#run")
             page.fill("#max-new input[type=number]", str(args.max_new))
             page.press("#max-new input[type=number]", "Enter")
+            before = page.input_value("#prompt textarea")
             page.click("#preset input")
             page.get_by_role("option").filter(has_text=f"{args.preset} ·").first.click()
-            page.wait_for_function(
-                f"() => document.querySelector('#prompt textarea').value.startsWith('### Task: {args.preset}')")
+            page.wait_for_function("(before) => { const v = document.querySelector('#prompt textarea').value;"
+                                   " return v.length > 0 && v !== before; }", arg=before, timeout=60_000)
             page.click("#run button, button#run")
-            page.wait_for_selector("#equal-badge .lab-badge.equal, #equal-badge .lab-badge.differ", timeout=300_000)
+            # choosing the preset replays its recorded trace first: wait for the live race to finish
+            page.wait_for_function("() => { const m = document.querySelector('#meters');"
+                                   " return m && m.innerText.includes('elapsed')"
+                                   " && !document.querySelector('.pending, .generating, .progress-text'); }",
+                                   timeout=300_000, polling=500)
+            page.wait_for_selector("#equal-badge .lab-badge.equal, #equal-badge .lab-badge.differ", timeout=60_000)
             page.wait_for_timeout(1500)
+            page.evaluate("() => window.scrollTo(0, 0)")
+            page.screenshot(path=os.path.join(args.out, "lab-race.png"), full_page=False)
+            print(f"wrote {os.path.join(args.out, 'lab-race.png')}")
             # the race: meters, both outputs, the speedup and the output check
-            top = page.query_selector("#meters").bounding_box()
-            bottom = page.query_selector("#equal-badge").bounding_box()
-            scroll = page.evaluate("() => window.scrollY")
-            page.screenshot(path=os.path.join(args.out, "lab-race-bundled.png"), full_page=True,
-                            clip={"x": 0, "y": top["y"] + scroll - 10, "width": 1400,
-                                  "height": bottom["y"] + bottom["height"] - top["y"] + 20})
-            print(f"wrote {os.path.join(args.out, 'lab-race-bundled.png')}")
-            shots = {"lab-race.png": None, "lab-tree.png": "#tree-plot", "lab-acceptance.png": "#accept-plot",
-                     "lab-attention.png": "#attn-plot", "lab-mask.png": "#mask-plot", "lab-bench.png": "#bench-panel",
+            shoot_race(page, os.path.join(args.out, "lab-race-bundled.png"))
+            shots = {"lab-tree.png": "#tree-plot", "lab-acceptance.png": "#accept-plot",
+                     "lab-attention.png": "#attn-plot", "lab-mask.png": "#mask-plot", "lab-how-it-works.png": "#explain", "lab-bench.png": "#bench-panel",
                      "lab-pass-cost.png": "#bench-pass-cost-panel"}
             panel = page.query_selector("#bench-panel")
             if panel is not None:  # the Benchmarks accordion starts closed: open it
@@ -107,6 +123,14 @@ def main() -> int:
                     page.wait_for_timeout(500)
                     elem.screenshot(path=path)
                 print(f"wrote {path}")
+            # replay: a recorded trace uploaded into the Traces box fills every view, no model run
+            trace = os.path.join(ROOT, "assets", "smollm2", "traces", args.replay)
+            if os.path.isfile(trace):
+                page.set_input_files("#trace-upload input[type=file]", trace)
+                page.wait_for_function("() => document.querySelector('#meters').innerText.includes('replayed trace')",
+                                       timeout=60_000)
+                page.wait_for_timeout(1500)
+                shoot_race(page, os.path.join(args.out, "lab-replay.png"))
             browser.close()
     finally:
         server.terminate()
