@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from specstream_core.decoding.config import DecodeConfig, parse_topk
 from specstream_core.errors import SpecstreamError
+from specstream_core.io.jsonl import read_objects
 from specstream_core.model import defaults
 from specstream_core.model.streams import check_gamma
 from specstream_core.model.loading import QUANTIZE_CHOICES, precision_from_flags
@@ -152,26 +153,15 @@ def load_examples(data: str, tokenizer, per_category: int, split: str,
 
 def read_jsonl_examples(path: str) -> list[tuple[str, str]]:
     """(prompt, answer) rows of a JSONL file: {"text"}, {"prompt", "completion"} or {"prompt", "reference"}."""
-    if not os.path.isfile(path):
-        raise SpecstreamError(f"training data file not found: {path}")
     rows = []
-    with open(path, encoding="utf-8-sig") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                raise SpecstreamError(f"{path}:{n}: not valid JSON") from None
-            if not isinstance(obj, dict):
-                raise SpecstreamError(f"{path}:{n}: expected a JSON object")
-            if isinstance(obj.get("text"), str):
-                rows.append(("", obj["text"]))
-            elif isinstance(obj.get("prompt"), str):
-                answer = obj.get("completion", obj.get("reference")) or ""
-                rows.append((obj["prompt"], answer if isinstance(answer, str) else str(answer)))
-            else:
-                raise SpecstreamError(f"{path}:{n}: expected 'text' or 'prompt' (+ 'completion')")
+    for n, obj in read_objects(path, "training data"):
+        if isinstance(obj.get("text"), str):
+            rows.append(("", obj["text"]))
+        elif isinstance(obj.get("prompt"), str):
+            answer = obj.get("completion", obj.get("reference")) or ""
+            rows.append((obj["prompt"], answer if isinstance(answer, str) else str(answer)))
+        else:
+            raise SpecstreamError(f"{path}:{n}: expected 'text' or 'prompt' (+ 'completion')")
     return rows
 
 

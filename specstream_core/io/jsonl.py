@@ -13,6 +13,28 @@ RESERVED = ("id", "prompt")  # input fields the pipeline reads; everything else 
 MAX_LISTED = 20
 
 
+def read_objects(path: str, what: str = "data"):
+    """(line number, object) for each non-empty line of a JSONL file of JSON objects (a UTF-8 BOM is
+    allowed); a missing file or a bad line raises one SpecstreamError naming the file and the line."""
+    if not os.path.isfile(path):
+        raise SpecstreamError(f"{what} file not found: {path}")
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecstreamError(f"cannot read {what} file {path}: {exc}") from None
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            raise SpecstreamError(f"{path}:{n}: not valid JSON") from None
+        if not isinstance(obj, dict):
+            raise SpecstreamError(f"{path}:{n}: expected a JSON object")
+        yield n, obj
+
+
 def _key(value) -> str:
     """Ids compare as JSON values: 1 and "1" are different ids."""
     return json.dumps(value)

@@ -16,6 +16,7 @@ import os
 from collections import Counter
 
 from specstream_core.errors import SpecstreamError
+from specstream_core.io.jsonl import read_objects
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -34,17 +35,7 @@ ANSWER_KEYS = ("answer", "completion", "output", "prediction", "response", "text
 def _read_answers(path: str, records: list[dict]) -> dict[str, str]:
     by_prompt = {r["prompt"]: r["id"] for r in records}
     answers = {}
-    try:
-        lines = open(path, encoding="utf-8").read().splitlines()
-    except OSError as exc:
-        raise SpecstreamError(f"cannot read answers: {exc}") from None
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            raise SpecstreamError(f"{path}:{n}: not valid JSON") from None
+    for n, obj in read_objects(path, "answers"):
         key = next((k for k in ANSWER_KEYS if isinstance(obj.get(k), str)), None)
         rid = obj.get("id") if obj.get("id") is not None else by_prompt.get(obj.get("prompt"))
         if key is None or rid is None:
