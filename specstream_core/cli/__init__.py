@@ -26,6 +26,8 @@ COMMANDS = {
     "bench-batch": ("specstream_core.cli.commands.bench_batch", "batched decoding throughput (samples/s) and the shared-prompt cache"),
     "eval-tasks": ("specstream_core.cli.commands.eval_tasks", "score a model on the task suite (plain greedy)"),
     "train-medusa": ("specstream_core.cli.commands.train_medusa", "train Medusa-style heads (a benchmark baseline)"),
+    "train-draft": ("specstream_core.cli.commands.train_draft",
+                    "train a layer draft (the base's first layers + LoRA) for transformers' assisted generation"),
     "prompts": ("specstream_core.cli.commands.prompts",
                 "write the chat prompt corpus (8 categories; train, or the differently worded eval split) as JSONL"),
     "pass-cost": ("specstream_core.cli.commands.pass_cost",

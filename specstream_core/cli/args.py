@@ -151,6 +151,35 @@ def load_examples(data: str, tokenizer, per_category: int, split: str,
     return pairs
 
 
+def training_pairs(args, model, tokenizer) -> tuple[list, list]:
+    """(train, eval) (prompt ids, answer ids) pairs: from --data / --eval-data, distilled when asked."""
+    chat = not args.raw
+    if args.eval_data:
+        train_pairs = load_examples(args.data, tokenizer, args.examples_per_category, "all", chat)
+        eval_pairs = load_examples(args.eval_data, tokenizer, 0, "all", chat)
+    else:
+        train_pairs = load_examples(args.data, tokenizer, args.examples_per_category, "train", chat)
+        eval_pairs = load_examples(args.data, tokenizer, max(20, args.examples_per_category // 20), "eval", chat)
+    if args.max_examples:
+        train_pairs = train_pairs[: args.max_examples]
+    if args.distill:
+        from specstream_core.training.distill import _key, distilled_pairs, read_cache
+
+        cache = args.distill_cache or None
+        if args.distilled_only:  # train on what a (possibly still running) distillation has finished
+            if not cache or not os.path.isfile(cache):
+                raise SpecstreamError("--distilled-only needs an existing --distill-cache file")
+            done = read_cache(cache)
+            train_pairs = [p for p in train_pairs if _key(p[0]) in done]
+            print(f"{len(train_pairs)} training prompts have a distilled answer in {cache}")
+        train_pairs = distilled_pairs(model, tokenizer, train_pairs, args.distill_max_new_tokens, cache_file=cache)
+        eval_pairs = distilled_pairs(model, tokenizer, eval_pairs, args.distill_max_new_tokens, cache_file=cache)
+    train_pairs = [p for p in train_pairs if p[1]]  # prompts without an answer (not yet distilled)
+    if not train_pairs:
+        raise SpecstreamError("no training examples with an answer (use --distill for prompt-only data)")
+    return train_pairs, eval_pairs
+
+
 def read_jsonl_examples(path: str) -> list[tuple[str, str]]:
     """(prompt, answer) rows of a JSONL file: {"text"}, {"prompt", "completion"} or {"prompt", "reference"}."""
     rows = []

@@ -306,11 +306,9 @@ def _context(args, pl: dict) -> dict:
                                          prune_threshold=srec.get("prune_threshold", prune),
                                          node_budget=srec.get("node_budget", budget))
     if draft_dir and "hf-assisted" in pl["methods"]:
-        import torch
-        from transformers import AutoModelForCausalLM
+        from specstream_core.model.layer_draft import load_assistant
 
-        ctx["draft_model"] = AutoModelForCausalLM.from_pretrained(draft_dir, dtype=torch.float32).to(args.device).eval()
-        ctx["draft_params"] = sum(p.numel() for p in ctx["draft_model"].parameters())
+        ctx["draft_model"], ctx["draft_params"] = load_assistant(draft_dir, base, args.device)
     return ctx
 
 

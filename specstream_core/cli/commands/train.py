@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 
 import torch
 
 from specstream_core.model import defaults
-from specstream_core.errors import SpecstreamError
 from specstream_core.training.data import one_per_row, pack_examples
 from specstream_core.training.config import TrainConfig
+from specstream_core.cli.args import training_pairs
 from specstream_core.training.stream_checkpoint import require_checkpoint
 from specstream_core.training.streams import train
-from specstream_core.cli.args import load_examples
 
 
 def add_arguments(p) -> None:
@@ -80,7 +78,7 @@ def run(args) -> int:
     base, _ = defaults.resolve(args.base, None)
     tokenizer = load_tokenizer(base)
     model = load_model(LoadConfig(base, precision="fp32", device=args.device))
-    train_pairs, eval_pairs = _pairs(args, model, tokenizer)
+    train_pairs, eval_pairs = training_pairs(args, model, tokenizer)
     draft_vocab = None
     if args.draft_vocab:
         from specstream_core.training.objectives import draft_vocab_coverage, frequent_tokens
@@ -105,35 +103,6 @@ def run(args) -> int:
     print(json.dumps({"out": args.out, "steps": summary["steps"], "train_seconds": round(summary["train_seconds"], 1),
                       "extra_parameters": summary["extra_parameters"], "eval": ev}, indent=1))
     return 0
-
-
-def _pairs(args, model, tokenizer) -> tuple[list, list]:
-    """(train, eval) (prompt ids, answer ids) pairs: from --data / --eval-data, distilled when asked."""
-    chat = not args.raw
-    if args.eval_data:
-        train_pairs = load_examples(args.data, tokenizer, args.examples_per_category, "all", chat)
-        eval_pairs = load_examples(args.eval_data, tokenizer, 0, "all", chat)
-    else:
-        train_pairs = load_examples(args.data, tokenizer, args.examples_per_category, "train", chat)
-        eval_pairs = load_examples(args.data, tokenizer, max(20, args.examples_per_category // 20), "eval", chat)
-    if args.max_examples:
-        train_pairs = train_pairs[: args.max_examples]
-    if args.distill:
-        from specstream_core.training.distill import _key, distilled_pairs, read_cache
-
-        cache = args.distill_cache or None
-        if args.distilled_only:  # train on what a (possibly still running) distillation has finished
-            if not cache or not os.path.isfile(cache):
-                raise SpecstreamError("--distilled-only needs an existing --distill-cache file")
-            done = read_cache(cache)
-            train_pairs = [p for p in train_pairs if _key(p[0]) in done]
-            print(f"{len(train_pairs)} training prompts have a distilled answer in {cache}")
-        train_pairs = distilled_pairs(model, tokenizer, train_pairs, args.distill_max_new_tokens, cache_file=cache)
-        eval_pairs = distilled_pairs(model, tokenizer, eval_pairs, args.distill_max_new_tokens, cache_file=cache)
-    train_pairs = [p for p in train_pairs if p[1]]  # prompts without an answer (not yet distilled)
-    if not train_pairs:
-        raise SpecstreamError("no training examples with an answer (use --distill for prompt-only data)")
-    return train_pairs, eval_pairs
 
 
 def _extra(args) -> dict:

@@ -1,0 +1,75 @@
+"""`train-draft`: train a layer draft (the base's first K layers + a LoRA, a head over the draft
+vocabulary) for transformers' assisted generation, on the base model's own greedy answers.
+
+Resumable: `--resume` continues from OUT/checkpoint/ (written every 50 steps and when the time budget
+ends). The result is a few MB (`lora/`, `draft_config.json`); `bench --methods hf-assisted --draft OUT`
+rebuilds the draft from the base.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+
+from specstream_core.cli.args import training_pairs
+from specstream_core.errors import SpecstreamError
+from specstream_core.model import defaults
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--base", help="base model directory or hub id (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--out", required=True, help="output directory for the draft")
+    p.add_argument("--data", default="chat", help="'chat' (the chat prompt corpus) or a JSONL file (as for `train`)")
+    p.add_argument("--eval-data", default="", help="JSONL file of eval examples (default: the last 5%% of --data)")
+    p.add_argument("--examples-per-category", type=int, default=1500)
+    p.add_argument("--max-examples", type=int, default=0, help="use only the first N training examples (0 = all)")
+    p.add_argument("--layers", type=int, default=4, help="decoder layers the draft keeps (the base's first K)")
+    p.add_argument("--lora-rank", type=int, default=32)
+    p.add_argument("--draft-vocab", type=int, default=8192, help="tokens the draft can propose (most frequent answer tokens)")
+    p.add_argument("--steps", type=int, default=600)
+    p.add_argument("--minutes", type=float, default=0.0, help="stop after this many minutes (0 = no limit)")
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--distill", action="store_true", help="train on the base model's own greedy answers (as `train`)")
+    p.add_argument("--distilled-only", action="store_true", help="with --distill: only prompts already in --distill-cache")
+    p.add_argument("--distill-cache", default="", help="JSONL file that keeps distilled answers between runs")
+    p.add_argument("--distill-max-new-tokens", type=int, default=128)
+    p.add_argument("--raw", action="store_true", help="do not wrap prompts in the model's chat template")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (0 = torch default)")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def run(args) -> int:
+    from specstream_core.model.loading import LoadConfig, load_model, load_tokenizer
+    from specstream_core.training.data import one_per_row
+    from specstream_core.training.layer_draft import CHECKPOINT, DraftTrainConfig, train_draft
+    from specstream_core.training.objectives import draft_vocab_coverage, frequent_tokens
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.resume and not os.path.isfile(os.path.join(args.out, CHECKPOINT)):
+        raise SpecstreamError(f"--resume: no checkpoint in {os.path.join(args.out, CHECKPOINT)}")
+    if args.draft_vocab < 2:
+        raise SpecstreamError(f"--draft-vocab must be at least 2, got {args.draft_vocab}")
+    cfg = DraftTrainConfig(n_layers=args.layers, lora_rank=args.lora_rank, steps=args.steps, minutes=args.minutes,
+                           batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr, seed=args.seed)
+    base, _ = defaults.resolve(args.base, None)
+    tokenizer = load_tokenizer(base)
+    model = load_model(LoadConfig(base, precision="fp32", device=args.device))
+    train_pairs, eval_pairs = training_pairs(args, model, tokenizer)
+    vocab = frequent_tokens(train_pairs, min(args.draft_vocab, model.config.vocab_size),
+                            always=(tokenizer.eos_token_id,), vocab_size=model.config.vocab_size)
+    print(f"draft vocabulary: {len(vocab)} tokens cover {draft_vocab_coverage(eval_pairs, vocab):.1%} of eval answer tokens")
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+    train_data, eval_data = one_per_row(train_pairs, cfg.seq_len, pad), one_per_row(eval_pairs, cfg.seq_len, pad)
+    print(f"training a {cfg.n_layers}-layer draft on {int(train_data[1].sum()):,} answer tokens")
+    extra = {"targets": "self-distilled (base greedy answers)" if args.distill else "data", "base": base}
+    summary = train_draft(model, cfg, vocab, train_data, args.out, eval_data=eval_data, resume=args.resume, extra=extra)
+    print(json.dumps({"out": args.out, "steps": summary["steps"], "train_seconds": summary["train_seconds"],
+                      "draft_parameters": summary["draft_parameters"], "eval": summary.get("eval")}, indent=1))
+    return 0
