@@ -8,7 +8,7 @@
 # Settings (environment): PY, BUILD (work folder, default build/smollm2), THREADS (torch threads per job,
 # default 1: run it beside other work), DISTILL_N (train prompts to distill, default 6400),
 # TRAIN_MINUTES (per stream set, default 65), STEPS (default 450), STAGES (default "corpus distill lossless
-# traces card"; add "shared" and "medusa" for the other stream set and the heads), INIT_FROM (a trained
+# traces card"; add "shared", "medusa" and "draft" for the other stream set, the heads and the assisted-generation draft), INIT_FROM (a trained
 # lossless stream directory to continue from on new data: `train --init-from`; the shipped set was made so:
 # 500 steps on the first 1,104 answers, then INIT_FROM=<those streams> STEPS=1100 on all 6,400).
 # On a GPU the same commands run through accelerate (`accelerate launch -m specstream_core train ...`).
@@ -52,22 +52,30 @@ if has lossless; then  # 3. lossless streams (base frozen; stream rows get rank-
   $PY -m specstream_core train --out "$OUT/streams-lossless" --mode lossless --lr "${LR:-3e-3}" --adapter-rank 32 \
       $COMMON ${INIT_FROM:+--init-from "$INIT_FROM"} $(resume_flag "$OUT/streams-lossless")
 fi
-if has shared; then  # 4. shared-mode streams (a LoRA shared by main and stream rows)
+if has shared; then  # 4. shared-mode streams: a LoRA on the top 4 (stream) layers shared by main and stream rows;
+  # the lower 26 layers stay frozen, so their output is computed once per sequence (as for lossless)
   stamp "shared streams"
-  $PY -m specstream_core train --out "$OUT/streams-shared" --mode shared --lr 3e-3 --lora-rank 16 \
-      $COMMON $(resume_flag "$OUT/streams-shared")
+  $PY -m specstream_core train --out "$OUT/streams-shared" --mode shared --lr "${LR:-2e-3}" --lora-rank 16 --lora-layers 4 \
+      $COMMON ${INIT_FROM:+--init-from "$INIT_FROM"} $(resume_flag "$OUT/streams-shared")
 fi
 if has medusa; then  # 5. Medusa-style heads on the same answers (a benchmark baseline)
   stamp "medusa heads"
   $PY -m specstream_core train-medusa --out "$OUT/medusa" --data "$BUILD/train.jsonl" \
       --distill-cache "$BUILD/answers.jsonl" --distill-max-new-tokens 96 --steps 400 --minutes 30 --threads "$THREADS"
 fi
+if has draft; then  # 6. a layer draft for transformers' assisted generation (the base's first 6 layers + LoRA)
+  stamp "assisted-generation draft"
+  R=""; [ -f "$OUT/draft/checkpoint/draft.pt" ] && R=--resume
+  $PY -m specstream_core train-draft --out "$OUT/draft" --layers 6 --lora-rank 32 --draft-vocab 8192 \
+      --data "$BUILD/train.jsonl" --eval-data "$BUILD/eval80.jsonl" --distill --distilled-only \
+      --distill-cache "$BUILD/answers.jsonl" --distill-max-new-tokens 96 --steps 1500 --minutes 45 --threads "$THREADS" $R
+fi
 # checkpoints stay (git ignores them) so that a rerun resumes a stage its time budget stopped
-if has traces; then  # 6. one recorded lab trace per preset
+if has traces; then  # 7. one recorded lab trace per preset
   stamp "traces"
   $PY scripts/record_traces.py --out "$OUT/traces" --threads "$THREADS"
 fi
-if has card; then  # 7. the model card's numbers: 20 eval prompts per category, methods alternating
+if has card; then  # 8. the model card's numbers: 20 eval prompts per category, methods alternating
   stamp "card bench"
   $PY -m specstream_core bench --methods ar,hf-greedy,ss-lossless,ss-shared --baseline hf-greedy --n 20 \
       --max-new-tokens 96 --threads 1 --ablations none --precisions fp32 --json "$OUT/bench.json" --markdown "$OUT/bench.md"
