@@ -228,7 +228,8 @@ class Decoding:
             return compat.shared_prefix_attention(self.engine.model, self.cache.prefix_kv)
         if self.engine.row_exact:
             return compat.row_exact_attention(self.streams.rows if self.streams is not None else None,
-                                              per_row=self.forward_passes > 0)
+                                              per_row=self.forward_passes > 0,
+                                              causal_prompt=self.forward_passes == 0 and len(self.live) == 1)
         return nullcontext()
 
     def scratch(self) -> int:

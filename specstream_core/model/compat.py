@@ -152,7 +152,7 @@ def shared_prefix_attention(model: nn.Module, prefix_kv):
 
 # ---- row-exact attention (a main row's result does not depend on the other rows of its pass) -----
 ROW_EXACT_ATTENTION = "specstream_row_exact"
-_row_exact = None  # (RowState | None, per_row, memo) while inside `row_exact_attention`
+_row_exact = None  # (RowState | None, per_row, memo, causal prompt) while inside `row_exact_attention`
 
 
 def _sdpa(module, query, key, value, mask, scaling, dropout, **kwargs) -> torch.Tensor:
@@ -181,14 +181,11 @@ def _visible_keys(mask: torch.Tensor | None, B: int, n: int, keys: int) -> list[
     return out
 
 
-def _one_row(query, key, value, scaling) -> torch.Tensor:
-    """One query row [1, Hq, 1, D] over its keys [1, H_kv, L, D]: the query heads sharing a key/value
-    head go in as that head's rows (GQA without copying keys). Returns [1, 1, Hq, D]."""
-    _, hq, _, d = query.shape
-    kv = key.shape[1]
-    out = torch.nn.functional.scaled_dot_product_attention(query.reshape(1, kv, hq // kv, d), key, value,
-                                                           scale=scaling)
-    return out.reshape(1, 1, hq, d)
+def _one_row(module, query, key, value, scaling, dropout) -> torch.Tensor:
+    """One query row [1, Hq, 1, D] over its keys [1, H_kv, L, D], as transformers' sdpa attention computes a
+    one-row decoding step without a mask (its own greedy `generate` then gives the same numbers). Returns
+    [1, 1, Hq, D]."""
+    return _sdpa(module, query, key, value, None, scaling, dropout)
 
 
 def _row_exact_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
@@ -205,7 +202,9 @@ def _row_exact_forward(module, query, key, value, attention_mask, scaling=None, 
     n = state.n_main if state is not None and state.n_main is not None else q
     mask = attention_mask
     parts = []
-    if not per_row:
+    if not per_row and _row_exact[3]:  # one prompt from an empty cache: causal, as transformers' own prefill
+        parts.append(_sdpa(module, query[:, :, :n], key[:, :, :n], value[:, :, :n], None, scaling, dropout))
+    elif not per_row:
         parts.append(_sdpa(module, query[:, :, :n], key, value, None if mask is None else mask[:, :, :n],
                            scaling, dropout, **kwargs))
     else:
@@ -218,7 +217,7 @@ def _row_exact_forward(module, query, key, value, attention_mask, scaling=None, 
                     k, v = key[b:b + 1, :, :s], value[b:b + 1, :, :s]
                 else:
                     k, v = key[b:b + 1].index_select(2, s), value[b:b + 1].index_select(2, s)
-                outs.append(_one_row(query[b:b + 1, :, i:i + 1], k, v, scaling))
+                outs.append(_one_row(module, query[b:b + 1, :, i:i + 1], k, v, scaling, dropout))
             rows.append(torch.cat(outs, dim=1) if len(outs) > 1 else outs[0])
         parts.append(torch.cat(rows, dim=0) if B > 1 else rows[0])
     if n < q:  # stream rows: their own call
@@ -240,12 +239,13 @@ def use_row_exact_attention(model: nn.Module) -> None:
 
 
 @contextmanager
-def row_exact_attention(row_state, per_row: bool):
+def row_exact_attention(row_state, per_row: bool, causal_prompt: bool = False):
     """Inside, layers that use the row-exact attention (`use_row_exact_attention`) compute main rows one by
     one (per_row: a decoding step) or as one block (a prefill). row_state: the stream parameters' RowState
-    (which rows are main rows), or None."""
+    (which rows are main rows), or None. causal_prompt: the block is one prompt on an empty cache (its main
+    rows see exactly the keys before them), computed as transformers computes a prompt."""
     global _row_exact
-    previous, _row_exact = _row_exact, (row_state, per_row, {})
+    previous, _row_exact = _row_exact, (row_state, per_row, {}, causal_prompt)
     try:
         yield
     finally:
