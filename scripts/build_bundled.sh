@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Rebuild the bundled model in assets/ end to end on a CPU: base model, lossless and shared streams,
-# then the benchmark that the model card quotes. Each stage prints progress; run it in the background:
+# Rebuild the first model (9.4M parameters, trained from scratch; no longer shipped or used by default:
+# it left assets/ at commit d72bd7c) end to end on a CPU: base model, lossless and shared streams, then
+# the benchmark its card quoted. Each stage prints progress; run it in the background:
 #   nohup bash scripts/build_bundled.sh > build.log 2>&1 &
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,7 +10,7 @@ PRETRAIN_MINUTES="${PRETRAIN_MINUTES:-75}"
 PRETRAIN_THREADS="${PRETRAIN_THREADS:-2}"  # 1 when something else runs beside it (two threads then stall)
 start=$(date +%s)
 # 1. tokenizer + base model from offline text and the task suite's train split
-# (the bundled base was made in two stages, see assets/base/README.md; this is the one-stage equivalent)
+# (the shipped base was made in two stages, see `git show d72bd7c:assets/base/README.md`; this is the one-stage equivalent)
 $PY -m specstream_core pretrain --out assets/base --minutes "$PRETRAIN_MINUTES" --threads "$PRETRAIN_THREADS"
 # 2. self-distillation targets: the base model's greedy answers to 500 train prompts per category
 #    (shared by both stream trainings through the cache file; ~5 minutes)

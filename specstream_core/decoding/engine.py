@@ -1,7 +1,8 @@
 """The engine: a base model, its tokenizer and (optionally) stream parameters, ready to decode.
 
-    engine = Engine.load("assets/base", streams_dir="assets/streams-lossless")
-    result = engine.generate("### Task: sql ...", DecodeConfig(mode="ss", max_new_tokens=64))
+    base, streams = model.defaults.resolve(None, None)  # SmolLM2-135M-Instruct and its lossless streams
+    engine = Engine.load(base, streams_dir=streams)
+    result = engine.generate("Write a SQL query that counts the rows of table t.", DecodeConfig(mode="ss"))
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """What to use when no model is named: SmolLM2-135M-Instruct (`default_model`) and the stream sets
 the project trained for it (`assets/smollm2/`).
 
-The 9.4M-parameter model trained from scratch (`assets/base`) is no longer a default; it is still
-loadable by path (`--base assets/base`)."""
+The first, 9.4M-parameter model trained from scratch has left `assets/` (it is in git history at
+commit d72bd7c, and `scripts/build_bundled.sh` rebuilds it); any model directory still loads by path."""
 
 from __future__ import annotations
 
@@ -11,11 +11,6 @@ from specstream_core.model import default_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 ASSETS = os.path.join(ROOT, "assets")
-BASE_DIR = os.path.join(ASSETS, "base")
-LOSSLESS_DIR = os.path.join(ASSETS, "streams-lossless")
-SHARED_DIR = os.path.join(ASSETS, "streams-shared")
-NS2_DIR = os.path.join(ASSETS, "ablation", "streams-lossless-ns2")  # the Ns ablation's second stream set
-
 
 # what the project trained for the default model
 SMOL_ASSETS = os.path.join(ASSETS, "smollm2")
@@ -23,11 +18,6 @@ SMOL_LOSSLESS_DIR = os.path.join(SMOL_ASSETS, "streams-lossless")
 SMOL_SHARED_DIR = os.path.join(SMOL_ASSETS, "streams-shared")
 SMOL_MEDUSA_DIR = os.path.join(SMOL_ASSETS, "medusa")
 SMOL_TRACES_DIR = os.path.join(SMOL_ASSETS, "traces")
-
-
-def bundled_available() -> bool:
-    """The old 9.4M from-scratch model (kept loadable by path; not a default)."""
-    return os.path.isfile(os.path.join(BASE_DIR, "config.json"))
 
 
 def default_streams(mode: str = "lossless") -> str | None:

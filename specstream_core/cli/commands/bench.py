@@ -6,8 +6,8 @@ ablation.
 
 Methods on the same base model, same prompts and lengths, greedy: ar (our plain loop), hf-greedy,
 hf-pld (transformers prompt lookup), hf-assisted (transformers assisted generation with the small
-draft model in assets/draft), pld (our prompt-lookup drafter through our tree verifier), medusa
-(Medusa-style heads in assets/medusa through our tree verifier), ss-lossless and ss-shared.
+draft in assets/smollm2/draft), pld (our prompt-lookup drafter through our tree verifier), medusa
+(Medusa-style heads in assets/smollm2/medusa through our tree verifier), ss-lossless and ss-shared.
 Ablations (fp32, lossless streams, a subset of categories): draft depth γ (first g streams), per-depth
 top-k, Ns (with --ablation-streams) and the pruning threshold.
 """
@@ -134,9 +134,6 @@ def plan(args) -> dict:
     bad = [a for a in ablations if a not in ABLATIONS]
     if bad:
         raise SpecstreamError(f"unknown ablations {bad}; choose from {', '.join(ABLATIONS)} or 'none'")
-    if "ns" in ablations and not args.ablation_streams and args.base == defaults.BASE_DIR and os.path.isdir(defaults.NS2_DIR):
-        # the old 9.4M model ships a second lossless stream set with Ns = 2 for this ablation
-        args.ablation_streams = f"{defaults.NS2_DIR},{defaults.LOSSLESS_DIR}"
     if "ns" in ablations and not args.ablation_streams:
         ablations.remove("ns")  # only with stream sets of different Ns
     if n < 1 or max_new < 1:

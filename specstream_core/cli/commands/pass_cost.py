@@ -2,7 +2,7 @@
 machine, and the τ each needs to break even or reach 2× (see specstream_core/pass_cost.py).
 
     python -m specstream_core pass-cost                       # the default model and its lossless streams
-    python -m specstream_core pass-cost --precisions fp32,nf4 --streams assets/streams-lossless,assets/streams-shared
+    python -m specstream_core pass-cost --precisions fp32,int4 --streams assets/smollm2/streams-lossless,assets/smollm2/streams-shared
     python -m specstream_core pass-cost --base MODEL --gamma 4 --n-stream-layers 4   # any model, fresh streams
 
 No trained drafter is needed: a pass costs the same whatever the streams have learned.
