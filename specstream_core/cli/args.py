@@ -151,6 +151,23 @@ def load_examples(data: str, tokenizer, per_category: int, split: str,
     return pairs
 
 
+def add_training_data_arguments(p) -> None:
+    """The options `training_pairs` reads (train, train-draft)."""
+    p.add_argument("--data", default="chat", help="'chat' (the chat prompt corpus), 'tasks' (the old task suite) or a JSONL file with "
+                   "{\"prompt\", \"completion\"} or {\"text\"} lines")
+    p.add_argument("--examples-per-category", type=int, default=1500, help="task-suite examples per category")
+    p.add_argument("--eval-data", default="", help="JSONL file of eval examples (default: the last 5%% of --data)")
+    p.add_argument("--max-examples", type=int, default=0, help="use only the first N training examples (0 = all)")
+    p.add_argument("--raw", action="store_true", help="do not wrap prompts in the model's chat template")
+    p.add_argument("--distill", action="store_true",
+                   help="train on the base model's own greedy answers to the prompts (self-distillation: "
+                        "what lossless streams must predict to be accepted)")
+    p.add_argument("--distill-max-new-tokens", type=int, default=128, help="cap on each distilled answer")
+    p.add_argument("--distilled-only", action="store_true",
+                   help="with --distill: train only on prompts already answered in --distill-cache (generate none)")
+    p.add_argument("--distill-cache", default="", help="JSONL file that keeps distilled answers between runs")
+
+
 def training_pairs(args, model, tokenizer) -> tuple[list, list]:
     """(train, eval) (prompt ids, answer ids) pairs: from --data / --eval-data, distilled when asked."""
     chat = not args.raw

@@ -8,6 +8,7 @@ signatures of those modules.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -152,7 +153,17 @@ def shared_prefix_attention(model: nn.Module, prefix_kv):
 
 # ---- row-exact attention (a main row's result does not depend on the other rows of its pass) -----
 ROW_EXACT_ATTENTION = "specstream_row_exact"
-_row_exact = None  # (RowState | None, per_row, memo, causal prompt) while inside `row_exact_attention`
+
+
+class _RowExact(NamedTuple):
+    """What `row_exact_attention` sets for the layers inside it."""
+    state: object  # the stream parameters' RowState (which rows are main rows), or None
+    per_row: bool  # a decoding step: each main row its own call
+    memo: dict  # per-mask visible keys, shared by the layers of one pass
+    causal_prompt: bool  # a prefill of one prompt on an empty cache
+
+
+_row_exact: _RowExact | None = None  # while inside `row_exact_attention`
 
 
 def _sdpa(module, query, key, value, mask, scaling, dropout, **kwargs) -> torch.Tensor:
@@ -164,7 +175,7 @@ def _sdpa(module, query, key, value, mask, scaling, dropout, **kwargs) -> torch.
 def _visible_keys(mask: torch.Tensor | None, B: int, n: int, keys: int) -> list[list]:
     """Per row b and main row i: the number of keys when it sees a prefix, else the index of those it
     sees. Computed once per mask (the layers of one pass share their mask)."""
-    memo = _row_exact[2]
+    memo = _row_exact.memo
     if mask is not None and memo.get("mask") is mask:
         return memo["seen"]
     out = []
@@ -181,13 +192,6 @@ def _visible_keys(mask: torch.Tensor | None, B: int, n: int, keys: int) -> list[
     return out
 
 
-def _one_row(module, query, key, value, scaling, dropout) -> torch.Tensor:
-    """One query row [1, Hq, 1, D] over its keys [1, H_kv, L, D], as transformers' sdpa attention computes a
-    one-row decoding step without a mask (its own greedy `generate` then gives the same numbers). Returns
-    [1, 1, Hq, D]."""
-    return _sdpa(module, query, key, value, None, scaling, dropout)
-
-
 def _row_exact_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """Attention in which each main row of a decoding step is one one-row sdpa call over exactly the keys
     it may see (a slice of the cache when they are its prefix, as in a chain), so it computes what a
@@ -197,12 +201,12 @@ def _row_exact_forward(module, query, key, value, attention_mask, scaling=None, 
     plain and speculative decoding. query [B, Hq, q, D]; returns [B, q, Hq, D] like transformers' sdpa."""
     if _row_exact is None:  # outside a decoding step (transformers' own generate): plain sdpa
         return _sdpa(module, query, key, value, attention_mask, scaling, dropout, **kwargs), None
-    state, per_row = _row_exact[0], _row_exact[1]
+    state, per_row = _row_exact.state, _row_exact.per_row
     B, _, q, _ = query.shape
     n = state.n_main if state is not None and state.n_main is not None else q
     mask = attention_mask
     parts = []
-    if not per_row and _row_exact[3]:  # one prompt from an empty cache: causal, as transformers' own prefill
+    if not per_row and _row_exact.causal_prompt:  # one prompt, empty cache: causal, as transformers' own prefill
         parts.append(_sdpa(module, query[:, :, :n], key[:, :, :n], value[:, :, :n], None, scaling, dropout))
     elif not per_row:
         parts.append(_sdpa(module, query[:, :, :n], key, value, None if mask is None else mask[:, :, :n],
@@ -217,7 +221,8 @@ def _row_exact_forward(module, query, key, value, attention_mask, scaling=None, 
                     k, v = key[b:b + 1, :, :s], value[b:b + 1, :, :s]
                 else:
                     k, v = key[b:b + 1].index_select(2, s), value[b:b + 1].index_select(2, s)
-                outs.append(_one_row(module, query[b:b + 1, :, i:i + 1], k, v, scaling, dropout))
+                # without a mask, as transformers' sdpa computes a one-row step (its generate agrees)
+                outs.append(_sdpa(module, query[b:b + 1, :, i:i + 1], k, v, None, scaling, dropout))
             rows.append(torch.cat(outs, dim=1) if len(outs) > 1 else outs[0])
         parts.append(torch.cat(rows, dim=0) if B > 1 else rows[0])
     if n < q:  # stream rows: their own call
@@ -245,7 +250,7 @@ def row_exact_attention(row_state, per_row: bool, causal_prompt: bool = False):
     (which rows are main rows), or None. causal_prompt: the block is one prompt on an empty cache (its main
     rows see exactly the keys before them), computed as transformers computes a prompt."""
     global _row_exact
-    previous, _row_exact = _row_exact, (row_state, per_row, {}, causal_prompt)
+    previous, _row_exact = _row_exact, _RowExact(row_state, per_row, {}, causal_prompt)
     try:
         yield
     finally:

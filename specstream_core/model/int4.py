@@ -223,14 +223,14 @@ def quantize_model(model, groups: dict[str, tuple] | None = None) -> dict:
         bias = None if linear.bias is None else linear.bias.detach().float()
         weights[key] = (q, scale, zero, bias)
     fused = 0
-    for li in range(len(compat.decoder_layers(model))):
+    for li, layer in enumerate(compat.decoder_layers(model)):
         for parent, names in FUSE:
             keys = [f"{li}.{parent}.{name}" for name in names]
             if all(k in weights for k in keys) and len({linears[k].in_features for k in keys}) == 1:
                 group = FusedInt4([weights.pop(k) for k in keys])
                 for i, k in enumerate(keys):
                     _set(model, k, Int4Part(group, i))
-                getattr(compat.decoder_layers(model)[li], parent).add_module("int4_fused_" + names[0], group)
+                getattr(layer, parent).add_module("int4_fused_" + names[0], group)
                 fused += 1
     for key, (q, scale, zero, bias) in weights.items():
         _set(model, key, Int4Linear(q, scale, zero, bias, keep_rows=key == "lm_head"))

@@ -9,7 +9,7 @@ import torch
 from specstream_core.model import defaults
 from specstream_core.training.data import one_per_row, pack_examples
 from specstream_core.training.config import TrainConfig
-from specstream_core.cli.args import training_pairs
+from specstream_core.cli.args import add_training_data_arguments, training_pairs
 from specstream_core.training.stream_checkpoint import require_checkpoint
 from specstream_core.training.streams import train
 
@@ -18,9 +18,7 @@ def add_arguments(p) -> None:
     p.add_argument("--base", help="base model directory or hub id (default: SmolLM2-135M-Instruct)")
     p.add_argument("--out", required=True, help="output directory for the streams")
     p.add_argument("--mode", choices=("lossless", "shared"), default="lossless")
-    p.add_argument("--data", default="chat", help="'chat' (the chat prompt corpus), 'tasks' (the old task suite) or a JSONL file with "
-                   "{\"prompt\", \"completion\"} or {\"text\"} lines")
-    p.add_argument("--examples-per-category", type=int, default=1500, help="task-suite examples per category")
+    add_training_data_arguments(p)
     p.add_argument("--gamma", type=int, default=4)
     p.add_argument("--n-stream-layers", type=int, default=2)
     p.add_argument("--adapter-rank", type=int, default=16, help="stream-rows-only LoRA rank (lossless)")
@@ -39,16 +37,6 @@ def add_arguments(p) -> None:
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint (an error when there is "
                    "none, or when it was made with another base model, settings or data)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--distill", action="store_true",
-                   help="train on the base model's own greedy answers to the prompts (self-distillation: "
-                        "what lossless streams must predict to be accepted)")
-    p.add_argument("--distill-max-new-tokens", type=int, default=128, help="cap on each distilled answer")
-    p.add_argument("--distilled-only", action="store_true",
-                   help="with --distill: train only on prompts already answered in --distill-cache (generate none)")
-    p.add_argument("--distill-cache", default="", help="JSONL file that keeps distilled answers between runs")
-    p.add_argument("--eval-data", default="", help="JSONL file of eval examples (default: the last 5%% of --data)")
-    p.add_argument("--max-examples", type=int, default=0, help="use only the first N training examples (0 = all)")
-    p.add_argument("--raw", action="store_true", help="do not wrap prompts in the model's chat template")
     p.add_argument("--pack", action="store_true",
                    help="concatenate examples into full rows (faster, but examples see each other; default: one a row)")
     p.add_argument("--draft-vocab", type=int, default=0,

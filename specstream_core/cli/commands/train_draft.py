@@ -13,7 +13,7 @@ import os
 
 import torch
 
-from specstream_core.cli.args import training_pairs
+from specstream_core.cli.args import add_training_data_arguments, training_pairs
 from specstream_core.errors import SpecstreamError
 from specstream_core.model import defaults
 
@@ -21,10 +21,7 @@ from specstream_core.model import defaults
 def add_arguments(p) -> None:
     p.add_argument("--base", help="base model directory or hub id (default: SmolLM2-135M-Instruct)")
     p.add_argument("--out", required=True, help="output directory for the draft")
-    p.add_argument("--data", default="chat", help="'chat' (the chat prompt corpus) or a JSONL file (as for `train`)")
-    p.add_argument("--eval-data", default="", help="JSONL file of eval examples (default: the last 5%% of --data)")
-    p.add_argument("--examples-per-category", type=int, default=1500)
-    p.add_argument("--max-examples", type=int, default=0, help="use only the first N training examples (0 = all)")
+    add_training_data_arguments(p)
     p.add_argument("--layers", type=int, default=4, help="decoder layers the draft keeps (the base's first K)")
     p.add_argument("--lora-rank", type=int, default=32)
     p.add_argument("--draft-vocab", type=int, default=8192, help="tokens the draft can propose (most frequent answer tokens)")
@@ -33,11 +30,6 @@ def add_arguments(p) -> None:
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--distill", action="store_true", help="train on the base model's own greedy answers (as `train`)")
-    p.add_argument("--distilled-only", action="store_true", help="with --distill: only prompts already in --distill-cache")
-    p.add_argument("--distill-cache", default="", help="JSONL file that keeps distilled answers between runs")
-    p.add_argument("--distill-max-new-tokens", type=int, default=128)
-    p.add_argument("--raw", action="store_true", help="do not wrap prompts in the model's chat template")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (0 = torch default)")
