@@ -35,6 +35,14 @@ def files_under(path) -> list[str]:
     return [os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs]
 
 
+def wait_until_empty(path, seconds: float) -> list[str]:
+    """The files left under path once none remain or after seconds, whichever comes first."""
+    deadline = time.time() + seconds
+    while (left := files_under(path)) and time.time() < deadline:
+        time.sleep(1)
+    return left
+
+
 @pytest.fixture(scope="module")
 def server(lab_dir, tmp_path_factory):  # noqa: F811
     base = tmp_path_factory.mktemp("load")
@@ -194,10 +202,13 @@ def test_twenty_clients_and_a_greedy_one(server, lab_dir, tmp_path):  # noqa: F8
     baseline = rss_mb(proc.pid)
     load_round(LOAD_SECONDS)
     time.sleep(TTL_S + 4)  # traces expire (state TTL), Gradio's cache sweep runs (delete_cache)
+    # on a slow host, races still queued when the clients stop keep Gradio's worker threads busy after
+    # the round, and its sweep (run in one of those threads) comes late: wait for it, within a bound
+    left = wait_until_empty(dirs["gradio"], 120)
     after = rss_mb(proc.pid)
     print(f"RSS after the first round {baseline:.0f} MB, after the second {after:.0f} MB; burst {burst}")
     # under load the greedy tabs' races mostly wait in the queue one after another, so the burst above
     # is the check on its cap; here they only add load
     assert after - baseline < 32, (baseline, after)
-    assert files_under(dirs["gradio"]) == [], files_under(dirs["gradio"])[:5]
+    assert left == [], left[:5]
     assert files_under(dirs["tmp"]) == [], files_under(dirs["tmp"])[:5]
