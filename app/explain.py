@@ -53,8 +53,10 @@ def explain_step(trace: dict, index: int) -> str:
     accepted = step["accepted"]
     root = nodes[0]
     by_depth: dict[int, list[dict]] = {}
+    copied = [n for n in nodes[1:] if n.get("copied") is True]
     for n in nodes[1:]:
-        by_depth.setdefault(n["depth"], []).append(n)
+        if n.get("copied") is not True:
+            by_depth.setdefault(n["depth"], []).append(n)
     lines = [intro, f"\n### Pass {index}, step by step"]
     lines.append(f"1. **Draft.** The cache holds {step.get('prefix_len', '?')} accepted tokens. The previous pass "
                  f"ended with the token {_tok(root.get('text'))} (the tree's root, already correct), and its γ "
@@ -66,6 +68,10 @@ def explain_step(trace: dict, index: int) -> str:
                 seen.add(n["token"])
                 cands.append(f"{_tok(n.get('text'))} ({n.get('prob', 0):.2f})")
         lines.append(f"   - stream {depth} → {', '.join(cands[:6])}{' …' if len(cands) > 6 else ''}")
+    if copied:
+        lines.append(f"   - prompt lookup → {' '.join(_tok(n.get('text')) for n in copied[:8])}: the context "
+                     "repeated its last words, so what followed them there was copied onto the tree (◆ nodes; "
+                     f"up to {meta.get('lookup', '?')} tokens, sharing the stream nodes it agrees with)")
     n_pruned = sum(1 for n in nodes if n.get("pruned"))
     prune = meta.get("prune_threshold", 0)
     lines.append(f"2. **Tree.** Each stream's candidates hang under every candidate of the stream before it: "

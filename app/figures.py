@@ -25,6 +25,7 @@ from specstream_core.model import masks
 from .traces import checked, decode_steps, is_speculative, node_status, plot_label, step_of, trace_gamma
 
 ACCEPTED, REJECTED, PRUNED, BONUS = "#2ca02c", "#d62728", "#b8b8b8", "#ff9f1c"
+COPIED_SYMBOL = "diamond"  # a node copied from the context by prompt lookup
 TIME_COLOURS = {"draft": "#9467bd", "verify": "#1f77b4", "accept": "#8c564b"}
 FONT = dict(family="Inter, system-ui, sans-serif", size=13)
 
@@ -101,7 +102,9 @@ def tree_figure(trace: dict, index: int) -> go.Figure:
             x=[depths[i] for i in ids], y=[ys[i] for i in ids], mode="markers+text", name=status,
             text=[plot_label(nodes[i].get("text")) for i in ids], textposition="middle right",
             textfont=dict(size=13, color="#222" if status != "pruned" else "#999"),
-            marker=dict(size=[22 if i in accepted else 14 for i in ids], color=colour, symbol=symbol,
+            marker=dict(size=[22 if i in accepted else 14 for i in ids], color=colour,
+                        symbol=[COPIED_SYMBOL if nodes[i].get("copied") is True and symbol == "circle" else symbol
+                                for i in ids],
                         line=dict(width=1, color="#333")),
             hovertext=hover, hoverinfo="text"))
     bonus = step.get("bonus") or {}
@@ -118,8 +121,10 @@ def tree_figure(trace: dict, index: int) -> go.Figure:
                                  line=dict(color=BONUS, width=3, dash="dash"), hoverinfo="skip", showlegend=False))
     max_depth = max(depths) + 1
     n_pruned = sum(1 for n in nodes if n.get("pruned"))
-    sub = (f"{len(nodes)} drafted nodes · {n_pruned} pruned · accepted {len(step['accepted']) - 1} draft token(s)"
-           f" + 1 bonus")
+    n_copied = sum(1 for n in nodes if n.get("copied") is True)
+    copied = f" ({n_copied} copied from the context: ◆)" if n_copied else ""
+    sub = (f"{len(nodes)} drafted nodes{copied} · {n_pruned} pruned · accepted {len(step['accepted']) - 1} "
+           f"draft token(s) + 1 bonus")
     fig.update_layout(
         title=dict(text=f"{title}<br><sup>{sub}</sup>"), template="plotly_white", font=FONT,
         height=max(360, min(900, 26 * (max(ys) + 1) + 140)), margin=dict(l=40, r=40, t=80, b=50),
@@ -137,6 +142,8 @@ def _node_hover(node: dict, is_root: bool) -> str:
     parts = [f"<b>{label}</b> (id {node.get('token')})", f"depth {node.get('depth')} · {status}"]
     if is_root:
         parts.append("root: the main stream's token, already verified")
+    elif node.get("copied") is True:
+        parts.append("copied from the context (prompt lookup), not drafted by a stream")
     elif isinstance(prob, (int, float)):
         parts.append(f"stream probability p = {prob:.3f}")
     return "<br>".join(parts)

@@ -99,15 +99,15 @@ def all_views(lab: Lab, trace: Trace, view: RaceView, note: str, deadline=None) 
 
 
 @gpu
-def on_run(lab: Lab, model_name, mode, text, topk_v, prune_v, budget_v, temp_v, seed_v, max_new_v,
+def on_run(lab: Lab, model_name, mode, text, topk_v, prune_v, budget_v, lookup_v, temp_v, seed_v, max_new_v,
            request: gr.Request = None):
     try:
         with lab.races.enter(client_keys(request, limits.TRUST_FORWARDED)), \
                 tempfile.TemporaryDirectory(prefix="specstream-race-") as tmp:
             # the trace file lives only until Gradio has copied it into its cache (delete_cache ages
             # that copy out): the generator resumes after each yield is sent, and the with-block ends
-            yield from race_views(lab, model_name, mode, text, topk_v, prune_v, budget_v, temp_v, seed_v,
-                                  max_new_v, tmp)
+            yield from race_views(lab, model_name, mode, text, topk_v, prune_v, budget_v, lookup_v, temp_v,
+                                  seed_v, max_new_v, tmp)
     except SpecstreamError as exc:
         yield {lab.c.msg: message(str(exc))}
     except Exception as exc:  # never a stack trace in the page; the log keeps it
@@ -115,10 +115,11 @@ def on_run(lab: Lab, model_name, mode, text, topk_v, prune_v, budget_v, temp_v, 
         yield {lab.c.msg: message(f"internal error ({type(exc).__name__}); see the server log")}
 
 
-def race_views(lab: Lab, model_name, mode, text, topk_v, prune_v, budget_v, temp_v, seed_v, max_new_v, tmp):
+def race_views(lab: Lab, model_name, mode, text, topk_v, prune_v, budget_v, lookup_v, temp_v, seed_v, max_new_v,
+               tmp):
     c = lab.c
     limits.check_prompt(text)
-    cfg = limits.lab_decode_config(topk_v, prune_v, budget_v, temp_v, seed_v, max_new_v)
+    cfg = limits.lab_decode_config(topk_v, prune_v, budget_v, lookup_v, temp_v, seed_v, max_new_v)
     engine, lock = lab.cache.get(model_name, mode)
     layers = ()
     if engine.streams is not None:
@@ -219,7 +220,7 @@ def draft_settings(lab: Lab, spec, mode) -> dict:
     rec = recommended_for(spec, mode)  # the stream set's fastest measured tree: the lab's default
     c = lab.c
     return {c.topk: ",".join(map(str, rec["topk"])), c.prune: float(rec["prune_threshold"]),
-            c.budget: int(rec["node_budget"])}
+            c.budget: int(rec["node_budget"]), c.lookup: int(rec["lookup"])}
 
 
 def on_model(lab: Lab, name):

@@ -4,6 +4,7 @@ of what a visitor sends (prompt, settings) against them."""
 from __future__ import annotations
 
 import logging
+import math
 import os
 
 from specstream_core.decoding.config import DecodeConfig, parse_topk
@@ -31,6 +32,7 @@ def _env_number(name: str, default, kind=int, low=1):
 # concurrency, per client too, and what a session keeps is small and expires.
 MAX_PROMPT_CHARS = _env_number("SPECSTREAM_MAX_PROMPT_CHARS", 4000)
 LAB_MAX_NEW_TOKENS = _env_number("SPECSTREAM_LAB_MAX_NEW_TOKENS", 256)
+LAB_MAX_LOOKUP = 16  # prompt-lookup tokens a visitor may graft onto the tree (the slider's range)
 CONCURRENCY = _env_number("SPECSTREAM_CONCURRENCY", 2)            # races at once
 UPLOAD_CONCURRENCY = _env_number("SPECSTREAM_UPLOAD_CONCURRENCY", 2)  # trace replays at once
 QUEUE_SIZE = _env_number("SPECSTREAM_QUEUE_SIZE", 64)
@@ -46,13 +48,26 @@ MAX_ENGINES = _env_number("SPECSTREAM_MAX_ENGINES", 2)  # loaded (model, mode) e
 LOAD_RETRY_S = _env_number("SPECSTREAM_LOAD_RETRY_S", 300.0, float, 0)  # after a failed load
 
 
-def lab_decode_config(topk: str, prune: float, budget: float, temperature: float, seed, max_new: float) -> DecodeConfig:
+def lab_decode_config(topk: str, prune: float, budget: float, lookup: float, temperature: float, seed,
+                      max_new: float) -> DecodeConfig:
     if max_new is None or not 1 <= int(max_new) <= LAB_MAX_NEW_TOKENS:
         raise SpecstreamError(f"max new tokens must be between 1 and {LAB_MAX_NEW_TOKENS} on this host")
     seed = None if seed in (None, "") else int(seed)
     return DecodeConfig(mode="ss", max_new_tokens=int(max_new), temperature=float(temperature or 0.0),
                         seed=seed, tree_topk=parse_topk(str(topk).replace(" ", "")),
-                        prune_threshold=float(prune or 0.0), node_budget=int(budget), trace=True)
+                        prune_threshold=float(prune or 0.0), node_budget=int(budget),
+                        lookup=whole_number(lookup, "prompt-lookup tokens", 0, LAB_MAX_LOOKUP), trace=True)
+
+
+def whole_number(value, name: str, lo: int, hi: int) -> int:
+    """A visitor's setting as an int in [lo, hi], or one clear error (NaN, text, 2.5, 1e9 included)."""
+    try:
+        number = float(0 if value is None else value)
+    except (TypeError, ValueError):
+        raise SpecstreamError(f"{name} must be a number, got {value!r}") from None
+    if not (math.isfinite(number) and number == int(number) and lo <= number <= hi):
+        raise SpecstreamError(f"{name} must be a whole number between {lo} and {hi}, got {value!r}")
+    return int(number)
 
 
 def check_prompt(prompt) -> str:

@@ -151,9 +151,10 @@ def spec_gamma(spec: ModelSpec, mode: str) -> int:
 
 
 def recommended_for(spec: ModelSpec | None, mode: str) -> dict:
-    """The draft settings the stream set records as fastest ({"topk", "prune_threshold", "node_budget"});
+    """The draft settings the stream set records as fastest ({"topk", "prune_threshold", "node_budget",
+    "lookup"});
     a chain as deep as the streams when it records none (the cheapest tree on a CPU)."""
-    out = {"topk": [1] * 4, "prune_threshold": 0.0, "node_budget": 64}
+    out = {"topk": [1] * 4, "prune_threshold": 0.0, "node_budget": 64, "lookup": 0}
     if spec is None:
         return out
     directory = spec.streams.get(mode)

@@ -22,7 +22,7 @@ import gradio as gr
 from . import handlers, limits
 from .admission import Admission
 from .handlers import Lab
-from .limits import LAB_MAX_NEW_TOKENS, MAX_PROMPT_CHARS, MAX_UPLOAD_BYTES, TRACE_TTL_S
+from .limits import LAB_MAX_LOOKUP, LAB_MAX_NEW_TOKENS, MAX_PROMPT_CHARS, MAX_UPLOAD_BYTES, TRACE_TTL_S
 from .models import EngineCache, ModelSpec, available_specs, recommended_for
 from .presets import presets
 from .race import RaceView, SideView
@@ -76,6 +76,8 @@ def _inputs(specs: dict[str, ModelSpec], preset_map: dict[str, str]) -> dict:
                                   label="Pruning threshold (0 = off)", elem_id="prune")
                 budget = gr.Slider(1, 128, value=int(first_rec["node_budget"]), step=1, label="Node budget",
                                    elem_id="budget")
+                lookup = gr.Slider(0, LAB_MAX_LOOKUP, value=int(first_rec["lookup"]), step=1, elem_id="lookup",
+                                   label="Prompt-lookup tokens grafted onto the tree (0 = streams only)")
                 temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05,
                                         label="Temperature (0 = greedy, lossless check)", elem_id="temperature")
                 seed = gr.Number(0, precision=0, label="Seed", elem_id="seed")
@@ -146,7 +148,8 @@ def _wire(lab: Lab) -> None:
     step_views = [c.tree_plot, c.attn_plot, c.mask_plot, c.explain, c.layer_dd, c.head_dd]
     race_views = [c.ar_out, c.ss_out, c.meters, c.speed, c.badge]
     outputs_all = [*race_views, *step_views, c.accept_plot, c.trace_state, c.step, c.msg, c.download]
-    settings = [c.model_dd, c.mode_radio, c.prompt, c.topk, c.prune, c.budget, c.temperature, c.seed, c.max_new]
+    settings = [c.model_dd, c.mode_radio, c.prompt, c.topk, c.prune, c.budget, c.lookup, c.temperature, c.seed,
+                c.max_new]
     c.run_btn.click(_bind(handlers.on_run, lab), settings, outputs_all, concurrency_limit=limits.CONCURRENCY,
                     concurrency_id="model")
     c.upload.upload(_bind(handlers.on_upload, lab), [c.upload], outputs_all,
@@ -159,7 +162,7 @@ def _wire(lab: Lab) -> None:
                       concurrency_limit=limits.UPLOAD_CONCURRENCY, concurrency_id="upload")
     lab.demo.load(_bind(handlers.replay_recorded, lab), [c.preset_dd], outputs_all,
                   concurrency_limit=limits.UPLOAD_CONCURRENCY, concurrency_id="upload")
-    drafts = [c.topk, c.prune, c.budget]
+    drafts = [c.topk, c.prune, c.budget, c.lookup]
     c.model_dd.input(_bind(handlers.on_model, lab), [c.model_dd], [c.mode_radio, c.info, *drafts])
     c.mode_radio.input(_bind(handlers.on_mode, lab), [c.model_dd, c.mode_radio], [c.info, *drafts])
     lab.demo.unload(_bind(handlers.on_close, lab))

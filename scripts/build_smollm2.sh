@@ -46,7 +46,7 @@ fi
 COMMON="--data $BUILD/train.jsonl --eval-data $BUILD/eval80.jsonl --distill --distilled-only
         --distill-cache $BUILD/answers.jsonl --distill-max-new-tokens 96 --draft-vocab 8192
         --gamma 4 --n-stream-layers 4 --batch-size 4 --seq-len 256 --threads $THREADS
-        --steps $STEPS --minutes $TRAIN_MINUTES --recommend-topk ${TOPK:-1} --recommend-budget 64"
+        --steps $STEPS --minutes $TRAIN_MINUTES --recommend-topk ${TOPK:-1} --recommend-budget ${BUDGET:-3} --recommend-lookup ${LOOKUP:-2}"
 if has lossless; then  # 3. lossless streams (base frozen; stream rows get rank-32 adapters)
   stamp "lossless streams"
   $PY -m specstream_core train --out "$OUT/streams-lossless" --mode lossless --lr "${LR:-3e-3}" --adapter-rank 32 \
@@ -80,9 +80,9 @@ if has traces; then  # 7. one recorded lab trace per preset
 fi
 if has card; then  # 8. the model card's numbers: 20 eval prompts per category, methods alternating
   stamp "card bench"
-  # (41.5 min here; add ss-shared once a shared set ships, hf-assisted for the draft)
+  # (add ss-shared once a shared set ships, hf-assisted for the draft)
   $PY -m specstream_core bench --methods hf-greedy,ss-lossless --baseline hf-greedy --n 20 \
-      --max-new-tokens 64 --threads 1 --ablations none --precisions fp32 \
+      --max-new-tokens 64 --threads 1 --ablations lookup --ablation-categories 8 --ablation-n 2 --precisions fp32 \
       --json "$OUT/bench/card.json" --markdown "$OUT/bench/card.md"
 fi
 stamp "done"

@@ -401,10 +401,12 @@ def test_engine_cache_refuses_unknown_models(lab_dir):
 def test_settings_validation():
     from app.limits import MAX_PROMPT_CHARS, check_prompt, lab_decode_config as build_config
 
-    cfg = build_config("3, 2,1", 0.1, 32, 0.0, 7, 16)
-    assert cfg.tree_topk == (3, 2, 1) and cfg.seed == 7 and cfg.trace
-    for args, needle in (((("4,x"), 0, 8, 0, 0, 8), "topk"), (("4", 0, 8, 0, 0, 0), "max new tokens"),
-                         (("4", 1.5, 8, 0, 0, 8), "prune threshold"), (("4", 0, 8, -1, 0, 8), "temperature")):
+    cfg = build_config("3, 2,1", 0.1, 32, 2, 0.0, 7, 16)
+    assert cfg.tree_topk == (3, 2, 1) and cfg.seed == 7 and cfg.trace and cfg.lookup == 2
+    for args, needle in (((("4,x"), 0, 8, 0, 0, 0, 8), "topk"), (("4", 0, 8, 0, 0, 0, 0), "max new tokens"),
+                         (("4", 1.5, 8, 0, 0, 0, 8), "prune threshold"), (("4", 0, 8, 0, -1, 0, 8), "temperature"),
+                         (("4", 0, 8, float("nan"), 0, 0, 8), "prompt-lookup"), (("4", 0, 8, 2.5, 0, 0, 8), "prompt-lookup"),
+                         (("4", 0, 8, 1e9, 0, 0, 8), "prompt-lookup"), (("4", 0, 8, "x", 0, 0, 8), "prompt-lookup")):
         with pytest.raises(SpecstreamError, match=needle):
             build_config(*args)
     with pytest.raises(SpecstreamError, match="empty"):

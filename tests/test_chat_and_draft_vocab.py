@@ -135,13 +135,14 @@ def test_cli_uses_the_stream_sets_recommended_tree(tmp_path, capsys):
     base = save_tiny_model_dir(tmp_path / "base")
     model = tiny_model("llama", seed=3, max_position_embeddings=64)
     streams = StreamParams.fresh(model, gamma=3, n_stream_layers=2)
-    streams.save(tmp_path / "streams", extra={"decode": {"topk": [2, 1], "node_budget": 5}})
-    for flags, topk, budget in (([], [2, 1], 5), (["--topk", "3,2,1"], [3, 2, 1], 5), (["--node-budget", "9"], [2, 1], 9)):
+    streams.save(tmp_path / "streams", extra={"decode": {"topk": [2, 1], "node_budget": 5, "lookup": 2}})
+    for flags, topk, budget, lookup in (([], [2, 1], 5, 2), (["--topk", "3,2,1"], [3, 2, 1], 5, 2),
+                                        (["--node-budget", "9", "--lookup", "0"], [2, 1], 9, 0)):
         trace = tmp_path / "t.json"
         assert cli.main(["generate", "--base", base, "--streams", str(tmp_path / "streams"), "--prompt", "ab",
                          "--max-new-tokens", "4", "--trace", str(trace), *flags]) == 0
         meta = json.loads(trace.read_text())["meta"]
-        assert (meta["topk"], meta["node_budget"]) == (topk, budget)
+        assert (meta["topk"], meta["node_budget"], meta["lookup"]) == (topk, budget, lookup)
     fresh = Engine(tiny_model("llama", seed=3), None, StreamParams.fresh(tiny_model("llama", seed=3), gamma=3))
     assert fresh.decode_config().tree_topk == (1, 1, 1)  # no recommendation: a chain, the cheapest tree on a CPU
 
@@ -151,10 +152,11 @@ def test_lab_defaults_to_the_stream_sets_recommended_tree(tmp_path):
 
     model = tiny_model("llama", seed=3)
     StreamParams.fresh(model, gamma=3, n_stream_layers=2).save(tmp_path / "rec", extra={"decode": {"topk": [2, 1],
-                                                                                                   "node_budget": 7}})
+                                                                                                   "node_budget": 7,
+                                                                                                   "lookup": 3}})
     StreamParams.fresh(model, gamma=3, n_stream_layers=2).save(tmp_path / "plain")
     spec = ModelSpec("m", "base", {"lossless": str(tmp_path / "rec"), "shared": str(tmp_path / "plain")})
-    assert recommended_for(spec, "lossless") == {"topk": [2, 1], "prune_threshold": 0.0, "node_budget": 7}
+    assert recommended_for(spec, "lossless") == {"topk": [2, 1], "prune_threshold": 0.0, "node_budget": 7, "lookup": 3}
     assert recommended_for(spec, "shared")["topk"] == [1, 1, 1]
 
 

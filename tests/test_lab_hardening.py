@@ -250,7 +250,7 @@ class FakeRequest:
 
 
 def run_race(demo, request=None, max_new=8):
-    return list(handler(demo, "on_run")("tiny", "lossless", PROMPT, "2,1", 0.0, 16, 0.0, 0, max_new, request))
+    return list(handler(demo, "on_run")("tiny", "lossless", PROMPT, "2,1", 0.0, 16, 0, 0.0, 0, max_new, request))
 
 
 def test_race_leaves_no_temp_dir(lab_demo, tmp_path, monkeypatch):
@@ -276,7 +276,7 @@ def test_one_client_cannot_hold_every_slot(lab_demo):
     import app.limits as limits
 
     msg = component(lab_demo, "lab-message")
-    first = handler(lab_demo, "on_run")("tiny", "lossless", PROMPT, "1", 0.0, 8, 0.0, 0, 8, FakeRequest("tab-a"))
+    first = handler(lab_demo, "on_run")("tiny", "lossless", PROMPT, "1", 0.0, 8, 0, 0.0, 0, 8, FakeRequest("tab-a"))
     next(first)  # tab a is racing
     same_tab = run_race(lab_demo, FakeRequest("tab-a", ip="10.0.0.9"))
     assert "already have a run going" in same_tab[-1][msg]

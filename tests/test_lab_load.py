@@ -109,7 +109,7 @@ def test_twenty_clients_and_a_greedy_one(server, lab_dir, tmp_path):  # noqa: F8
         return Client(url, headers={"X-Forwarded-For": ip}, verbose=False, download_files=False)
 
     def race_once(c):
-        return outcome(c.submit("tiny", "lossless", PROMPT, "2,1", 0.0, 16, 0.0, 0, 12,
+        return outcome(c.submit("tiny", "lossless", PROMPT, "2,1", 0.0, 16, 0, 0.0, 0, 12,
                                 api_name="/on_run").result(timeout=120))
 
     def upload_once(c):
@@ -189,7 +189,7 @@ def test_twenty_clients_and_a_greedy_one(server, lab_dir, tmp_path):  # noqa: F8
     # one address opens several tabs and starts a race in each at once: one runs, the rest are refused,
     # and a visitor arriving meanwhile still gets the other slot
     tabs = [client("10.9.9.8") for _ in range(GREEDY_TABS)]
-    jobs = [c.submit("tiny", "lossless", PROMPT, "2,1", 0.0, 16, 0.0, 0, 16, api_name="/on_run") for c in tabs]
+    jobs = [c.submit("tiny", "lossless", PROMPT, "2,1", 0.0, 16, 0, 0.0, 0, 16, api_name="/on_run") for c in tabs]
     visitor = client("10.1.0.2")
     assert race_once(visitor) == "served"
     burst = [outcome(j.result(timeout=120)) for j in jobs]

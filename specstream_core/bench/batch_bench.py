@@ -104,7 +104,7 @@ def _runner(name: str, engine, cfg_ar: DecodeConfig, cfg_ss: DecodeConfig | None
 
 def run_throughput(engine, prompts: list[list[int]], batch_sizes: list[int], max_new_tokens: int,
                    ss_trees: list[tuple[int, ...]], methods=METHODS, repeats: int = 3, progress: bool = True,
-                   node_budget: int = 64) -> list[ThroughputRow]:
+                   node_budget: int = 64, lookup: int = 0) -> list[ThroughputRow]:
     """One row per (method, batch size); ar-seq is batch-size independent and measured once per repeat.
     ss-batch runs once per draft tree in `ss_trees` (named `ss-batch 1,1,1,1`)."""
     from tqdm.auto import tqdm
@@ -116,7 +116,8 @@ def run_throughput(engine, prompts: list[list[int]], batch_sizes: list[int], max
             runners[m] = _runner(m, engine, cfg_ar)
             continue
         for tree in ss_trees:
-            cfg_ss = DecodeConfig(mode="ss", max_new_tokens=max_new_tokens, tree_topk=tuple(tree), node_budget=node_budget)
+            cfg_ss = DecodeConfig(mode="ss", max_new_tokens=max_new_tokens, tree_topk=tuple(tree), node_budget=node_budget,
+                                  lookup=lookup)
             runners[f"ss-batch {','.join(map(str, tree))}"] = _runner("ss-batch", engine, cfg_ar, cfg_ss)
     methods = list(runners)
     jobs = [(m, 1) for m in methods if m == "ar-seq"] + [(m, b) for b in batch_sizes for m in methods if m != "ar-seq"]

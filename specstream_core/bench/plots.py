@@ -19,7 +19,8 @@ from specstream_core.errors import SpecstreamError
 PALETTE = ["#7f7f7f", "#bcbd22", "#17becf", "#9467bd", "#8c564b", "#e377c2", "#1f77b4", "#aec7e8", "#d62728",
            "#2ca02c", "#ff7f0e"]
 ABLATION_TITLES = {"gamma": "draft depth γ (first g streams)", "topk": "per-depth top-k (tree size)",
-                   "ns": "Ns (stream sets)", "prune": "pruning threshold"}
+                   "ns": "Ns (stream sets)", "prune": "pruning threshold",
+                   "lookup": "prompt-lookup tokens on the tree (node budget)"}
 
 
 def load_results(path: str) -> dict | None:

@@ -44,6 +44,9 @@ def add_decode_arguments(p) -> None:
     p.add_argument("--prune-threshold", type=float, default=None,
                    help="drop tree branches below this transition probability (default: the stream set's)")
     p.add_argument("--node-budget", type=int, default=None, help="most tree nodes per step (default: the stream set's)")
+    p.add_argument("--lookup", type=int, default=None,
+                   help="graft up to this many prompt-lookup tokens (copied from where the context repeats) onto "
+                        "the streams' tree; 0 = streams only (default: the stream set's)")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--no-repeat-ngram-size", type=int, default=0,
                    help="never repeat an n-gram of this size already in prompt or output (0 = off; as transformers)")
@@ -60,7 +63,8 @@ def build_config(args) -> DecodeConfig:
         except ValueError:
             raise SpecstreamError(f"--attention-layers must be comma-separated integers, got {attention!r}") from None
     draft = {k: v for k, v in (("tree_topk", parse_topk(args.topk) if args.topk else None),
-                               ("prune_threshold", args.prune_threshold), ("node_budget", args.node_budget))
+                               ("prune_threshold", args.prune_threshold), ("node_budget", args.node_budget),
+                               ("lookup", args.lookup))
              if v is not None}
     return DecodeConfig(mode=args.mode, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                         top_k=args.sample_top_k, top_p=args.top_p, seed=args.seed, **draft,
@@ -71,7 +75,8 @@ def build_config(args) -> DecodeConfig:
 
 def with_recommended(cfg: DecodeConfig, args, engine) -> DecodeConfig:
     """Fill the draft settings the user did not give with the stream set's recommendation."""
-    given = {"tree_topk": args.topk, "prune_threshold": args.prune_threshold, "node_budget": args.node_budget}
+    given = {"tree_topk": args.topk, "prune_threshold": args.prune_threshold, "node_budget": args.node_budget,
+             "lookup": args.lookup}
     rec = {k: v for k, v in engine.recommended_decode().items() if given.get(k) is None}
     return replace(cfg, **rec) if rec else cfg
 

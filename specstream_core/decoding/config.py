@@ -10,6 +10,7 @@ from specstream_core.errors import SpecstreamError
 
 MAX_NEW_TOKENS = 4096
 MAX_SEED = 2**63 - 1
+MAX_LOOKUP = 32
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,7 @@ class DecodeConfig:
     tree_topk: tuple[int, ...] = (4, 3, 2, 1)  # candidates per depth (stream j gives depth j)
     prune_threshold: float = 0.0  # drop subtrees whose transition probability is below this
     node_budget: int = 64  # most tree nodes per step (root included)
+    lookup: int = 0  # most prompt-lookup tokens grafted onto the streams' tree (0 = streams only)
     stop_strings: tuple[str, ...] = ()
     stop_on_eos: bool = True
     trace: bool = False
@@ -49,6 +51,8 @@ class DecodeConfig:
             raise SpecstreamError(f"prune threshold must be in [0, 1), got {self.prune_threshold}")
         if not 1 <= self.node_budget <= 512:
             raise SpecstreamError(f"node budget must be between 1 and 512, got {self.node_budget}")
+        if isinstance(self.lookup, bool) or not isinstance(self.lookup, int) or not 0 <= self.lookup <= MAX_LOOKUP:
+            raise SpecstreamError(f"lookup must be an integer between 0 (off) and {MAX_LOOKUP}, got {self.lookup!r}")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
                                       or not 0 <= self.seed <= MAX_SEED):
             # torch seeds are 64-bit; batch row i uses seed + i, so leave headroom below 2**64

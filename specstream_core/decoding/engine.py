@@ -135,14 +135,14 @@ class Engine:
                 "gamma": s.gamma if s else 0, "n_stream_layers": s.n_stream_layers if s else 0,
                 "num_layers": self.model.config.num_hidden_layers, "stream_mode": s.mode if s else None,
                 "topk": list(cfg.tree_topk), "prune_threshold": cfg.prune_threshold, "node_budget": cfg.node_budget,
-                "temperature": cfg.temperature, "top_k": cfg.top_k, "top_p": cfg.top_p, "seed": cfg.seed,
+                "lookup": cfg.lookup, "temperature": cfg.temperature, "top_k": cfg.top_k, "top_p": cfg.top_p, "seed": cfg.seed,
                 "max_new_tokens": cfg.max_new_tokens, "no_repeat_ngram_size": cfg.no_repeat_ngram_size,
                 "repetition_penalty": cfg.repetition_penalty}
 
     # ---- decoding ------------------------------------------------------------------------------
     def recommended_decode(self) -> dict:
-        """The draft settings the stream set records as fastest measured (tree, pruning, node budget),
-        as DecodeConfig fields; a chain as deep as the streams when it records none (the cheapest tree
+        """The draft settings the stream set records as fastest measured (tree, pruning, node budget,
+        prompt-lookup tokens), as DecodeConfig fields; a chain as deep as the streams when it records none (the cheapest tree
         on a CPU)."""
         if self.streams is None:
             return {}
@@ -152,6 +152,8 @@ class Engine:
             out["prune_threshold"] = float(stored["prune_threshold"])
         if stored.get("node_budget") is not None:
             out["node_budget"] = int(stored["node_budget"])
+        if stored.get("lookup") is not None:
+            out["lookup"] = int(stored["lookup"])
         return out
 
     def decode_config(self, **settings) -> DecodeConfig:

@@ -33,7 +33,7 @@ import torch
 
 from specstream_core.decoding import processors
 from specstream_core.decoding.config import DecodeConfig, Result
-from specstream_core.decoding.drafters import Drafter, RootOnly, RowOutput, StreamDrafter
+from specstream_core.decoding.drafters import Drafter, RootOnly, RowOutput, StreamDrafter, StreamLookupDrafter
 from specstream_core.decoding.prefill import pad_steps, prefill
 from specstream_core.decoding.state import Limits, Row
 from specstream_core.decoding.tracer import Pass, RowTrace, attention_maps, capture_layers
@@ -303,6 +303,8 @@ def default_drafter(engine, cfg: DecodeConfig) -> Drafter:
     if engine.streams is None:
         raise SpecstreamError("speculative decoding needs stream parameters (or another drafter)")
     depth = min(len(cfg.tree_topk), engine.streams.cfg.gamma)
+    if cfg.lookup:
+        return StreamLookupDrafter(cfg.tree_topk[:depth], cfg.node_budget, cfg.lookup)
     return StreamDrafter(cfg.tree_topk[:depth], cfg.node_budget)
 
 

@@ -10,7 +10,7 @@ Schema (version 1) — see docs/TRACE.md:
       "index": int,                      # 0 = the prefill pass
       "prefix_len": int,                 # tokens in the cache before this pass
       "nodes": [ {"id": int, "token": int, "text": str, "parent": int, "depth": int,
-                  "prob": float, "pruned": bool, "accepted": bool} ],
+                  "prob": float, "pruned": bool, "accepted": bool, "copied": bool (optional)} ],
       "accepted": [int],                 # accepted node ids, root first
       "bonus": {"token": int, "text": str},
       "emitted": [int],                  # tokens this pass added to the output (after stops)
@@ -104,7 +104,8 @@ class Limits:
 
 LIMITS = Limits()
 META_STR = ("model", "precision", "device", "stream_mode")
-META_INT = ("n_stream_layers", "num_layers", "node_budget", "top_k", "max_new_tokens", "no_repeat_ngram_size")
+META_INT = ("n_stream_layers", "num_layers", "node_budget", "top_k", "max_new_tokens", "no_repeat_ngram_size",
+            "lookup")
 META_NUM = {"prune_threshold": (0.0, 1.0), "temperature": (0.0, 100.0), "top_p": (0.0, 1.0),
             "repetition_penalty": (0.0, 1000.0)}
 STAT_INT = ("forward_passes", "new_tokens", "rows_processed")
@@ -315,6 +316,8 @@ def _step(step, i: int, budget: dict) -> dict:
              "accepted": _bool(node.get("accepted", False), f"step {i}: node {k} accepted")}
         if node.get("prob") is not None:
             n["prob"] = _num(node["prob"], 0.0, 1.0, f"step {i}: node {k} prob")
+        if node.get("copied") is not None:  # prompt lookup's copy grafted onto the tree
+            n["copied"] = _bool(node["copied"], f"step {i}: node {k} copied")
         out_nodes.append(n)
     if len(accepted) > L.depth + 1 or any(type(a) is not int or not 0 <= a < len(nodes) for a in accepted):
         _fail(f"step {i}: accepted ids out of range")

@@ -45,7 +45,7 @@ class RowTrace:
         else:
             kept, on_path = set(p.keep), set(p.path)
             nodes = [_node(i, t, text(t), p.tree.parents[i], p.tree.depths[i], round(p.tree.probs[i], 5),
-                           i not in kept, i in on_path) for i, t in enumerate(p.tree.tokens)]
+                           i not in kept, i in on_path, i in p.tree.copied) for i, t in enumerate(p.tree.tokens)]
             accepted = list(p.path)
         steps.append({"index": len(steps), "prefix_len": p.start, "nodes": nodes, "accepted": accepted,
                       "bonus": {"token": p.bonus, "text": text(p.bonus)}, "emitted": list(emitted),
@@ -57,9 +57,12 @@ class RowTrace:
         self.data["stats"] = stats
 
 
-def _node(i, token, text, parent, depth, prob, pruned, accepted) -> dict:
-    return {"id": i, "token": token, "text": text, "parent": parent, "depth": depth, "prob": prob,
+def _node(i, token, text, parent, depth, prob, pruned, accepted, copied=False) -> dict:
+    node = {"id": i, "token": token, "text": text, "parent": parent, "depth": depth, "prob": prob,
             "pruned": pruned, "accepted": accepted}
+    if copied:  # prompt lookup's copy grafted onto the streams' tree
+        node["copied"] = True
+    return node
 
 
 def attention_maps(engine, cfg, out, b: int, carrier: int, path: list[int], survivors: Tree, start: int,

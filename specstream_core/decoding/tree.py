@@ -6,7 +6,7 @@ already chose, always correct), a parent always comes before its children. Tree 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -17,6 +17,7 @@ class Tree:
     parents: list[int]  # parent index (-1 for the root)
     depths: list[int]  # 0 for the root, j for stream j's tokens
     probs: list[float]  # drafter's probability of the node's token (1.0 at the root)
+    copied: set[int] = field(default_factory=set)  # nodes copied from the context (prompt lookup), not drafted
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -45,6 +46,7 @@ class Tree:
             parents=[new_index[self.parents[i]] if self.parents[i] >= 0 else -1 for i in keep],
             depths=[self.depths[i] for i in keep],
             probs=[self.probs[i] for i in keep],
+            copied={new_index[i] for i in self.copied if i in new_index},
         )
 
     def path_to(self, node: int) -> list[int]:
@@ -86,6 +88,28 @@ def from_stream_topk(root: int, top_tokens: list[list[int]], top_probs: list[lis
         return tree
     order = sorted(range(len(tree)), key=lambda i: (-scores[i], i))[:budget]
     return tree.subset(sorted(order))
+
+
+def graft_chain(tree: Tree, tokens: list[int], budget: int, prob: float = 1.0) -> Tree:
+    """`tree` with a linear draft grafted on at the root: the draft follows the tree's nodes while they
+    agree with it (a trie) and continues as new nodes, appended in order, until the tree has `budget`
+    nodes, marked as copied, with probability `prob` (the drafter's confidence in a copied token)."""
+    out = Tree(list(tree.tokens), list(tree.parents), list(tree.depths), list(tree.probs), set(tree.copied))
+    children = tree.children()
+    node = 0
+    for token in tokens:
+        match = next((c for c in children[node] if out.tokens[c] == token), None) if node < len(children) else None
+        if match is None:
+            if len(out) >= budget:
+                break
+            out.tokens.append(token)
+            out.parents.append(node)
+            out.depths.append(out.depths[node] + 1)
+            out.probs.append(prob)
+            match = len(out) - 1
+            out.copied.add(match)
+        node = match
+    return out
 
 
 def prune_by_threshold(tree: Tree, transition: list[float], threshold: float) -> list[int]:

@@ -9,7 +9,8 @@ hf-pld (transformers prompt lookup), hf-assisted (transformers assisted generati
 draft in assets/smollm2/draft), pld (our prompt-lookup drafter through our tree verifier), medusa
 (Medusa-style heads in assets/smollm2/medusa through our tree verifier), ss-lossless and ss-shared.
 Ablations (fp32, lossless streams, a subset of categories): draft depth γ (first g streams), per-depth
-top-k, Ns (with --ablation-streams) and the pruning threshold.
+top-k, Ns (with --ablation-streams), the pruning threshold and prompt lookup grafted onto the tree
+(`bench/ablations.py`).
 """
 
 from __future__ import annotations
@@ -19,23 +20,20 @@ import math
 import os
 import time
 import warnings
-from dataclasses import asdict, replace
+from dataclasses import asdict
 
 from specstream_core.model import defaults
 from specstream_core.decoding.config import DecodeConfig, parse_topk
 from specstream_core.errors import SpecstreamError
 from specstream_core.cli.args import recommended
+from specstream_core.bench.ablations import ABLATIONS, ablation_methods, tree_nodes
 from specstream_core.bench.report import DOC_BEGIN, DOC_END, update_doc
 from specstream_core.bench.suites import suite_categories, suite_examples, suite_scorer
 
 ALL_METHODS = ("ar", "hf-greedy", "hf-pld", "hf-assisted", "pld", "medusa", "ss-lossless", "ss-shared")
-ABLATIONS = ("gamma", "topk", "ns", "prune")
 DRAFT_DIR = os.path.join(defaults.SMOL_ASSETS, "draft")
 MEDUSA_DIR = defaults.SMOL_MEDUSA_DIR
 SUITES = ("chat", "tasks")  # chat: the chat prompt corpus's eval split (default); tasks: the old templated suite
-TOPK_GRID = ((1, 1, 1, 1), (2, 1, 1, 1), (2, 2, 1, 1), (3, 2, 2, 1), (4, 3, 2, 1))
-PRUNE_TREE = (3, 2, 2, 1)
-PRUNE_GRID = (0.0, 0.02, 0.05, 0.1, 0.2)
 # default run sized to finish in <= 20 minutes on the project's 2-core CPU (see docs/BENCHMARKS.md)
 DEFAULT_N, DEFAULT_MAX_NEW = 6, 64
 ABLATION_CATEGORIES, ABLATION_N = 3, 4
@@ -60,6 +58,8 @@ def add_arguments(p) -> None:
     p.add_argument("--topk", default="", help="draft tree per depth (default: the streams' recommended)")
     p.add_argument("--prune-threshold", type=float, default=None)
     p.add_argument("--node-budget", type=int, default=None)
+    p.add_argument("--lookup", type=int, default=None,
+                   help="prompt-lookup tokens grafted onto the streams' tree (default: the streams' recommended)")
     p.add_argument("--precisions", default=None, help="comma-separated: fp32,nf4,int4,bf16 (default fp32,nf4; --quick: fp32)")
     p.add_argument("--quantize", choices=("none", "nf4"), default=None, help="shorthand for --precisions fp32 / nf4")
     p.add_argument("--ablations", default=None,
@@ -87,14 +87,6 @@ def lora_parameter_count(streams_dir: str) -> int:
         return 0
     with safe_open(path, "pt") as f:
         return sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
-
-
-def tree_nodes(topk: tuple[int, ...], budget: int) -> int:
-    total, width = 1, 1
-    for k in topk:
-        width *= k
-        total += width
-    return min(total, budget)
 
 
 def _csv(text: str | None) -> list[str]:
@@ -182,7 +174,7 @@ def build_methods(names, engine, precision, ctx, shared_engine=None) -> list:
 
             heads = MedusaHeads.load(ctx["medusa_dir"], engine.model)
             topk = recommended_topk(ctx["medusa_dir"]) or ss_cfg.tree_topk
-            budget = ss_cfg.node_budget
+            budget = DecodeConfig.node_budget  # the heads' own tree, not the streams' (lookup) budget
             built.append(engine_method("medusa", engine, ss_cfg,
                                        lambda heads=heads, topk=topk: MedusaDrafter(heads, engine.logits, topk, budget),
                                        extra_params=heads.extra_parameter_count(), tree_nodes=tree_nodes(topk, budget)))
@@ -199,49 +191,6 @@ def build_methods(names, engine, precision, ctx, shared_engine=None) -> list:
                                        extra_params=shared_engine.streams.extra_parameter_count() + lora,
                                        tree_nodes=tree_nodes(scfg.tree_topk, scfg.node_budget)))
     return built
-
-
-def ablation_methods(names_needed, engine, ctx, plan_) -> list:
-    """Ablation variants of lossless speculative streaming on the fp32 engine (γ, k, Ns, pruning)."""
-    from specstream_core.bench.runner import engine_method, hf_method
-
-    ss_cfg, max_new = ctx["ss_cfg"], ctx["max_new"]
-    out = [engine_method("ar", engine, ctx["ar_cfg"])]
-    if plan_["baseline"] == "hf-greedy":
-        out.append(hf_method("hf-greedy", engine.model, max_new))
-    extra = engine.streams.extra_parameter_count()
-    gamma = engine.streams.cfg.gamma
-    rec = tuple(ss_cfg.tree_topk) + (1,) * gamma
-    if "gamma" in names_needed:
-        for g in range(1, gamma + 1):
-            cfg = replace(ss_cfg, tree_topk=rec[:g])
-            out.append(engine_method(f"ss γ={g}", engine, cfg, extra_params=extra, ablation="gamma", value=str(g),
-                                     tree_nodes=tree_nodes(cfg.tree_topk, cfg.node_budget)))
-    if "topk" in names_needed:
-        for t in TOPK_GRID:
-            t = t[:gamma]
-            cfg = replace(ss_cfg, tree_topk=t, prune_threshold=0.0)
-            label = ",".join(map(str, t))
-            out.append(engine_method(f"ss k={label}", engine, cfg, extra_params=extra, ablation="topk",
-                                     value=f"{label} ({tree_nodes(t, cfg.node_budget)} nodes)",
-                                     tree_nodes=tree_nodes(t, cfg.node_budget)))
-    if "prune" in names_needed and engine.streams.prune is not None:
-        t = PRUNE_TREE[:gamma]
-        for th in PRUNE_GRID:
-            cfg = replace(ss_cfg, tree_topk=t, prune_threshold=th)
-            out.append(engine_method(f"ss prune={th}", engine, cfg, extra_params=extra, ablation="prune",
-                                     value=f"{th}", tree_nodes=tree_nodes(t, cfg.node_budget)))
-    if "ns" in names_needed:
-        for d in _csv(ctx["ablation_streams"]):
-            other = _load_engine(ctx["base"], d, "fp32", ctx["device"])
-            rec_d = recommended(d)
-            cfg = replace(ss_cfg, tree_topk=tuple(rec_d.get("topk", ss_cfg.tree_topk)))
-            ns = other.streams.cfg.n_stream_layers
-            out.append(engine_method(f"ss Ns={ns} ({os.path.basename(d.rstrip('/'))})", other, cfg,
-                                     extra_params=other.streams.extra_parameter_count(), ablation="ns",
-                                     value=f"{ns} ({os.path.basename(d.rstrip('/'))})",
-                                     tree_nodes=tree_nodes(cfg.tree_topk, cfg.node_budget)))
-    return out
 
 
 def run(args) -> int:
@@ -291,17 +240,20 @@ def _context(args, pl: dict) -> dict:
     topk = parse_topk(args.topk) if args.topk else tuple(rec.get("topk", (4, 3, 2, 1)))
     prune = args.prune_threshold if args.prune_threshold is not None else rec.get("prune_threshold", 0.0)
     budget = args.node_budget if args.node_budget is not None else rec.get("node_budget", 64)
+    lookup = args.lookup if args.lookup is not None else rec.get("lookup", 0)
     max_new = pl["max_new"]
     ctx = {"max_new": max_new, "base": base, "device": args.device, "ablation_streams": args.ablation_streams,
            "ss_cfg": DecodeConfig(mode="ss", max_new_tokens=max_new, tree_topk=topk, prune_threshold=prune,
-                                  node_budget=budget),
+                                  node_budget=budget, lookup=lookup),
            "ar_cfg": DecodeConfig(mode="ar", max_new_tokens=max_new), "medusa_dir": medusa_dir, "shared_dir": shared,
-           "lossless_dir": lossless, "draft_dir": draft_dir, "topk": topk, "prune": prune, "budget": budget}
+           "lossless_dir": lossless, "draft_dir": draft_dir, "topk": topk, "prune": prune, "budget": budget,
+           "lookup": lookup}
     if shared:
         srec = recommended(shared)
         ctx["shared_cfg"] = DecodeConfig(mode="ss", max_new_tokens=max_new, tree_topk=tuple(srec.get("topk", topk)),
                                          prune_threshold=srec.get("prune_threshold", prune),
-                                         node_budget=srec.get("node_budget", budget))
+                                         node_budget=srec.get("node_budget", budget),
+                                         lookup=srec.get("lookup", 0))
     if draft_dir and "hf-assisted" in pl["methods"]:
         from specstream_core.model.layer_draft import load_assistant
 
@@ -335,7 +287,7 @@ def _measure(args, pl: dict, ctx: dict) -> tuple[list, list]:
         else:
             cats = pl["categories"][: args.ablation_categories]
             sub = {c: prompts[c][: args.ablation_n] for c in cats}
-            variants = ablation_methods(pl["ablations"], engine, ctx, pl)
+            variants = ablation_methods(pl["ablations"], engine, ctx, pl, _load_engine)
             baseline = pl["baseline"] if pl["baseline"] in [m.name for m in variants] else "ar"
             ablation_rows = [r for r in run_benchmark(sub, variants, baseline=baseline, desc="ablations")
                              if r.ablation]
@@ -345,7 +297,7 @@ def _measure(args, pl: dict, ctx: dict) -> tuple[list, list]:
 def _settings(args, pl: dict, ctx: dict, wall: float, threads: int) -> dict:
     draft_dir, medusa_dir = ctx["draft_dir"], ctx["medusa_dir"]
     return {"suite": args.suite, "chat": not args.raw, "topk": list(ctx["topk"]), "prune_threshold": ctx["prune"],
-            "node_budget": ctx["budget"], "n": pl["n"], "max_new_tokens": ctx["max_new"],
+            "node_budget": ctx["budget"], "lookup": ctx["lookup"], "n": pl["n"], "max_new_tokens": ctx["max_new"],
             "precisions": pl["precisions"], "baseline": pl["baseline"], "categories": pl["categories"],
             "ablations": pl["ablations"], "ablation_categories": pl["categories"][: args.ablation_categories],
             "ablation_n": args.ablation_n, "device": args.device, "threads": threads, "wall_s": round(wall, 1),

@@ -81,13 +81,14 @@ def run(args) -> int:
     rec = recommended(streams)
     trees = ([parse_topk(t) for t in args.topk.split(";") if t.strip()] if args.topk
              else [tuple(rec.get("topk", (4, 3, 2, 1)))])
-    budget = rec.get("node_budget", 64)
-    ss_cfg = DecodeConfig(mode="ss", max_new_tokens=max_new, tree_topk=trees[0], node_budget=budget)
+    budget, lookup = rec.get("node_budget", 64), rec.get("lookup", 0)
+    ss_cfg = DecodeConfig(mode="ss", max_new_tokens=max_new, tree_topk=trees[0], node_budget=budget, lookup=lookup)
     n_cats = 7
     examples = load_split("eval", n=-(-n_prompts // n_cats))[:n_prompts]  # categories interleaved
     prompts = [engine.encode(ex["prompt"], max_new) for ex in examples]
 
-    rows = run_throughput(engine, prompts, batch_sizes, max_new, trees, methods, repeats, not args.no_progress, budget)
+    rows = run_throughput(engine, prompts, batch_sizes, max_new, trees, methods, repeats, not args.no_progress, budget,
+                          lookup)
     shared, longest = [], max(prompts, key=len)
     if shared_n > 1:
         shared = shared_prefix_benchmark(engine, longest, shared_n, max_new, ss_cfg, repeats)

@@ -48,6 +48,8 @@ def add_arguments(p) -> None:
     p.add_argument("--recommend-topk", default="", help="store a recommended draft tree (e.g. 3,2,1,1) with the streams")
     p.add_argument("--recommend-prune", type=float, default=None, help="store a recommended pruning threshold")
     p.add_argument("--recommend-budget", type=int, default=None, help="store a recommended node budget")
+    p.add_argument("--recommend-lookup", type=int, default=None,
+                   help="store a recommended number of prompt-lookup tokens grafted onto the tree (0 = off)")
 
 
 def run(args) -> int:
@@ -105,4 +107,6 @@ def _extra(args) -> dict:
         decode["prune_threshold"] = args.recommend_prune
     if args.recommend_budget is not None:
         decode["node_budget"] = args.recommend_budget
+    if args.recommend_lookup is not None:
+        decode["lookup"] = args.recommend_lookup
     return {**extra, "decode": decode} if decode else extra

@@ -1,0 +1,72 @@
+"""The ablation variants `bench` runs: lossless speculative streaming on the fp32 engine with one
+setting varied at a time — draft depth γ, per-depth top-k, pruning threshold, Ns (other stream sets)
+and prompt lookup grafted onto the streams' tree (tokens, node budget)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+from specstream_core.bench.runner import engine_method, hf_method
+from specstream_core.decoding.config import DecodeConfig
+
+ABLATIONS = ("gamma", "topk", "ns", "prune", "lookup")
+TOPK_GRID = ((1, 1, 1, 1), (2, 1, 1, 1), (2, 2, 1, 1), (3, 2, 2, 1), (4, 3, 2, 1))
+PRUNE_TREE = (3, 2, 2, 1)
+PRUNE_GRID = (0.0, 0.02, 0.05, 0.1, 0.2)
+LOOKUP_GRID = ((0, 64), (2, 3), (3, 4), (8, 64))  # (prompt-lookup tokens, node budget) on the recommended tree
+
+
+def tree_nodes(topk: tuple[int, ...], budget: int) -> int:
+    total, width = 1, 1
+    for k in topk:
+        width *= k
+        total += width
+    return min(total, budget)
+
+
+def ablation_methods(names_needed, engine, ctx, plan_, load_engine) -> list:
+    """Ablation variants of lossless speculative streaming on the fp32 engine (γ, k, Ns, pruning,
+    prompt lookup grafted onto the tree)."""
+    # the tree ablations vary the streams' own tree: no prompt lookup, no node cap it would need
+    ss_cfg, max_new = replace(ctx["ss_cfg"], lookup=0, node_budget=DecodeConfig.node_budget), ctx["max_new"]
+    out = [engine_method("ar", engine, ctx["ar_cfg"])]
+    if plan_["baseline"] == "hf-greedy":
+        out.append(hf_method("hf-greedy", engine.model, max_new))
+    extra = engine.streams.extra_parameter_count()
+    gamma = engine.streams.cfg.gamma
+    rec = tuple(ss_cfg.tree_topk) + (1,) * gamma
+    if "gamma" in names_needed:
+        for g in range(1, gamma + 1):
+            cfg = replace(ss_cfg, tree_topk=rec[:g])
+            out.append(engine_method(f"ss γ={g}", engine, cfg, extra_params=extra, ablation="gamma", value=str(g),
+                                     tree_nodes=tree_nodes(cfg.tree_topk, cfg.node_budget)))
+    if "topk" in names_needed:
+        for t in TOPK_GRID:
+            t = t[:gamma]
+            cfg = replace(ss_cfg, tree_topk=t, prune_threshold=0.0)
+            label = ",".join(map(str, t))
+            out.append(engine_method(f"ss k={label}", engine, cfg, extra_params=extra, ablation="topk",
+                                     value=f"{label} ({tree_nodes(t, cfg.node_budget)} nodes)",
+                                     tree_nodes=tree_nodes(t, cfg.node_budget)))
+    if "prune" in names_needed and engine.streams.prune is not None:
+        t = PRUNE_TREE[:gamma]
+        for th in PRUNE_GRID:
+            cfg = replace(ss_cfg, tree_topk=t, prune_threshold=th)
+            out.append(engine_method(f"ss prune={th}", engine, cfg, extra_params=extra, ablation="prune",
+                                     value=f"{th}", tree_nodes=tree_nodes(t, cfg.node_budget)))
+    if "lookup" in names_needed:
+        for n, budget in LOOKUP_GRID:
+            cfg = replace(ctx["ss_cfg"], lookup=n, node_budget=budget)
+            out.append(engine_method(f"ss lookup={n}", engine, cfg, extra_params=extra, ablation="lookup",
+                                     value=f"{n} (budget {budget})", tree_nodes=tree_nodes(cfg.tree_topk, budget) + n))
+    if "ns" in names_needed:
+        for d in [t.strip() for t in (ctx["ablation_streams"] or "").split(",") if t.strip()]:
+            other = load_engine(ctx["base"], d, "fp32", ctx["device"])
+            cfg = replace(ss_cfg, tree_topk=other.recommended_decode().get("tree_topk", ss_cfg.tree_topk))
+            ns = other.streams.cfg.n_stream_layers
+            out.append(engine_method(f"ss Ns={ns} ({os.path.basename(d.rstrip('/'))})", other, cfg,
+                                     extra_params=other.streams.extra_parameter_count(), ablation="ns",
+                                     value=f"{ns} ({os.path.basename(d.rstrip('/'))})",
+                                     tree_nodes=tree_nodes(cfg.tree_topk, cfg.node_budget)))
+    return out
