@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from . import handlers, limits
+from . import cache_sweep, handlers, limits
 from .admission import Admission
 from .handlers import Lab
 from .limits import LAB_MAX_LOOKUP, LAB_MAX_NEW_TOKENS, MAX_PROMPT_CHARS, MAX_UPLOAD_BYTES, TRACE_TTL_S
@@ -185,6 +185,7 @@ def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False)
         lab = Lab(specs, cache, races, uploads, SimpleNamespace(**components), demo, preset_map)
         _wire(lab)
     demo.queue(default_concurrency_limit=limits.CONCURRENCY, max_size=limits.QUEUE_SIZE)
+    cache_sweep.start(demo, *limits.cache_schedule())  # Gradio's own periodic sweep can stop for good
     return demo
 
 

@@ -422,3 +422,34 @@ def test_a_presets_recorded_trace_is_replayed_on_load_and_on_choosing_it(trace, 
     assert set(handler(demo, "on_preset")(other)) == {component(demo, "prompt"), component(demo, "lab-message")}
     (tmp_path / f"{slug(label)}.json").write_text("{not json")  # a broken file never breaks the page
     assert set(handler(demo, "replay_recorded")(label)) == {component(demo, "lab-message")}
+
+
+def test_the_cache_sweep_outlives_an_error_and_deletes_old_files(tmp_path, caplog):
+    """Gradio's own periodic sweep ends at its first exception; the lab's keeps going (app/cache_sweep.py)."""
+    import time
+
+    from app import cache_sweep
+
+    class Flaky(set):
+        fails = 1
+
+        def __iter__(self):
+            if Flaky.fails:
+                Flaky.fails -= 1
+                raise RuntimeError("Set changed size during iteration")
+            return super().__iter__()
+
+    old = tmp_path / "trace.json"
+    old.write_text("{}")
+    class FakeBlocks:  # what Gradio's sweep reads of a Blocks
+        blocks: dict = {}
+        temp_file_sets = [Flaky({str(old)})]
+
+    blocks = FakeBlocks()
+    with caplog.at_level("ERROR", logger="specstream.lab"):
+        cache_sweep.start(blocks, every=0.05, age=0)
+        deadline = time.time() + 10
+        while old.exists() and time.time() < deadline:
+            time.sleep(0.05)
+    assert not old.exists() and Flaky.fails == 0
+    assert "the next sweep retries" in caplog.text

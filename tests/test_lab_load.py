@@ -202,8 +202,8 @@ def test_twenty_clients_and_a_greedy_one(server, lab_dir, tmp_path):  # noqa: F8
     baseline = rss_mb(proc.pid)
     load_round(LOAD_SECONDS)
     time.sleep(TTL_S + 4)  # traces expire (state TTL), Gradio's cache sweep runs (delete_cache)
-    # on a slow host, races still queued when the clients stop keep Gradio's worker threads busy after
-    # the round, and its sweep (run in one of those threads) comes late: wait for it, within a bound
+    # the lab's cache sweep (app/cache_sweep.py; every second here) deletes what Gradio cached; on a slow
+    # host races still queued when the clients stop delay it: wait for it, within a bound
     left = wait_until_empty(dirs["gradio"], 120)
     after = rss_mb(proc.pid)
     print(f"RSS after the first round {baseline:.0f} MB, after the second {after:.0f} MB; burst {burst}")
