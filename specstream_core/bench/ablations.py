@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from specstream_core.bench.runner import engine_method, hf_method
 from specstream_core.decoding.config import DecodeConfig
+from specstream_core.decoding.loop import default_drafter
 
 ABLATIONS = ("gamma", "topk", "ns", "prune", "lookup")
 TOPK_GRID = ((1, 1, 1, 1), (2, 1, 1, 1), (2, 2, 1, 1), (3, 2, 2, 1), (4, 3, 2, 1))
@@ -59,7 +60,8 @@ def ablation_methods(names_needed, engine, ctx, plan_, load_engine) -> list:
         for n, budget in LOOKUP_GRID:
             cfg = replace(ctx["ss_cfg"], lookup=n, node_budget=budget)
             out.append(engine_method(f"ss lookup={n}", engine, cfg, extra_params=extra, ablation="lookup",
-                                     value=f"{n} (budget {budget})", tree_nodes=tree_nodes(cfg.tree_topk, budget) + n))
+                                     value=f"{n} (budget {budget})",
+                                     tree_nodes=default_drafter(engine, cfg).max_nodes))
     if "ns" in names_needed:
         for d in [t.strip() for t in (ctx["ablation_streams"] or "").split(",") if t.strip()]:
             other = load_engine(ctx["base"], d, "fp32", ctx["device"])

@@ -87,4 +87,3 @@ class StreamDrafter(TopkDrafter):
         if out.streams is None:  # an engine without stream parameters: nothing to draft from (root-only trees)
             return
         self._observe_logits(out.draft_logits(out.stream_rows(node)))
-
