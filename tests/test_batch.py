@@ -146,11 +146,11 @@ def test_shared_prefix_attention_matches_sdpa():
 
     want, _ = sdpa_attention_forward(Module(), query, torch.cat([pk.expand(B, -1, -1, -1), sk], 2),
                                      torch.cat([pv.expand(B, -1, -1, -1), sv], 2), mask, scaling=D ** -0.5)
-    compat._shared_prefix, saved = (lambda layer: (pk, pv)), compat._shared_prefix
+    compat._scope.shared_prefix, saved = (lambda layer: (pk, pv)), getattr(compat._scope, "shared_prefix", None)
     try:
         got, _ = compat._shared_prefix_forward(Module(), query, sk, sv, mask, scaling=D ** -0.5)
     finally:
-        compat._shared_prefix = saved
+        compat._scope.shared_prefix = saved
     assert torch.allclose(got, want, atol=1e-5)
 
 

@@ -24,6 +24,7 @@ from typing import Callable
 import torch
 
 from specstream_core.decoding.config import DecodeConfig
+from specstream_core.model import rowinv
 
 METHODS = ("ar-seq", "ar-batch", "ss-batch", "hf-batch")
 
@@ -65,14 +66,15 @@ def _cut_at_eos(tokens: list[int], eos: set[int]) -> list[int]:
 
 
 def hf_batch_generate(model, batch: list[list[int]], max_new_tokens: int, pad_id: int, eos: set[int]) -> list[list[int]]:
-    """transformers' greedy generate on left-padded prompts; each row's tokens up to its first EOS."""
+    """transformers' greedy generate on left-padded prompts (torch's Linears, as it ships); each row's
+    tokens up to its first EOS."""
     width = max(len(p) for p in batch)
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
     mask = torch.zeros(len(batch), width, dtype=torch.long)
     for b, p in enumerate(batch):
         ids[b, width - len(p):] = torch.tensor(p)
         mask[b, width - len(p):] = 1
-    with torch.inference_mode():
+    with torch.inference_mode(), rowinv.torch_linears():
         out = model.generate(ids.to(model.device), attention_mask=mask.to(model.device), do_sample=False,
                              max_new_tokens=max_new_tokens, pad_token_id=pad_id)
     return [_cut_at_eos(row[width:].tolist(), eos) for row in out]
@@ -197,7 +199,7 @@ def shared_prefix_benchmark(engine, prompt: list[int], n: int, max_new_tokens: i
     for _ in range(repeats):
         torch.manual_seed(seed)
         t0 = time.perf_counter()
-        with torch.inference_mode():
+        with torch.inference_mode(), rowinv.torch_linears():
             out = engine.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, top_k=0, top_p=1.0,
                                         temperature=1.0, num_return_sequences=n, max_new_tokens=max_new_tokens,
                                         min_new_tokens=max_new_tokens, return_dict_in_generate=True,

@@ -18,6 +18,7 @@ from typing import Callable
 import torch
 
 from specstream_core.decoding.config import DecodeConfig
+from specstream_core.model import rowinv
 
 
 @dataclass
@@ -68,7 +69,8 @@ def engine_method(name: str, engine, cfg: DecodeConfig, drafter_factory=None, re
 def hf_method(name: str, model, max_new_tokens: int, extra_params: int = 0, reference: str = "ar",
               **generate_kwargs) -> Method:
     """transformers' own generate (greedy, prompt lookup or assisted), timed around the call; the
-    target model's forward calls are counted with a hook (assistant models are separate modules)."""
+    target model's forward calls are counted with a hook (assistant models are separate modules). Its
+    Linears run through torch (`rowinv.torch_linears`): the baseline is transformers as it ships."""
 
     def run(ids):
         inp = torch.tensor([ids], device=model.device)
@@ -80,7 +82,7 @@ def hf_method(name: str, model, max_new_tokens: int, extra_params: int = 0, refe
         handle = model.register_forward_pre_hook(count, with_kwargs=True)
         try:
             t0 = time.perf_counter()
-            with torch.inference_mode():
+            with torch.inference_mode(), rowinv.torch_linears():
                 out = model.generate(inp, attention_mask=torch.ones_like(inp), do_sample=False,
                                      max_new_tokens=max_new_tokens, **generate_kwargs)
             if out.is_cuda:

@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import torch
 
-from specstream_core.model import compat, hub
+from specstream_core.model import compat, hub, rowinv
 from specstream_core.decoding import loop
 from specstream_core.decoding.config import DecodeConfig, Result
 from specstream_core.decoding.drafters import Drafter
@@ -51,14 +51,16 @@ class Engine:
     @classmethod
     def load(cls, base: str, streams_dir: str | None = None, precision: str = "fp32", device: str = "cpu",
              gamma: int = 4, n_stream_layers: int | None = None, exact_nf4: bool = True,
-             fresh_streams: bool = True, chat: bool = True) -> "Engine":
+             fresh_streams: bool = True, chat: bool = True, kernel: str | None = None) -> "Engine":
         """Base model (directory or hub id) + stream directory (or hub id); fresh streams when none is given.
 
-        chat: wrap text prompts as a user turn of the model's chat template (when it has one)."""
+        chat: wrap text prompts as a user turn of the model's chat template (when it has one). kernel: the
+        CPU fp32/bf16 Linears (auto, rowinv, torch; default: $SPECSTREAM_KERNEL or auto, model/rowinv.py)."""
         if streams_dir is not None:
             streams_dir = hub.local_dir(streams_dir)  # a hub repo id: its snapshot
             read_stream_config(streams_dir)  # fail on a bad adapter before loading a large model
-        model = load_model(LoadConfig(base, precision=precision, device=device, exact_nf4=exact_nf4))
+        model = load_model(LoadConfig(base, precision=precision, device=device, exact_nf4=exact_nf4,
+                                      **({"kernel": kernel} if kernel else {})))
         tokenizer = load_tokenizer(base)
         streams = None
         if streams_dir is not None:
@@ -72,13 +74,14 @@ class Engine:
 
     @property
     def row_exact(self) -> bool:
-        """int4: row-invariant Linears, so row-exact attention makes a pass's main rows exact."""
-        return self.precision == "int4"
+        """Row-invariant Linears (int4, or the CPU kernel of model/rowinv.py), so row-exact attention makes
+        a pass's main rows exact."""
+        return self.precision == "int4" or rowinv.uses_kernel(self.model)
 
     @property
     def exact(self) -> bool:
         """Whether speculative output provably equals plain decoding at this engine's precision."""
-        return is_exact(self.precision, self.device.type)
+        return is_exact(self.precision, self.device.type, "rowinv" if rowinv.uses_kernel(self.model) else "torch")
 
     # ---- tokens ----------------------------------------------------------------------------------
     def encode(self, prompt: str, max_new_tokens: int = 0) -> list[int]:

@@ -7,6 +7,7 @@ signatures of those modules.
 
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 from typing import NamedTuple
 
@@ -86,7 +87,8 @@ def set_attention_implementation(layer: nn.Module, impl: str) -> None:
 
 # ---- shared-prefix attention (n continuations of one prompt, its K/V stored once) ----------------
 SHARED_PREFIX_ATTENTION = "specstream_shared_prefix"
-_shared_prefix = None  # set by `shared_prefix_attention`: layer_idx -> (keys, values) [H_kv, P, D]
+_scope = threading.local()  # per thread (the lab serves visitors from threads): what the contexts below set
+_scope.shared_prefix = None  # set by `shared_prefix_attention`: layer_idx -> (keys, values) [H_kv, P, D]
 
 
 def _shared_prefix_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
@@ -96,11 +98,12 @@ def _shared_prefix_forward(module, query, key, value, attention_mask, scaling=No
     prefix [H_kv, P, D] is shared by all rows and never expanded: every row's queries meet it in one
     GEMM. attention_mask: additive [B, 1, q, P + S]. Returns [B, q, Hq, D] like transformers' sdpa.
     """
-    if _shared_prefix is None:  # not inside a shared-prefix decoding: plain sdpa
+    shared_prefix = getattr(_scope, "shared_prefix", None)
+    if shared_prefix is None:  # not inside a shared-prefix decoding: plain sdpa
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
-    pk, pv = _shared_prefix(module.layer_idx)  # [H_kv, P, D]
+    pk, pv = shared_prefix(module.layer_idx)  # [H_kv, P, D]
     B, Hq, q, D = query.shape
     kv_heads, P = pk.shape[0], pk.shape[1]
     S = key.shape[2]
@@ -137,16 +140,15 @@ def shared_prefix_attention(model: nn.Module, prefix_kv):
     prefix_kv: layer_idx -> (keys, values) [H_kv, P, D] (`SharedPrefixCache.prefix_kv`). The layers'
     attention configs are swapped for copies naming the registered backend and restored on exit.
     """
-    global _shared_prefix
     name = register_shared_prefix_attention()
     saved = [(layer, layer.self_attn.config) for layer in decoder_layers(model)]
     for layer, _ in saved:
         set_attention_implementation(layer, name)
-    previous, _shared_prefix = _shared_prefix, prefix_kv
+    previous, _scope.shared_prefix = getattr(_scope, "shared_prefix", None), prefix_kv
     try:
         yield
     finally:
-        _shared_prefix = previous
+        _scope.shared_prefix = previous
         for layer, cfg in saved:
             layer.self_attn.config = cfg
 
@@ -163,7 +165,6 @@ class _RowExact(NamedTuple):
     causal_prompt: bool  # a prefill of one prompt on an empty cache
 
 
-_row_exact: _RowExact | None = None  # while inside `row_exact_attention`
 
 
 def _sdpa(module, query, key, value, mask, scaling, dropout, **kwargs) -> torch.Tensor:
@@ -175,7 +176,7 @@ def _sdpa(module, query, key, value, mask, scaling, dropout, **kwargs) -> torch.
 def _visible_keys(mask: torch.Tensor | None, B: int, n: int, keys: int) -> list[list]:
     """Per row b and main row i: the number of keys when it sees a prefix, else the index of those it
     sees. Computed once per mask (the layers of one pass share their mask)."""
-    memo = _row_exact.memo
+    memo = _scope.row_exact.memo
     if mask is not None and memo.get("mask") is mask:
         return memo["seen"]
     out = []
@@ -199,14 +200,15 @@ def _row_exact_forward(module, query, key, value, attention_mask, scaling=None, 
     speculative pass then scores its main rows exactly as plain decoding would. Stream rows (index >=
     the row state's n_main) are one masked call; a prefill's main rows are one call, the same in
     plain and speculative decoding. query [B, Hq, q, D]; returns [B, q, Hq, D] like transformers' sdpa."""
-    if _row_exact is None:  # outside a decoding step (transformers' own generate): plain sdpa
+    scope: _RowExact | None = getattr(_scope, "row_exact", None)  # set by `row_exact_attention`
+    if scope is None:  # outside a decoding step (transformers' own generate): plain sdpa
         return _sdpa(module, query, key, value, attention_mask, scaling, dropout, **kwargs), None
-    state, per_row = _row_exact.state, _row_exact.per_row
+    state, per_row = scope.state, scope.per_row
     B, _, q, _ = query.shape
     n = state.n_main if state is not None and state.n_main is not None else q
     mask = attention_mask
     parts = []
-    if not per_row and _row_exact.causal_prompt:  # one prompt, empty cache: causal, as transformers' own prefill
+    if not per_row and scope.causal_prompt:  # one prompt, empty cache: causal, as transformers' own prefill
         parts.append(_sdpa(module, query[:, :, :n], key[:, :, :n], value[:, :, :n], None, scaling, dropout))
     elif not per_row:
         parts.append(_sdpa(module, query[:, :, :n], key, value, None if mask is None else mask[:, :, :n],
@@ -249,9 +251,9 @@ def row_exact_attention(row_state, per_row: bool, causal_prompt: bool = False):
     one (per_row: a decoding step) or as one block (a prefill). row_state: the stream parameters' RowState
     (which rows are main rows), or None. causal_prompt: the block is one prompt on an empty cache (its main
     rows see exactly the keys before them), computed as transformers computes a prompt."""
-    global _row_exact
-    previous, _row_exact = _row_exact, _RowExact(row_state, per_row, {}, causal_prompt)
+    previous = getattr(_scope, "row_exact", None)
+    _scope.row_exact = _RowExact(row_state, per_row, {}, causal_prompt)
     try:
         yield
     finally:
-        _row_exact = previous
+        _scope.row_exact = previous

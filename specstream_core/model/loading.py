@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specstream_core.model import compat, int4
+from specstream_core.model import compat, int4, rowinv
 from specstream_core.errors import SpecstreamError
 from safetensors import SafetensorError
 import tempfile
@@ -28,25 +28,31 @@ class LoadConfig:
     precision: str = "fp32"  # fp32 | bf16 | nf4 | int8 (bitsandbytes) | int4 (torch's CPU kernel)
     device: str = "cpu"  # cpu | cuda | cuda:N
     exact_nf4: bool = True  # CPU nf4: disable the bf16 fast path so tree and sequential logits agree
+    # CPU fp32/bf16 Linears: auto (the row-invariant kernel, model/rowinv.py, where it runs), rowinv, torch
+    kernel: str = os.environ.get("SPECSTREAM_KERNEL", "auto")
 
     def __post_init__(self):
         if self.precision not in PRECISIONS:
             raise SpecstreamError(f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             raise SpecstreamError(f"unknown device {self.device!r}; use cpu or cuda")
+        if self.kernel not in rowinv.KERNELS:
+            raise SpecstreamError(f"unknown kernel {self.kernel!r}; choose one of {', '.join(rowinv.KERNELS)}")
         if self.precision == "int4" and self.device != "cpu":
             raise SpecstreamError("int4 runs on the CPU (torch's int4 CPU kernel); on CUDA use nf4")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise SpecstreamError("--device cuda was asked for but no CUDA device is available")
 
 
-# precisions whose speculative output equals plain decoding (tests: test_lossless, test_int4): fp32 on
-# any device; CPU nf4 with bitsandbytes' bf16 fast path off (it computes in fp32); int4, whose kernel is
-# row-invariant and whose attention runs row-exact (compat.row_exact_attention), so a speculative pass
-# computes its main rows bit for bit as a plain pass. In bf16 (oneDNN) a pass's sums depend on how many
-# rows it holds, so a near-tie can flip a token: such runs are labelled "not exact".
-def is_exact(precision: str, device: str = "cpu") -> bool:
-    return precision in ("fp32", "int4") or (precision == "nf4" and device == "cpu")
+# precisions whose speculative output equals plain decoding (tests: test_lossless, test_int4, test_rowinv):
+# fp32 on any device; CPU nf4 with bitsandbytes' bf16 fast path off (it computes in fp32); int4, and CPU
+# fp32/bf16 on the row-invariant kernel (model/rowinv.py), whose Linears are row-invariant and whose
+# attention runs row-exact (compat.row_exact_attention), so a speculative pass computes its main rows bit
+# for bit as a plain pass. bf16 through torch (oneDNN) sums differently for a different number of rows,
+# so a near-tie can flip a token: such runs are labelled "not exact".
+def is_exact(precision: str, device: str = "cpu", kernel: str = "torch") -> bool:
+    return (precision in ("fp32", "int4") or (precision == "nf4" and device == "cpu")
+            or (precision == "bf16" and kernel == "rowinv"))
 
 
 NOT_EXACT_NOTE = ("not exact: at {precision} a speculative pass can round differently from a plain pass, so "
@@ -106,8 +112,9 @@ def load_model(cfg: LoadConfig):
         kwargs["quantization_config"] = bnb_config(cfg.precision)
         kwargs["device_map"] = {"": cfg.device if cfg.device != "cuda" else 0}
         kwargs["dtype"] = torch.float32 if cfg.device == "cpu" else torch.bfloat16
-    else:
-        kwargs["dtype"] = torch.bfloat16 if cfg.precision == "bf16" else torch.float32
+    else:  # bf16 on the CPU kernel: an fp32 model whose Linears keep bf16 weights (rowinv.install)
+        kernel = rowinv.kernel_for(cfg.precision, cfg.device, cfg.kernel)
+        kwargs["dtype"] = torch.bfloat16 if cfg.precision == "bf16" and not kernel else torch.float32
 
     try:
         model = AutoModelForCausalLM.from_pretrained(cfg.base, **kwargs)
@@ -125,6 +132,8 @@ def load_model(cfg: LoadConfig):
         make_nf4_exact(model)
     if cfg.precision == "int4":
         to_int4(model, cfg.base)
+    elif rowinv.kernel_for(cfg.precision, cfg.device, cfg.kernel):
+        rowinv.install(model, cfg.kernel, torch.bfloat16 if cfg.precision == "bf16" else torch.float32)
     return model
 
 

@@ -22,7 +22,7 @@ from dataclasses import asdict
 import torch
 from torch import nn
 
-from specstream_core.model import compat, hub
+from specstream_core.model import compat, hub, rowinv
 from specstream_core.model.stream_config import (ADAPTER_TARGETS, CONFIG_NAME, FORMAT_VERSION, LORA_DIR, MAX_GAMMA,  # noqa: F401
                                                  WEIGHTS_NAME, StreamConfig, check_gamma, read_stream_config)
 from specstream_core.errors import SpecstreamError
@@ -183,6 +183,8 @@ class StreamParams(nn.Module):
                 sub = nn.Linear(head.in_features, idx.numel(), bias=bias is not None, device=source.device,
                                 dtype=source.dtype).requires_grad_(False)
                 sub.weight.data = source.detach()[idx].contiguous()
+                if isinstance(head, rowinv.RowInvariantLinear):
+                    rowinv.make_row_invariant(sub)
                 if bias is not None:
                     sub.bias.data = bias
             cached = (sub, source, (source.device, source.dtype))

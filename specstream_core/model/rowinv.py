@@ -1,0 +1,210 @@
+"""Row-invariant Linears for CPU decoding: a small AVX-512 kernel (`rowinv.c`), built once per machine.
+
+Why: decoding a 135M model on a CPU is bound by reading its weights, yet MKL's fp32 GEMM charges for
+every extra row of a pass (on SmolLM2's shapes, one thread: 2 rows 1.6x, 3 rows 2.0x, 5 rows 1.6x a
+one-row pass). This kernel streams each weight once per call and multiplies up to six rows against it
+from registers, so a five-row verification costs little more than a plain pass, and a one-row pass
+is itself faster than MKL's (`pass-cost` measures both).
+
+It is also *row-invariant*: a row's result does not depend on how many rows share the call. With the
+engine's row-exact attention (`compat.row_exact_attention`) a speculative pass computes its main rows
+bit for bit as a plain pass would, so speculative output equals plain decoding exactly, in fp32 and
+in bf16 (bf16 weights, fp32 sums).
+
+The kernel is compiled with the system's C compiler into the cache directory the first time it is
+needed (under a second); where there is no compiler or no AVX-512, or `SPECSTREAM_KERNEL=torch` is set,
+Linears run through torch as before and `unavailable_reason()` says why. Training (anything that needs
+gradients), CUDA tensors and transformers' own `generate` inside `torch_linears()` use torch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from specstream_core.errors import SpecstreamError
+from specstream_core.model import compat, default_model
+
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rowinv.c")
+CPU_FLAGS = ("avx512f", "avx512dq", "avx512vl", "avx512bw", "fma")
+CFLAGS = ["-O3", "-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx512bw", "-mfma", "-fopenmp", "-shared", "-fPIC"]
+KERNELS = ("auto", "rowinv", "torch")  # auto: rowinv where it can run; torch: never
+
+_lock = threading.Lock()
+_lib = None
+_why: str | None = None  # why the kernel cannot run here (None: not tried yet, "": it runs)
+_local = threading.local()  # torch_linears() switches the kernel off for one thread
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _compiler() -> str | None:
+    return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+
+
+def _library_path(cc: str) -> str:
+    with open(SOURCE, "rb") as f:
+        key = hashlib.sha256(f.read() + " ".join([cc] + CFLAGS).encode()).hexdigest()[:16]
+    return os.path.join(default_model.cache_root(), "kernels", f"rowinv-{key}.so")
+
+
+def _build(cc: str, path: str) -> None:
+    """Compile into a temporary file beside `path`, then rename: concurrent builds never see half a file."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(path))
+    os.close(fd)
+    try:
+        out = subprocess.run([cc, *CFLAGS, SOURCE, "-o", tmp], capture_output=True, text=True, timeout=120)
+        if out.returncode:
+            raise OSError((out.stderr or out.stdout).strip().splitlines()[-1] if (out.stderr or out.stdout) else "failed")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _load():
+    missing = [f for f in CPU_FLAGS if f not in _cpu_flags()]
+    if missing:
+        return None, f"this CPU lacks {', '.join(missing)}"
+    cc = _compiler()
+    if cc is None:
+        return None, "no C compiler found (install gcc, or set CC)"
+    path = _library_path(cc)
+    try:
+        if not os.path.exists(path):
+            _build(cc, path)
+        lib = ctypes.CDLL(path)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"the kernel did not build: {exc}"
+    args = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+            ctypes.c_int]
+    for fn in (lib.linear_f32, lib.linear_bf16):
+        fn.argtypes, fn.restype = args, None
+    return lib, ""
+
+
+def library():
+    """The compiled kernel (built on first use), or None where it cannot run (see `unavailable_reason`)."""
+    global _lib, _why
+    if _why is None:
+        with _lock:
+            if _why is None:
+                _lib, _why = _load()
+    return _lib
+
+
+def available() -> bool:
+    return library() is not None
+
+
+def unavailable_reason() -> str:
+    library()
+    return _why or ""
+
+
+@contextmanager
+def torch_linears():
+    """Inside, this thread's Linears run through torch (transformers' own `generate` as a baseline)."""
+    previous = getattr(_local, "off", False)
+    _local.off = True
+    try:
+        yield
+    finally:
+        _local.off = previous
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x W^T (+ b) through the kernel: x fp32 or bf16 [..., K], weight fp32 or bf16 [N, K], contiguous.
+    Sums in fp32; the result has x's dtype."""
+    lib = library()
+    n, k = weight.shape
+    rows = x.reshape(-1, k)
+    if rows.dtype != torch.float32:
+        rows = rows.float()
+    if not rows.is_contiguous():
+        rows = rows.contiguous()
+    y = torch.empty(rows.shape[0], n)
+    fn = lib.linear_f32 if weight.dtype == torch.float32 else lib.linear_bf16
+    fn(rows.data_ptr(), rows.shape[0], k, weight.data_ptr(), n, y.data_ptr(), torch.get_num_threads())
+    if bias is not None:
+        y += bias
+    if x.dtype != torch.float32:
+        y = y.to(x.dtype)
+    return y.view(*x.shape[:-1], n)
+
+
+class RowInvariantLinear(nn.Linear):
+    """An nn.Linear (same parameters, same state dict) whose inference forward runs the kernel. It falls
+    back to torch for gradients, CUDA, other dtypes, a non-contiguous weight and inside `torch_linears()`."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.weight
+        if (getattr(_local, "off", False) or x.device.type != "cpu" or w.dtype not in (torch.float32, torch.bfloat16)
+                or (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)) or not w.is_contiguous()
+                or x.dtype not in (torch.float32, torch.bfloat16)):
+            return F.linear(x, w.to(x.dtype), self.bias)  # bf16 weights under fp32 activations: widened
+        return linear(x, w.detach(), None if self.bias is None else self.bias.detach())
+
+
+def make_row_invariant(module: nn.Module) -> bool:
+    """Turn a plain nn.Linear into a RowInvariantLinear in place (its class only; the weights stay)."""
+    if type(module) is nn.Linear:
+        module.__class__ = RowInvariantLinear
+        return True
+    return False
+
+
+def install(model: nn.Module, kernel: str = "auto", weight_dtype: torch.dtype = torch.float32) -> int:
+    """Put the kernel under the decoder layers' Linears and the LM head of a CPU fp32 model. Returns how
+    many Linears use it (0 where it cannot run or kernel == "torch"); records it in the config.
+
+    weight_dtype bf16: those Linears keep their weights in bf16 (half the bytes to read) while the rest of
+    the model, its activations and the kernel's sums stay fp32; a head tied to the embedding gets its own
+    bf16 copy, so the embedding stays fp32."""
+    if kernel not in KERNELS:
+        raise SpecstreamError(f"unknown kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
+    if kernel == "torch" or not available():
+        if kernel == "rowinv":
+            raise SpecstreamError(f"the row-invariant kernel cannot run here: {unavailable_reason()}")
+        return 0
+    head = compat.lm_head(model)
+    if weight_dtype != torch.float32:
+        head.weight = nn.Parameter(head.weight.detach().clone(), requires_grad=False)  # untie from the embedding
+    modules = [m for layer in compat.decoder_layers(model) for m in layer.modules()] + [head]
+    count = 0
+    for m in modules:
+        if make_row_invariant(m):
+            count += 1
+            if weight_dtype != torch.float32:
+                m.weight.data = m.weight.data.to(weight_dtype)
+    model.config.specstream_kernel = "rowinv" if count else "torch"
+    return count
+
+
+def kernel_for(precision: str, device: str, kernel: str) -> bool:
+    """Whether a model of this precision, on this device, runs its Linears on the kernel."""
+    return precision in ("fp32", "bf16") and device == "cpu" and kernel != "torch" and (kernel == "rowinv" or available())
+
+
+def uses_kernel(model: nn.Module) -> bool:
+    return getattr(model.config, "specstream_kernel", "torch") == "rowinv"

@@ -1,0 +1,190 @@
+"""The row-invariant CPU kernel (model/rowinv.py): its arithmetic, its row invariance, its fallbacks, and
+speculative decoding on it equal to plain decoding bit for bit in fp32 and in bf16 weights."""
+
+import os
+
+import pytest
+import torch
+
+from specstream_core import DecodeConfig, Engine, StreamParams
+from specstream_core.errors import SpecstreamError
+from specstream_core.model import loading, rowinv
+from specstream_core.model.loading import LoadConfig, load_model
+from tiny_models import hf_greedy, prompts, save_tiny_model_dir, tiny_model
+
+needs_kernel = pytest.mark.skipif(not rowinv.available(), reason=f"kernel unavailable: {rowinv.unavailable_reason()}")
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n,k", [(96, 128), (7, 40), (1, 16), (33, 1000)])  # tails in both dimensions
+def test_the_kernel_computes_x_w_t_and_each_row_alone(dtype, n, k):
+    g = torch.Generator().manual_seed(n + k)
+    w = torch.randn(n, k, generator=g).to(dtype)
+    x = torch.randn(13, k, generator=g)
+    bias = torch.randn(n, generator=g)
+    y = rowinv.linear(x, w, bias)
+    assert y.dtype == torch.float32 and y.shape == (13, n)
+    assert torch.allclose(y, x @ w.float().T + bias, atol=1e-4 * k ** 0.5, rtol=1e-4)
+    for m in range(1, 14):  # a row's result does not depend on how many rows share the call
+        assert torch.equal(rowinv.linear(x[:m], w, bias), y[:m])
+        assert torch.equal(rowinv.linear(x[m - 1:m], w, bias), y[m - 1:m])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert torch.equal(rowinv.linear(x, w, bias), y)  # threads split outputs, never a sum
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(rowinv.linear(x.reshape(13, 1, k).bfloat16(), w).float(),
+                       rowinv.linear(x.bfloat16().float(), w).bfloat16().float().reshape(13, 1, n))
+
+
+def test_mkl_is_not_row_invariant_so_the_kernel_is_needed():
+    """Why the kernel exists: torch's own fp32 Linear gives a row another result beside other rows."""
+    g = torch.Generator().manual_seed(0)
+    w, x = torch.randn(1536, 576, generator=g) * 0.02, torch.randn(9, 576, generator=g)
+    one = torch.nn.functional.linear(x[:1], w)
+    assert any(not torch.equal(torch.nn.functional.linear(x[:m], w)[:1], one) for m in range(2, 10))
+
+
+@needs_kernel
+def test_linears_fall_back_to_torch_for_gradients_and_inside_torch_linears(monkeypatch):
+    layer = torch.nn.Linear(32, 16)
+    assert rowinv.make_row_invariant(layer) and isinstance(layer, rowinv.RowInvariantLinear)
+    calls = []
+    kernel = rowinv.linear
+    monkeypatch.setattr(rowinv, "linear", lambda *a: calls.append(1) or kernel(*a))
+    x = torch.randn(3, 32, requires_grad=True)
+    layer(x).sum().backward()  # training: torch's Linear, gradients flow
+    assert not calls and x.grad is not None and layer.weight.grad is not None
+    with torch.no_grad():
+        layer(x)
+        assert len(calls) == 1
+        with rowinv.torch_linears():
+            layer(x)
+        assert len(calls) == 1
+    assert torch.allclose(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias), atol=1e-6)
+
+
+def test_a_machine_without_the_kernel_runs_torch_and_says_why(monkeypatch, tmp_path):
+    monkeypatch.setattr(rowinv, "_why", None)
+    monkeypatch.setattr(rowinv, "_lib", None)
+    monkeypatch.setenv("SPECSTREAM_CACHE", str(tmp_path))
+    monkeypatch.setenv("CC", "/bin/false")
+    assert not rowinv.available() and "did not build" in rowinv.unavailable_reason()
+    assert not os.listdir(tmp_path / "kernels")  # no half-built library left behind
+    model = tiny_model("llama")
+    assert rowinv.install(model) == 0 and not rowinv.uses_kernel(model)
+    with pytest.raises(SpecstreamError, match="cannot run here"):
+        rowinv.install(model, "rowinv")
+    monkeypatch.setattr(rowinv, "_why", None)
+    monkeypatch.setattr(rowinv, "_cpu_flags", lambda: {"sse2"})
+    assert not rowinv.available() and "avx512f" in rowinv.unavailable_reason()
+    with pytest.raises(SpecstreamError, match="unknown kernel"):
+        LoadConfig("x", kernel="fast")
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return save_tiny_model_dir(tmp_path_factory.mktemp("rowinv") / "tiny")
+
+
+@needs_kernel
+def test_loading_puts_the_kernel_under_fp32_and_bf16_models_unless_told_not_to(tiny_dir):
+    fp32 = load_model(LoadConfig(tiny_dir))
+    assert rowinv.uses_kernel(fp32) and isinstance(fp32.lm_head, rowinv.RowInvariantLinear)
+    assert isinstance(fp32.model.layers[0].mlp.down_proj, rowinv.RowInvariantLinear)
+    bf16 = load_model(LoadConfig(tiny_dir, precision="bf16"))
+    assert bf16.model.layers[0].mlp.down_proj.weight.dtype == torch.bfloat16  # half the bytes to read
+    assert bf16.model.embed_tokens.weight.dtype == torch.float32  # activations, norms, embedding: fp32
+    assert loading.is_exact("bf16", "cpu", "rowinv") and not loading.is_exact("bf16", "cpu", "torch")
+    plain = load_model(LoadConfig(tiny_dir, kernel="torch"))
+    assert not rowinv.uses_kernel(plain) and type(plain.lm_head) is torch.nn.Linear
+    ids = prompts(1, vocab=120, seed=3)[0]
+    with torch.no_grad():
+        a, b = fp32(torch.tensor([ids])).logits, plain(torch.tensor([ids])).logits
+    assert torch.allclose(a, b, atol=1e-4)
+
+
+def _near_tie(precision: str):
+    """Unscaled random logits and head_dim 64: near-ties everywhere, so any rounding difference between a
+    speculative and a plain pass flips tokens (checked by `test_the_check_can_fail_without_row_exactness`)."""
+    model = tiny_model("llama", seed=5, logit_scale=1.0, hidden=256, layers=4, num_attention_heads=4,
+                       num_key_value_heads=2)
+    rowinv.install(model, "rowinv", torch.bfloat16 if precision == "bf16" else torch.float32)
+    streams = StreamParams.fresh(model, gamma=3, n_stream_layers=2, adapter_rank=4, seed=1,
+                                 draft_vocab=list(range(0, 128, 2)))
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in streams.trainable_parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    return Engine(model, None, streams, precision=precision)
+
+
+def _mismatches(engine, topk, batch=False, lookup=0):
+    ss = DecodeConfig(mode="ss", max_new_tokens=40, stop_on_eos=False, tree_topk=topk, lookup=lookup)
+    ar = DecodeConfig(mode="ar", max_new_tokens=40, stop_on_eos=False)
+    items = prompts(10, seed=6, max_len=60)
+    plain = [engine.generate(ids, ar).token_ids for ids in items]
+    spec = ([r.token_ids for r in engine.generate_batch(items, ss)] if batch
+            else [engine.generate(ids, ss).token_ids for ids in items])
+    return sum(a != b for a, b in zip(plain, spec))
+
+
+@needs_kernel
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_speculative_output_is_plain_output_bit_for_bit(precision):
+    engine = _near_tie(precision)
+    assert engine.exact and engine.row_exact
+    for topk, lookup in (((1, 1, 1), 0), ((4, 3, 2), 0), ((1,), 4)):
+        assert _mismatches(engine, topk, lookup=lookup) == 0
+    assert _mismatches(engine, (4, 3, 2), batch=True) == 0
+
+
+@needs_kernel
+def test_the_check_can_fail(monkeypatch):
+    """A Linear whose result depends on the number of rows in its call (here: rounded to bf16 beside other
+    rows, as oneDNN's bf16 path does differently) makes speculative output differ on these near-ties."""
+    engine = _near_tie("fp32")
+    kernel = rowinv.linear
+    monkeypatch.setattr(rowinv, "linear", lambda x, w, b=None: (lambda y: y if x.reshape(-1, x.shape[-1]).shape[0] == 1
+                                                               else y.bfloat16().float())(kernel(x, w, b)))
+    assert _mismatches(engine, (1, 1, 1)) + _mismatches(engine, (4, 3, 2)) > 0
+
+
+@needs_kernel
+def test_plain_decoding_on_the_kernel_equals_transformers_generate_as_it_ships():
+    model = tiny_model("llama", seed=3)  # decisive logits: rounding never decides a token
+    reference = [hf_greedy(model, ids, 16) for ids in prompts(6, seed=4)]
+    rowinv.install(model, "rowinv")
+    engine = Engine(model, None, None)
+    cfg = DecodeConfig(mode="ar", max_new_tokens=16, stop_on_eos=False)
+    assert [engine.generate(ids, cfg).token_ids for ids in prompts(6, seed=4)] == reference
+
+
+def test_a_decoding_step_in_another_thread_leaves_this_threads_attention_alone():
+    """The lab serves visitors from threads: one visitor's pass inside `row_exact_attention` must not change
+    what transformers' generate computes in another thread on a model with the row-exact attention."""
+    import threading
+
+    from specstream_core.model import compat
+
+    model = tiny_model("llama", seed=3)
+    ids = prompts(2, seed=6)
+    reference = [hf_greedy(model, p, 12) for p in ids]
+    compat.use_row_exact_attention(model)
+    inside, release = threading.Event(), threading.Event()
+
+    def visitor():
+        with compat.row_exact_attention(None, per_row=True):
+            inside.set()
+            release.wait(60)
+
+    t = threading.Thread(target=visitor)
+    t.start()
+    try:
+        assert inside.wait(60)
+        assert [hf_greedy(model, p, 12) for p in ids] == reference
+    finally:
+        release.set()
+        t.join()
