@@ -79,7 +79,7 @@ def test_a_machine_without_the_kernel_runs_torch_and_says_why(monkeypatch, tmp_p
         rowinv.install(model, "rowinv")
     monkeypatch.setattr(rowinv, "_why", None)
     monkeypatch.setattr(rowinv, "_cpu_flags", lambda: {"sse2"})
-    assert not rowinv.available() and "avx512f" in rowinv.unavailable_reason()
+    assert not rowinv.available() and "neither AVX-512 nor AVX2" in rowinv.unavailable_reason()
     with pytest.raises(SpecstreamError, match="unknown kernel"):
         LoadConfig("x", kernel="fast")
 
@@ -122,9 +122,9 @@ def _near_tie(precision: str):
 
 
 def _mismatches(engine, topk, batch=False, lookup=0):
-    ss = DecodeConfig(mode="ss", max_new_tokens=40, stop_on_eos=False, tree_topk=topk, lookup=lookup)
-    ar = DecodeConfig(mode="ar", max_new_tokens=40, stop_on_eos=False)
-    items = prompts(10, seed=6, max_len=60)
+    ss = DecodeConfig(mode="ss", max_new_tokens=32, stop_on_eos=False, tree_topk=topk, lookup=lookup)
+    ar = DecodeConfig(mode="ar", max_new_tokens=32, stop_on_eos=False)
+    items = prompts(8, seed=6, max_len=60)
     plain = [engine.generate(ids, ar).token_ids for ids in items]
     spec = ([r.token_ids for r in engine.generate_batch(items, ss)] if batch
             else [engine.generate(ids, ss).token_ids for ids in items])
@@ -136,9 +136,9 @@ def _mismatches(engine, topk, batch=False, lookup=0):
 def test_speculative_output_is_plain_output_bit_for_bit(precision):
     engine = _near_tie(precision)
     assert engine.exact and engine.row_exact
-    for topk, lookup in (((1, 1, 1), 0), ((4, 3, 2), 0), ((1,), 4)):
+    for topk, lookup in (((1, 1, 1), 0), ((2, 2, 1), 0), ((1,), 4)):
         assert _mismatches(engine, topk, lookup=lookup) == 0
-    assert _mismatches(engine, (4, 3, 2), batch=True) == 0
+    assert _mismatches(engine, (2, 2, 1), batch=True) == 0
 
 
 @needs_kernel
@@ -149,7 +149,7 @@ def test_the_check_can_fail(monkeypatch):
     kernel = rowinv.linear
     monkeypatch.setattr(rowinv, "linear", lambda x, w, b=None: (lambda y: y if x.reshape(-1, x.shape[-1]).shape[0] == 1
                                                                else y.bfloat16().float())(kernel(x, w, b)))
-    assert _mismatches(engine, (1, 1, 1)) + _mismatches(engine, (4, 3, 2)) > 0
+    assert _mismatches(engine, (1, 1, 1)) + _mismatches(engine, (2, 2, 1)) > 0
 
 
 @needs_kernel

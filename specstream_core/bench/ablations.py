@@ -1,6 +1,7 @@
 """The ablation variants `bench` runs: lossless speculative streaming on the fp32 engine with one
 setting varied at a time — draft depth γ, per-depth top-k, pruning threshold, Ns (other stream sets)
-and prompt lookup grafted onto the streams' tree (tokens, node budget)."""
+and prompt lookup grafted onto the streams' tree (tokens, node budget); 'draft' varies the whole draft at
+once (tree, prompt-lookup tokens, node budget) to find the fastest one to record as the default."""
 
 from __future__ import annotations
 
@@ -11,11 +12,15 @@ from specstream_core.bench.runner import engine_method, hf_method
 from specstream_core.decoding.config import DecodeConfig
 from specstream_core.decoding.loop import default_drafter
 
-ABLATIONS = ("gamma", "topk", "ns", "prune", "lookup")
+ABLATIONS = ("gamma", "topk", "ns", "prune", "lookup", "draft")
 TOPK_GRID = ((1, 1, 1, 1), (2, 1, 1, 1), (2, 2, 1, 1), (3, 2, 2, 1), (4, 3, 2, 1))
 PRUNE_TREE = (3, 2, 2, 1)
 PRUNE_GRID = (0.0, 0.02, 0.05, 0.1, 0.2)
 LOOKUP_GRID = ((0, 64), (2, 3), (3, 4), (8, 64))  # (prompt-lookup tokens, node budget) on the recommended tree
+# whole drafts (tree per depth, prompt-lookup tokens, node budget), from one node to nine: the cheaper a wide
+# pass (the row-invariant kernel, bf16), the larger the draft that pays
+DRAFT_GRID = (((1,), 0, 64), ((1,), 2, 3), ((1, 1), 0, 64), ((1, 1), 2, 4), ((2, 1), 2, 5), ((1, 1, 1), 3, 6),
+              ((2, 1, 1), 3, 7), ((1, 1, 1, 1), 4, 8), ((2, 2, 1, 1), 4, 9))
 
 
 def tree_nodes(topk: tuple[int, ...], budget: int) -> int:
@@ -61,6 +66,14 @@ def ablation_methods(names_needed, engine, ctx, plan_, load_engine) -> list:
             cfg = replace(ctx["ss_cfg"], lookup=n, node_budget=budget)
             out.append(engine_method(f"ss lookup={n}", engine, cfg, extra_params=extra, ablation="lookup",
                                      value=f"{n} (budget {budget})",
+                                     tree_nodes=default_drafter(engine, cfg).max_nodes))
+    if "draft" in names_needed:
+        for topk, n, budget in DRAFT_GRID:
+            if len(topk) > gamma:
+                continue
+            cfg = replace(ctx["ss_cfg"], tree_topk=topk, prune_threshold=0.0, lookup=n, node_budget=budget)
+            label = f"k={','.join(map(str, topk))} lookup={n} budget={budget}"
+            out.append(engine_method(f"ss {label}", engine, cfg, extra_params=extra, ablation="draft", value=label,
                                      tree_nodes=default_drafter(engine, cfg).max_nodes))
     if "ns" in names_needed:
         for d in [t.strip() for t in (ctx["ablation_streams"] or "").split(",") if t.strip()]:

@@ -1,4 +1,4 @@
-"""Row-invariant Linears for CPU decoding: a small AVX-512 kernel (`rowinv.c`), built once per machine.
+"""Row-invariant Linears for CPU decoding: a small AVX-512 / AVX2 kernel (`rowinv.c`), built once per machine.
 
 Why: decoding a 135M model on a CPU is bound by reading its weights, yet MKL's fp32 GEMM charges for
 every extra row of a pass (on SmolLM2's shapes, one thread: 2 rows 1.6x, 3 rows 2.0x, 5 rows 1.6x a
@@ -12,8 +12,9 @@ bit for bit as a plain pass would, so speculative output equals plain decoding e
 in bf16 (bf16 weights, fp32 sums).
 
 The kernel is compiled with the system's C compiler into the cache directory the first time it is
-needed (under a second); where there is no compiler or no AVX-512, or `SPECSTREAM_KERNEL=torch` is set,
-Linears run through torch as before and `unavailable_reason()` says why. Training (anything that needs
+needed (under a second), for AVX-512 where the CPU has it, else for AVX2 + FMA; where there is no
+compiler or neither, or `SPECSTREAM_KERNEL=torch` is set, Linears run through torch as before and
+`unavailable_reason()` says why. Training (anything that needs
 gradients), CUDA tensors and transformers' own `generate` inside `torch_linears()` use torch.
 """
 
@@ -36,8 +37,11 @@ from specstream_core.errors import SpecstreamError
 from specstream_core.model import compat, default_model
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rowinv.c")
-CPU_FLAGS = ("avx512f", "avx512dq", "avx512vl", "avx512bw", "fma")
-CFLAGS = ["-O3", "-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx512bw", "-mfma", "-fopenmp", "-shared", "-fPIC"]
+# the builds, best first: (CPU flags it needs, compiler flags); rowinv.c picks its code by the flags
+BUILDS = ((("avx512f", "avx512dq", "avx512vl", "avx512bw", "fma"),
+           ["-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx512bw", "-mfma"]),
+          (("avx2", "fma"), ["-mavx2", "-mfma"]))
+CFLAGS = ["-O3", "-fopenmp", "-shared", "-fPIC"]
 KERNELS = ("auto", "rowinv", "torch")  # auto: rowinv where it can run; torch: never
 
 _lock = threading.Lock()
@@ -61,19 +65,25 @@ def _compiler() -> str | None:
     return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
 
 
-def _library_path(cc: str) -> str:
+def _isa_flags() -> list[str] | None:
+    """The compiler flags of the best build this CPU runs, or None where it runs none."""
+    have = _cpu_flags()
+    return next((flags for needs, flags in BUILDS if all(f in have for f in needs)), None)
+
+
+def _library_path(cc: str, flags: list[str]) -> str:
     with open(SOURCE, "rb") as f:
-        key = hashlib.sha256(f.read() + " ".join([cc] + CFLAGS).encode()).hexdigest()[:16]
+        key = hashlib.sha256(f.read() + " ".join([cc] + flags + CFLAGS).encode()).hexdigest()[:16]
     return os.path.join(default_model.cache_root(), "kernels", f"rowinv-{key}.so")
 
 
-def _build(cc: str, path: str) -> None:
+def _build(cc: str, flags: list[str], path: str) -> None:
     """Compile into a temporary file beside `path`, then rename: concurrent builds never see half a file."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(path))
     os.close(fd)
     try:
-        out = subprocess.run([cc, *CFLAGS, SOURCE, "-o", tmp], capture_output=True, text=True, timeout=120)
+        out = subprocess.run([cc, *flags, *CFLAGS, SOURCE, "-o", tmp], capture_output=True, text=True, timeout=120)
         if out.returncode:
             raise OSError((out.stderr or out.stdout).strip().splitlines()[-1] if (out.stderr or out.stdout) else "failed")
         os.replace(tmp, path)
@@ -83,16 +93,16 @@ def _build(cc: str, path: str) -> None:
 
 
 def _load():
-    missing = [f for f in CPU_FLAGS if f not in _cpu_flags()]
-    if missing:
-        return None, f"this CPU lacks {', '.join(missing)}"
+    flags = _isa_flags()
+    if flags is None:
+        return None, "this CPU has neither AVX-512 nor AVX2 with FMA"
     cc = _compiler()
     if cc is None:
         return None, "no C compiler found (install gcc, or set CC)"
-    path = _library_path(cc)
+    path = _library_path(cc, flags)
     try:
         if not os.path.exists(path):
-            _build(cc, path)
+            _build(cc, flags, path)
         lib = ctypes.CDLL(path)
     except (OSError, subprocess.SubprocessError) as exc:
         return None, f"the kernel did not build: {exc}"
@@ -100,7 +110,14 @@ def _load():
             ctypes.c_int]
     for fn in (lib.linear_f32, lib.linear_bf16):
         fn.argtypes, fn.restype = args, None
+    lib.rowinv_lanes.restype = ctypes.c_int
     return lib, ""
+
+
+def isa() -> str:
+    """Which build runs here: 'avx512' (16 lanes), 'avx2' (8 lanes) or '' (none)."""
+    lib = library()
+    return "" if lib is None else {16: "avx512", 8: "avx2"}[lib.rowinv_lanes()]
 
 
 def library():
