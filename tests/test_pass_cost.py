@@ -60,7 +60,12 @@ def test_cli_writes_json_and_reports_errors(tiny_dir, tmp_path, capsys):
     (run,) = json.loads(out.read_text())["runs"]
     assert [p["label"] for p in run["passes"]] == ["plain", "verify 3", "ss γ=1", "ss γ=2"]
     assert run["settings"]["gamma"] == 2 and run["settings"]["context"] == 8 and run["label"].startswith("fp32")
+    from specstream_core.model import rowinv
+
+    linears = "rowinv-" + rowinv.isa() if rowinv.available() else "torch"  # which Linears were timed
+    assert run["settings"]["linears"] == linears
     printed = capsys.readouterr().out
+    assert f"Linears on {linears}" in printed
     assert "| plain | 1 | 1 / 1 |" in printed and "GB/s read" in printed and "Roofline: this machine read" in printed
     machine = run["settings"]["machine"]
     assert machine["bandwidth_gbs"] > 0 and machine["peak_gflops"] > 0

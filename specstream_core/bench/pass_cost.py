@@ -170,7 +170,8 @@ def markdown(runs: list[dict]) -> str:
     parts = []
     for run in runs:
         st = run["settings"]
-        parts.append(f"**{run['label']}** — after a {st['context']}-token prefix, {st['device']}, {st['threads']} "
+        linears = f", Linears on {st['linears']}" if st.get("linears") else ""
+        parts.append(f"**{run['label']}** — after a {st['context']}-token prefix, {st['device']}{linears}, {st['threads']} "
                      f"thread(s), median of {st['repeats']} rounds (kinds rotated within each round)\n\n"
                      "| pass | tree nodes | rows (bottom / multi-stream layers) | median ms | × plain | τ to break even | "
                      "τ for 2× | 2× possible (τ ≤ nodes) | roofline ms (bound) | roofline × plain | measured ÷ roofline |"

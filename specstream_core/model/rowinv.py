@@ -225,3 +225,8 @@ def kernel_for(precision: str, device: str, kernel: str) -> bool:
 
 def uses_kernel(model: nn.Module) -> bool:
     return getattr(model.config, "specstream_kernel", "torch") == "rowinv"
+
+
+def linears_label(model: nn.Module) -> str:
+    """What a model's Linears run on, for benchmark settings: 'rowinv-avx512', 'rowinv-avx2' or 'torch'."""
+    return f"rowinv-{isa()}" if uses_kernel(model) else "torch"

@@ -264,12 +264,14 @@ def _context(args, pl: dict) -> dict:
 def _measure(args, pl: dict, ctx: dict) -> tuple[list, list]:
     """(rows per precision and method, ablation rows)."""
     from specstream_core.bench.runner import run_benchmark
+    from specstream_core.model import rowinv
 
     base, lossless, shared, max_new = ctx["base"], ctx["lossless_dir"], ctx["shared_dir"], ctx["max_new"]
     rows, ablation_rows, engines, prompts = [], [], {}, None
     for precision in pl["precisions"]:
         engine = _load_engine(base, lossless, precision, args.device, chat=not args.raw)
         engines[precision] = engine
+        ctx.setdefault("linears", {})[precision] = rowinv.linears_label(engine.model)
         shared_engine = (_load_engine(base, shared, precision, args.device, chat=not args.raw)
                          if shared and "ss-shared" in pl["methods"] else None)
         if prompts is None:
@@ -303,7 +305,8 @@ def _settings(args, pl: dict, ctx: dict, wall: float, threads: int) -> dict:
             "ablation_n": args.ablation_n, "device": args.device, "threads": threads, "wall_s": round(wall, 1),
             "draft": draft_dir and os.path.relpath(draft_dir, defaults.ROOT),
             "medusa": medusa_dir and os.path.relpath(medusa_dir, defaults.ROOT), "quick": bool(args.quick),
-            "date": time.strftime("%Y-%m-%d %H:%M"), "device_name": _device_name(args.device)}
+            "date": time.strftime("%Y-%m-%d %H:%M"), "device_name": _device_name(args.device),
+            "linears": ctx.get("linears")}
 
 
 def _write(args, data: dict, overview: str, table: str, abl_table: str) -> None:

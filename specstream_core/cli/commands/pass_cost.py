@@ -68,6 +68,7 @@ def run(args) -> int:
 
     from specstream_core.bench.plots import pass_cost_figure, svg_bars
     from specstream_core.decoding.engine import Engine
+    from specstream_core.model import rowinv
     from specstream_core.bench.pass_cost import figure_series, markdown, measure, to_json
 
     verify_rows, precisions, stream_dirs = _plan(args)
@@ -92,6 +93,7 @@ def run(args) -> int:
             costs = measure(engine, context=args.context, verify_rows=verify_rows, repeats=args.repeats,
                             progress=not args.no_progress, machine=machine)
             settings = {"model": base, "streams": streams or name, "precision": precision, "device": str(engine.device),
+                        "linears": rowinv.linears_label(engine.model),
                         "threads": torch.get_num_threads(), "context": args.context, "repeats": args.repeats,
                         "gamma": engine.streams.cfg.gamma, "n_stream_layers": engine.streams.cfg.n_stream_layers,
                         "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),

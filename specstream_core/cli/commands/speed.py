@@ -61,6 +61,7 @@ def run(args) -> int:
     import torch
 
     from specstream_core.bench import speed
+    from specstream_core.model import rowinv
     from specstream_core.bench.runner import run_benchmark
     from specstream_core.bench.suites import suite_categories, suite_examples
     from specstream_core.decoding.engine import Engine
@@ -96,6 +97,7 @@ def run(args) -> int:
     report = {"base": base, "streams": streams, "threads": threads, "n_per_category": args.n,
               "max_new_tokens": args.max_new_tokens,
               "int4": getattr(engines["int4"].model.config, "specstream_int4", None) if "int4" in engines else None,
+              "linears": {k: rowinv.linears_label(e.model) for k, e in engines.items()},
               "rows": [{**r.__dict__, "threads": threads_of[i], "same_as_fp32_until_first_difference": closeness[i]}
                        for i, r in enumerate(rows)]}
     for path, text in ((args.json, json.dumps(report, indent=1) + "\n"), (args.markdown, table + "\n")):
