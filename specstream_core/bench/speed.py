@@ -5,8 +5,8 @@ same GGUF file (through `llama-cpp-python`, when it is installed).
 All methods decode the same chat prompts greedily, alternating per prompt in one process
 (`runner.run_benchmark`), at each thread count asked for. Each row says whose output it must equal:
 transformers' generate on the same weights for our plain loop, our plain loop for speculative
-streaming (in bf16 it is not exact: the count shows how often it differs), our int4 loop for llama.cpp
-(which rounds differently: its agreement is shown, not claimed).
+streaming (in bf16 exact only on the row-invariant kernel: the count shows how often it differs), our
+int4 loop for llama.cpp (which rounds differently: its agreement is shown, not claimed).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ bit for bit as a plain pass would, so speculative output equals plain decoding e
 in bf16 (bf16 weights, fp32 sums).
 
 The kernel is compiled with the system's C compiler into the cache directory the first time it is
-needed (under a second), for AVX-512 where the CPU has it, else for AVX2 + FMA; where there is no
+needed (about a second), for AVX-512 where the CPU has it, else for AVX2 + FMA; where there is no
 compiler or neither, or `SPECSTREAM_KERNEL=torch` is set, Linears run through torch as before and
 `unavailable_reason()` says why. Training (anything that needs
 gradients), CUDA tensors and transformers' own `generate` inside `torch_linears()` use torch.
