@@ -39,6 +39,25 @@ def test_the_kernel_computes_x_w_t_and_each_row_alone(dtype, n, k):
                        rowinv.linear(x.bfloat16().float(), w).bfloat16().float().reshape(13, 1, n))
 
 
+@pytest.mark.skipif(not {"avx2", "fma"} <= rowinv._cpu_flags(), reason="this CPU lacks AVX2 + FMA")
+def test_the_avx2_build_is_row_invariant_too(monkeypatch, tmp_path):
+    """The build a CPU without AVX-512 gets, built and checked here whatever this CPU has."""
+    monkeypatch.setattr(rowinv, "_why", None)
+    monkeypatch.setattr(rowinv, "_lib", None)
+    monkeypatch.setattr(rowinv, "_cpu_flags", lambda: {"avx2", "fma"})
+    monkeypatch.setenv("SPECSTREAM_CACHE", str(tmp_path))
+    assert rowinv.available(), rowinv.unavailable_reason()
+    assert rowinv.isa() == "avx2"
+    g = torch.Generator().manual_seed(1)
+    for dtype in (torch.float32, torch.bfloat16):
+        w, x = torch.randn(37, 203, generator=g).to(dtype), torch.randn(7, 203, generator=g)  # tails everywhere
+        y = rowinv.linear(x, w)
+        assert torch.allclose(y, x @ w.float().T, atol=1e-3, rtol=1e-4)
+        for m in range(1, 8):
+            assert torch.equal(rowinv.linear(x[:m], w), y[:m])
+            assert torch.equal(rowinv.linear(x[m - 1:m], w), y[m - 1:m])
+
+
 def test_mkl_is_not_row_invariant_so_the_kernel_is_needed():
     """Why the kernel exists: torch's own fp32 Linear gives a row another result beside other rows."""
     g = torch.Generator().manual_seed(0)

@@ -2,9 +2,9 @@
 
 Why: decoding a 135M model on a CPU is bound by reading its weights, yet MKL's fp32 GEMM charges for
 every extra row of a pass (on SmolLM2's shapes, one thread: 2 rows 1.6x, 3 rows 2.0x, 5 rows 1.6x a
-one-row pass). This kernel streams each weight once per call and multiplies up to six rows against it
-from registers, so a five-row verification costs little more than a plain pass, and a one-row pass
-is itself faster than MKL's (`pass-cost` measures both).
+one-row pass). This kernel streams each weight once per call and multiplies up to six (AVX-512) or three
+(AVX2) rows against it from registers, so a five-row verification costs little more than a plain pass,
+and a one-row pass is itself faster than MKL's (`pass-cost` measures both).
 
 It is also *row-invariant*: a row's result does not depend on how many rows share the call. With the
 engine's row-exact attention (`compat.row_exact_attention`) a speculative pass computes its main rows
