@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import statistics
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from typing import Callable
 
 import torch
 
-from specstream_core.model import msa
+from specstream_core.model import compat, msa
 from specstream_core.model.cache import KVCache
 from specstream_core.bench.results import read_json
 from specstream_core.bench.roofline import BYTES_PER_WEIGHT, HEAD_BYTES_PER_WEIGHT, Machine, pass_limit
@@ -96,6 +97,11 @@ def measure(engine, context: int = 256, verify_rows=(2, 3, 5, 9), repeats: int =
                     cache=cache, window=engine.window)
         cache.advance(context)
 
+    def attention():  # as a decoding step runs it: row-exact where the engine's Linears are row-invariant
+        if engine.row_exact:
+            return compat.row_exact_attention(streams.rows if streams is not None else None, per_row=True)
+        return nullcontext()
+
     def chain_pass(k: int, g: int) -> Callable[[], tuple[int, int]]:
         tree = chain(ids[-1], ids[-k:][: k - 1] if k > 1 else [])
         tokens = torch.tensor([tree.tokens], device=device)
@@ -104,8 +110,9 @@ def measure(engine, context: int = 256, verify_rows=(2, 3, 5, 9), repeats: int =
         carriers = torch.arange(k, device=device)[None] if g else None
 
         def run() -> tuple[int, int]:
-            out = msa.forward(engine.model, tokens, pos, visible, streams=streams if g else None, carriers=carriers,
-                              cache=cache, window=engine.window, num_streams=g or None)
+            with attention():
+                out = msa.forward(engine.model, tokens, pos, visible, streams=streams if g else None,
+                                  carriers=carriers, cache=cache, window=engine.window, num_streams=g or None)
             engine.logits(out.main[0]).argmax(dim=-1).tolist()  # verification rows, host sync as in decoding
             if g:
                 engine.draft_logits(out.streams[0, k - 1]).argmax(dim=-1).tolist()  # one node's streams: the next draft

@@ -193,13 +193,54 @@ def _visible_keys(mask: torch.Tensor | None, B: int, n: int, keys: int) -> list[
     return out
 
 
+def _kernel_keys(mask: torch.Tensor | None, B: int, q: int, keys: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per row b, what the kernel's attention takes (rowinv.attend): spec (count, offset) per query row and
+    the keys each row sees, one list after another, in index order. Built once per mask, with no loop
+    over rows (the layers of one pass share their mask)."""
+    memo = _scope.row_exact.memo
+    if mask is not None and memo.get("kernel_mask") is mask:
+        return memo["kernel_keys"]
+    out = []
+    for b in range(B):
+        if mask is None:  # every row sees every key: a prefix
+            out.append((torch.tensor([keys, -1] * q, dtype=torch.int64), torch.zeros(1, dtype=torch.int64)))
+            continue
+        vis = mask[b, 0, :q, :keys] == 0
+        counts = vis.sum(-1)
+        spec = torch.stack([counts, counts.cumsum(0) - counts], -1).reshape(-1)
+        out.append((spec.contiguous(), vis.nonzero()[:, 1].contiguous()))
+    memo.update(kernel_mask=mask, kernel_keys=out)
+    return out
+
+
+def _kernel_rows(query, key, value, mask, scaling) -> torch.Tensor | None:
+    """All rows of a decoding step (main rows and stream rows) through the row-invariant kernel's attention
+    ([B, q, Hq, D]), or None where it cannot run (no kernel, not fp32 on the CPU): then one sdpa call per
+    main row and one masked call for the stream rows."""
+    from specstream_core.model import rowinv  # rowinv imports this module
+
+    if not rowinv.available() or query.dtype != torch.float32 or query.device.type != "cpu":
+        return None
+    B, _, q, _ = query.shape
+    scale = float(scaling) if scaling is not None else query.shape[-1] ** -0.5
+    outs = []
+    for b, (spec, keys) in enumerate(_kernel_keys(mask, B, q, key.shape[2])):
+        out = rowinv.attend(query[b], key[b], value[b], spec, keys, scale)
+        if out is None:
+            return None
+        outs.append(out)
+    return torch.stack(outs) if len(outs) > 1 else outs[0][None]
+
+
 def _row_exact_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """Attention in which each main row of a decoding step is one one-row sdpa call over exactly the keys
-    it may see (a slice of the cache when they are its prefix, as in a chain), so it computes what a
-    plain one-row pass over the same cache computes, bit for bit. With row-invariant Linears (int4) a
-    speculative pass then scores its main rows exactly as plain decoding would. Stream rows (index >=
-    the row state's n_main) are one masked call; a prefill's main rows are one call, the same in
-    plain and speculative decoding. query [B, Hq, q, D]; returns [B, q, Hq, D] like transformers' sdpa."""
+    """Attention in which each row of a decoding step is computed over exactly the keys it may see, by
+    itself: so a main row computes what a plain one-row pass over the same cache computes, bit for bit,
+    and with row-invariant Linears (rowinv, int4) a speculative pass scores its main rows exactly as plain
+    decoding would. Where the row-invariant kernel runs, all rows of a step are one call of its attention
+    (rowinv.attend: each row summed alone, in a fixed order); elsewhere each main row is a one-row sdpa call
+    (a slice of the cache when it sees a prefix, as in a chain) and the stream rows (index >= the row
+    state's n_main) one masked call. A prefill's main rows are one sdpa call, the same in plain and
+    speculative decoding. query [B, Hq, q, D]; returns [B, q, Hq, D] like transformers' sdpa."""
     scope: _RowExact | None = getattr(_scope, "row_exact", None)  # set by `row_exact_attention`
     if scope is None:  # outside a decoding step (transformers' own generate): plain sdpa
         return _sdpa(module, query, key, value, attention_mask, scaling, dropout, **kwargs), None
@@ -214,6 +255,9 @@ def _row_exact_forward(module, query, key, value, attention_mask, scaling=None, 
         parts.append(_sdpa(module, query[:, :, :n], key, value, None if mask is None else mask[:, :, :n],
                            scaling, dropout, **kwargs))
     else:
+        kernel = None if kwargs.get("s_aux") is not None else _kernel_rows(query, key, value, mask, scaling)
+        if kernel is not None:  # every row, stream rows too, in one call
+            return kernel, None
         seen = _visible_keys(mask, B, n, key.shape[2])
         rows = []
         for b in range(B):

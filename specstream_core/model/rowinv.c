@@ -12,7 +12,9 @@
  * more than one: decoding is bound by reading weights.
  * W is fp32 (linear_f32) or bf16 (linear_bf16: half the bytes, widened to fp32 in registers). */
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define NB 4 /* output rows per block */
@@ -132,5 +134,163 @@ static inline __m128 total4(vec a, vec b, vec c, vec d) { /* lane j: the sum of 
 DEFINE_KERNEL(linear_f32, float, load_f32)
 DEFINE_KERNEL(linear_bf16, uint16_t, load_bf16)
 
-int rowinv_abi(void) { return 1; }
+/* ---- row-exact attention ------------------------------------------------------------------------
+ * out[i, h] = softmax(scaling * q[i, h] . k[j]) . v[j] over exactly the keys j row i may see, for query
+ * rows i and query heads h (key/value head h / (Hq / Hkv): grouped-query attention without copies).
+ * Each (row, head) is computed alone, in one fixed order that depends only on its own keys: a row's
+ * result is the same whether the call holds one row (plain decoding) or many (a speculative pass). */
+
+#if defined(__AVX512F__)
+#define vmul _mm512_mul_ps
+#define vadd _mm512_add_ps
+#define vsub _mm512_sub_ps
+#define vset1 _mm512_set1_ps
+#define vmax _mm512_max_ps
+static inline vec vexp2i(vec n) { /* 2^n for integral n in [-126, 127] */
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
+}
+static inline vec vround(vec x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+static inline void store_x(float *y, vec v, int n) { _mm512_mask_storeu_ps(y, lanes(n), v); }
+#else
+#define vmul _mm256_mul_ps
+#define vadd _mm256_add_ps
+#define vsub _mm256_sub_ps
+#define vset1 _mm256_set1_ps
+#define vmax _mm256_max_ps
+static inline vec vexp2i(vec n) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+}
+static inline vec vround(vec x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+static inline void store_x(float *y, vec v, int n) {
+  if (n == LANES) _mm256_storeu_ps(y, v); else _mm256_maskstore_ps(y, lanes(n), v);
+}
+#endif
+
+static inline float hsum(vec v) { /* fold, then ((l0 + l2) + (l1 + l3)) */
+  __m128 r = fold(v);
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  return _mm_cvtss_f32(_mm_add_ss(r, _mm_shuffle_ps(r, r, 1)));
+}
+
+static inline vec vexp(vec x) { /* e^x for x <= 0 (Cephes' expf polynomial), lane by lane */
+  x = vmax(x, vset1(-87.0f));
+  vec n = vround(vmul(x, vset1(1.44269504088896341f)));
+  x = vfmadd(n, vset1(-0.693359375f), x);
+  x = vfmadd(n, vset1(2.12194440e-4f), x);
+  vec p = vset1(1.9875691500e-4f);
+  p = vfmadd(p, x, vset1(1.3981999507e-3f));
+  p = vfmadd(p, x, vset1(8.3334519073e-3f));
+  p = vfmadd(p, x, vset1(4.1665795894e-2f));
+  p = vfmadd(p, x, vset1(1.6666665459e-1f));
+  p = vfmadd(p, x, vset1(5.0000001201e-1f));
+  p = vfmadd(p, vmul(x, x), vadd(x, vset1(1.0f)));
+  return vmul(p, vexp2i(n));
+}
+
+#define MAX_D 512
+static void attend_one(const float *q, const float *k, int64_t k_sr, const float *v, int64_t v_sr, int64_t D,
+                       int64_t count, const int64_t *keys, float scaling, float *s, float *out) {
+  /* scores: 4 keys at a time through total4, the missing ones reading key 0 again (not kept) */
+  for (int64_t j0 = 0; j0 < count; j0 += 4) {
+    const float *kp[4];
+    for (int t = 0; t < 4; t++) {
+      int64_t j = j0 + t < count ? j0 + t : j0;
+      kp[t] = k + (keys ? keys[j] : j) * k_sr;
+    }
+    vec a0 = vzero(), a1 = vzero(), a2 = vzero(), a3 = vzero(); /* even steps of d */
+    vec b0 = vzero(), b1 = vzero(), b2 = vzero(), b3 = vzero(); /* odd steps: two chains per key */
+    int64_t d = 0;
+    for (; d + 2 * LANES <= D; d += 2 * LANES) {
+      vec qa = load_x(q + d, LANES), qb = load_x(q + d + LANES, LANES);
+      a0 = vfmadd(qa, load_x(kp[0] + d, LANES), a0);
+      a1 = vfmadd(qa, load_x(kp[1] + d, LANES), a1);
+      a2 = vfmadd(qa, load_x(kp[2] + d, LANES), a2);
+      a3 = vfmadd(qa, load_x(kp[3] + d, LANES), a3);
+      b0 = vfmadd(qb, load_x(kp[0] + d + LANES, LANES), b0);
+      b1 = vfmadd(qb, load_x(kp[1] + d + LANES, LANES), b1);
+      b2 = vfmadd(qb, load_x(kp[2] + d + LANES, LANES), b2);
+      b3 = vfmadd(qb, load_x(kp[3] + d + LANES, LANES), b3);
+    }
+    for (; d < D; d += LANES) {
+      int n = D - d < LANES ? (int)(D - d) : LANES;
+      vec qv = load_x(q + d, n);
+      a0 = vfmadd(qv, load_x(kp[0] + d, n), a0);
+      a1 = vfmadd(qv, load_x(kp[1] + d, n), a1);
+      a2 = vfmadd(qv, load_x(kp[2] + d, n), a2);
+      a3 = vfmadd(qv, load_x(kp[3] + d, n), a3);
+    }
+    a0 = vadd(a0, b0), a1 = vadd(a1, b1), a2 = vadd(a2, b2), a3 = vadd(a3, b3);
+    float t4[4];
+    _mm_storeu_ps(t4, total4(a0, a1, a2, a3));
+    for (int t = 0; t < 4 && j0 + t < count; t++) s[j0 + t] = t4[t] * scaling;
+  }
+  vec mv = vset1(s[0]); /* the largest score (exact in any order) */
+  int64_t j = 0;
+  for (; j + LANES <= count; j += LANES) mv = vmax(mv, load_x(s + j, LANES));
+  float lanes_max[LANES], m = s[0];
+  store_x(lanes_max, mv, LANES);
+  for (int t = 0; t < LANES; t++) m = lanes_max[t] > m ? lanes_max[t] : m;
+  for (; j < count; j++) m = s[j] > m ? s[j] : m;
+  vec total = vzero();
+  for (j = 0; j < count; j += LANES) { /* s := e^(s - m), summed lane-wise, pad lanes zero */
+    int n = count - j < LANES ? (int)(count - j) : LANES;
+    vec e = vexp(vsub(load_x(s + j, n), vset1(m)));
+    if (n < LANES) {
+      float buf[LANES] = {0};
+      store_x(buf, e, n);
+      e = load_x(buf, LANES);
+    }
+    store_x(s + j, e, n);
+    total = vadd(total, e);
+  }
+  float inv = 1.0f / hsum(total);
+  vec acc[MAX_D / LANES];
+  int64_t nv = (D + LANES - 1) / LANES;
+  for (int64_t c = 0; c < nv; c++) acc[c] = vzero();
+  for (j = 0; j < count; j++) {
+    vec p = vset1(s[j]);
+    const float *vp = v + (keys ? keys[j] : j) * v_sr;
+    for (int64_t c = 0; c < nv; c++) {
+      int n = D - c * LANES < LANES ? (int)(D - c * LANES) : LANES;
+      acc[c] = vfmadd(p, load_x(vp + c * LANES, n), acc[c]);
+    }
+  }
+  for (int64_t c = 0; c < nv; c++) {
+    int n = D - c * LANES < LANES ? (int)(D - c * LANES) : LANES;
+    store_x(out + c * LANES, vmul(acc[c], vset1(inv)), n);
+  }
+}
+
+/* q: rows x heads with strides (q_sr, q_sh) in floats, last dim contiguous; k, v likewise per key and
+ * per key/value head. Row i sees spec[2i] keys: the first ones (spec[2i+1] < 0) or keys[spec[2i+1] ...].
+ * out: [rows, Hq, D] contiguous. Returns 0, or -1 for a head size over MAX_D / no memory. */
+int attend_f32(const float *q, int64_t q_sr, int64_t q_sh, const float *k, int64_t k_sr, int64_t k_sh,
+               const float *v, int64_t v_sr, int64_t v_sh, int64_t rows, int64_t Hq, int64_t Hkv, int64_t D,
+               const int64_t *spec, const int64_t *keys, float scaling, float *out, int threads) {
+  if (D > MAX_D || Hq % Hkv) return -1;
+  int64_t most = 0;
+  for (int64_t i = 0; i < rows; i++) most = spec[2 * i] > most ? spec[2 * i] : most;
+  int failed = 0;
+  _Pragma("omp parallel num_threads(threads)") {
+    float *s = malloc((size_t)(most + LANES) * sizeof(float));
+    if (!s) failed = 1;
+    _Pragma("omp for schedule(static)") for (int64_t t = 0; t < rows * Hq; t++) {
+      if (!s) continue;
+      /* by key/value head, then row: one head's keys stay in cache while every row reads them */
+      int64_t group = Hq / Hkv, g = t / (rows * group), i = t / group % rows, h = g * group + t % group;
+      int64_t count = spec[2 * i];
+      const int64_t *kl = spec[2 * i + 1] < 0 ? NULL : keys + spec[2 * i + 1];
+      if (count == 0) {
+        memset(out + (i * Hq + h) * D, 0, (size_t)D * sizeof(float));
+        continue;
+      }
+      attend_one(q + i * q_sr + h * q_sh, k + g * k_sh, k_sr, v + g * v_sh, v_sr, D, count, kl, scaling, s,
+                 out + (i * Hq + h) * D);
+    }
+    free(s);
+  }
+  return failed ? -1 : 0;
+}
+
+int rowinv_abi(void) { return 2; }
 int rowinv_lanes(void) { return LANES; }

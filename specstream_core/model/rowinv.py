@@ -110,6 +110,10 @@ def _load():
             ctypes.c_int]
     for fn in (lib.linear_f32, lib.linear_bf16):
         fn.argtypes, fn.restype = args, None
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    lib.attend_f32.argtypes = [ptr, i64, i64, ptr, i64, i64, ptr, i64, i64, i64, i64, i64, i64, ptr, ptr,
+                               ctypes.c_float, ptr, ctypes.c_int]
+    lib.attend_f32.restype = ctypes.c_int
     lib.rowinv_lanes.restype = ctypes.c_int
     return lib, ""
 
@@ -168,6 +172,31 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if x.dtype != torch.float32:
         y = y.to(x.dtype)
     return y.view(*x.shape[:-1], n)
+
+
+def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, spec: torch.Tensor, keys: torch.Tensor,
+           scaling: float) -> torch.Tensor | None:
+    """Row-exact attention through the kernel: query [Hq, n, D], key/value [Hkv, S, D] (fp32, CPU, last dim
+    contiguous); query row i sees spec[2i] keys: the first ones (spec[2i+1] < 0) or keys[spec[2i+1]:]. Each
+    (row, head) is summed in a fixed order of its own keys, so a row's result does not depend on the
+    other rows of the call. Returns [n, Hq, D], or None where the kernel cannot take it (torch then)."""
+    lib = library()
+    if (lib is None or getattr(_local, "off", False) or query.dtype != torch.float32 or key.dtype != torch.float32
+            or value.dtype != torch.float32 or query.device.type != "cpu" or query.requires_grad):
+        return None
+    if query.stride(-1) != 1:
+        query = query.contiguous()
+    if key.stride(-1) != 1:
+        key = key.contiguous()
+    if value.stride(-1) != 1:
+        value = value.contiguous()
+    hq, n, d = query.shape
+    out = torch.empty(n, hq, d)
+    failed = lib.attend_f32(query.data_ptr(), query.stride(1), query.stride(0), key.data_ptr(), key.stride(1),
+                            key.stride(0), value.data_ptr(), value.stride(1), value.stride(0), n, hq, key.shape[0],
+                            d, spec.data_ptr(), keys.data_ptr(), float(scaling), out.data_ptr(),
+                            torch.get_num_threads())
+    return None if failed else out
 
 
 class RowInvariantLinear(nn.Linear):

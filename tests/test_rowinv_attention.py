@@ -1,0 +1,102 @@
+"""The row-invariant kernel's attention (rowinv.attend, used by the row-exact attention of decoding steps):
+it computes softmax(q k^T) v over exactly the keys each row may see, and a row's result does not depend on
+the other rows of the call, the number of threads or how its keys are named."""
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from specstream_core import DecodeConfig
+from specstream_core.model import rowinv
+from test_rowinv import _mismatches, _near_tie
+
+needs_kernel = pytest.mark.skipif(not rowinv.available(), reason=f"kernel unavailable: {rowinv.unavailable_reason()}")
+NO_LIST = torch.zeros(1, dtype=torch.int64)
+
+
+def _case(hq, hkv, d, seed=0):
+    """Query rows laid out as transformers lays them out ([Hq, n, D] as a transposed view), a cache with room
+    to spare, and rows that see a prefix, a list of keys (a tree's ancestors), all keys, or none."""
+    g = torch.Generator().manual_seed(seed)
+    n, cap = 6, 80
+    q = torch.randn(n, hq, d, generator=g).transpose(0, 1)
+    k, v = torch.randn(hkv, cap, d, generator=g), torch.randn(hkv, cap, d, generator=g)
+    seen = [37, torch.tensor([0, 1, 2, 5, 30, 41]), 64, torch.tensor([3]), 70, torch.arange(37)]
+    return q, k, v, seen
+
+
+def _spec(seen):
+    spec, lists, at = [], [], 0
+    for s in seen:
+        if isinstance(s, int):
+            spec += [s, -1]
+        else:
+            spec += [s.numel(), at]
+            lists.append(s)
+            at += s.numel()
+    return torch.tensor(spec), (torch.cat(lists) if lists else NO_LIST)
+
+
+def _check(hq, hkv, d):
+    q, k, v, seen = _case(hq, hkv, d)
+    spec, keys = _spec(seen)
+    out = rowinv.attend(q, k, v, spec, keys, d ** -0.5)
+    assert out.shape == (len(seen), hq, d)
+    for i, s in enumerate(seen):
+        idx = torch.arange(s) if isinstance(s, int) else s
+        kk = k[:, idx].repeat_interleave(hq // hkv, 0)
+        vv = v[:, idx].repeat_interleave(hq // hkv, 0)
+        ref = F.scaled_dot_product_attention(q[:, i:i + 1], kk, vv)[:, 0]
+        assert torch.allclose(out[i], ref, atol=2e-6, rtol=1e-5), (i, (out[i] - ref).abs().max())
+        alone_spec, alone_keys = _spec([s])
+        assert torch.equal(rowinv.attend(q[:, i:i + 1], k, v, alone_spec, alone_keys, d ** -0.5)[0], out[i])
+    # a prefix named as a list of keys is the same prefix, bit for bit
+    spec, keys = _spec([torch.arange(37)])
+    assert torch.equal(rowinv.attend(q[:, :1], k, v, spec, keys, d ** -0.5)[0], out[0])
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert torch.equal(rowinv.attend(q, k, v, *_spec(seen), d ** -0.5), out)
+    finally:
+        torch.set_num_threads(threads)
+
+
+@needs_kernel
+@pytest.mark.parametrize("hq,hkv,d", [(9, 3, 64), (4, 4, 40), (6, 2, 136), (2, 1, 7)])  # GQA, head-size tails
+def test_attention_is_sdpa_and_each_row_alone(hq, hkv, d):
+    _check(hq, hkv, d)
+
+
+def test_the_avx2_builds_attention_too(monkeypatch, tmp_path):
+    monkeypatch.setattr(rowinv, "_why", None)
+    monkeypatch.setattr(rowinv, "_lib", None)
+    monkeypatch.setattr(rowinv, "_cpu_flags", lambda: {"avx2", "fma"})
+    monkeypatch.setenv("SPECSTREAM_CACHE", str(tmp_path))
+    if not rowinv.available():
+        pytest.skip(rowinv.unavailable_reason())
+    _check(9, 3, 64)
+    _check(6, 2, 136)
+
+
+@needs_kernel
+def test_a_row_that_sees_no_key_gets_zeros_and_other_inputs_fall_back():
+    q, k, v, _ = _case(4, 2, 16)
+    out = rowinv.attend(q[:, :1], k, v, torch.tensor([0, -1]), NO_LIST, 0.25)
+    assert torch.equal(out, torch.zeros(1, 4, 16))
+    assert rowinv.attend(q.double(), k.double(), v.double(), torch.tensor([3, -1]), NO_LIST, 0.25) is None
+    assert rowinv.attend(q[:, :1], k, v, torch.tensor([3, -1]), NO_LIST, 0.25) is not None
+
+
+@needs_kernel
+def test_decoding_steps_attend_through_the_kernel_and_the_check_can_fail(monkeypatch):
+    """Speculative and plain decoding steps run their attention on the kernel (the engine-level exactness
+    tests in test_rowinv.py go through it); a kernel whose row result depended on the other rows of the
+    call (rounded to bf16 beside other rows) would make speculative output differ on near-ties."""
+    engine = _near_tie("fp32")
+    attend, calls = rowinv.attend, []
+    monkeypatch.setattr(rowinv, "attend", lambda *a: calls.append(a[0].shape[1]) or attend(*a))
+    engine.generate([5, 6, 7, 8], DecodeConfig(mode="ss", max_new_tokens=8, stop_on_eos=False, tree_topk=(1, 1)))
+    assert calls and max(calls) > 1 and min(calls) >= 1
+    monkeypatch.setattr(rowinv, "attend", lambda q, *a: (lambda y: y if q.shape[1] == 1 else y.bfloat16().float())(
+        attend(q, *a)))
+    assert _mismatches(engine, (1, 1, 1)) + _mismatches(engine, (2, 2, 1)) > 0
