@@ -99,7 +99,8 @@ def measure(engine, context: int = 256, verify_rows=(2, 3, 5, 9), repeats: int =
 
     def attention():  # as a decoding step runs it: row-exact where the engine's Linears are row-invariant
         if engine.row_exact:
-            return compat.row_exact_attention(streams.rows if streams is not None else None, per_row=True)
+            return compat.row_exact_attention(streams.rows if streams is not None else None, per_row=True,
+                                              kernel=engine.kernel_attention)
         return nullcontext()
 
     def chain_pass(k: int, g: int) -> Callable[[], tuple[int, int]]:

@@ -79,6 +79,13 @@ class Engine:
         return self.precision == "int4" or rowinv.uses_kernel(self.model)
 
     @property
+    def kernel_attention(self) -> bool:
+        """Decoding steps attend through the row-invariant kernel (engines on its Linears). int4 engines keep
+        sdpa's own arithmetic: their Linears round activations to bf16, where a last-bit difference in
+        attention would often change a token against transformers' generate on the same int4 model."""
+        return rowinv.uses_kernel(self.model)
+
+    @property
     def exact(self) -> bool:
         """Whether speculative output provably equals plain decoding at this engine's precision."""
         return is_exact(self.precision, self.device.type, "rowinv" if rowinv.uses_kernel(self.model) else "torch")

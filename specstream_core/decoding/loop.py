@@ -229,7 +229,8 @@ class Decoding:
         if self.engine.row_exact:
             return compat.row_exact_attention(self.streams.rows if self.streams is not None else None,
                                               per_row=self.forward_passes > 0,
-                                              causal_prompt=self.forward_passes == 0 and len(self.live) == 1)
+                                              causal_prompt=self.forward_passes == 0 and len(self.live) == 1,
+                                              kernel=self.engine.kernel_attention)
         return nullcontext()
 
     def scratch(self) -> int:

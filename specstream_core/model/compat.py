@@ -163,6 +163,7 @@ class _RowExact(NamedTuple):
     per_row: bool  # a decoding step: each main row its own call
     memo: dict  # per-mask visible keys, shared by the layers of one pass
     causal_prompt: bool  # a prefill of one prompt on an empty cache
+    kernel: bool  # decoding steps attend through the row-invariant kernel (rowinv.attend)
 
 
 
@@ -255,7 +256,8 @@ def _row_exact_forward(module, query, key, value, attention_mask, scaling=None, 
         parts.append(_sdpa(module, query[:, :, :n], key, value, None if mask is None else mask[:, :, :n],
                            scaling, dropout, **kwargs))
     else:
-        kernel = None if kwargs.get("s_aux") is not None else _kernel_rows(query, key, value, mask, scaling)
+        use = scope.kernel and kwargs.get("s_aux") is None
+        kernel = _kernel_rows(query, key, value, mask, scaling) if use else None
         if kernel is not None:  # every row, stream rows too, in one call
             return kernel, None
         seen = _visible_keys(mask, B, n, key.shape[2])
@@ -290,13 +292,15 @@ def use_row_exact_attention(model: nn.Module) -> None:
 
 
 @contextmanager
-def row_exact_attention(row_state, per_row: bool, causal_prompt: bool = False):
+def row_exact_attention(row_state, per_row: bool, causal_prompt: bool = False, kernel: bool = False):
     """Inside, layers that use the row-exact attention (`use_row_exact_attention`) compute main rows one by
     one (per_row: a decoding step) or as one block (a prefill). row_state: the stream parameters' RowState
     (which rows are main rows), or None. causal_prompt: the block is one prompt on an empty cache (its main
-    rows see exactly the keys before them), computed as transformers computes a prompt."""
+    rows see exactly the keys before them), computed as transformers computes a prompt. kernel: decoding
+    steps attend through the row-invariant kernel where it runs (engines on its Linears; int4 engines keep
+    sdpa's arithmetic, so their plain decoding stays transformers' own, bit for bit)."""
     previous = getattr(_scope, "row_exact", None)
-    _scope.row_exact = _RowExact(row_state, per_row, {}, causal_prompt)
+    _scope.row_exact = _RowExact(row_state, per_row, {}, causal_prompt, kernel)
     try:
         yield
     finally:
