@@ -15,13 +15,14 @@ sys.path.insert(0, ROOT)
 torch.set_num_threads(1)
 from specstream_core.decoding.engine import Engine  # noqa: E402
 from specstream_core.bench import pass_cost  # noqa: E402
+from specstream_core.model import rowinv  # noqa: E402
 from specstream_core.model.default_model import resolve_default_base  # noqa: E402
 prec = sys.argv[1] if len(sys.argv) > 1 else "fp32"
 eng = Engine.load(resolve_default_base(), os.path.join(ROOT, "assets", "smollm2", "streams-lossless"), precision=prec)
 res = {True: [], False: []}
 for rep in range(4):
     for on in (True, False):
-        Engine.kernel_attention = property(lambda self, on=on: on)
+        Engine.kernel_attention = property(lambda self, on=on: rowinv.attend if on else None)
         costs = pass_cost.measure(eng, verify_rows=(3, 5), repeats=6, progress=False)
         res[on].append({c.label: c.ratio for c in costs} | {"plain ms": costs[0].median_ms})
 for on in (True, False):

@@ -97,12 +97,6 @@ def measure(engine, context: int = 256, verify_rows=(2, 3, 5, 9), repeats: int =
                     cache=cache, window=engine.window)
         cache.advance(context)
 
-    def attention():  # as a decoding step runs it: row-exact where the engine's Linears are row-invariant
-        if engine.row_exact:
-            return compat.row_exact_attention(streams.rows if streams is not None else None, per_row=True,
-                                              kernel=engine.kernel_attention)
-        return nullcontext()
-
     def chain_pass(k: int, g: int) -> Callable[[], tuple[int, int]]:
         tree = chain(ids[-1], ids[-k:][: k - 1] if k > 1 else [])
         tokens = torch.tensor([tree.tokens], device=device)
@@ -111,7 +105,7 @@ def measure(engine, context: int = 256, verify_rows=(2, 3, 5, 9), repeats: int =
         carriers = torch.arange(k, device=device)[None] if g else None
 
         def run() -> tuple[int, int]:
-            with attention():
+            with _step_attention(engine):
                 out = msa.forward(engine.model, tokens, pos, visible, streams=streams if g else None,
                                   carriers=carriers, cache=cache, window=engine.window, num_streams=g or None)
             engine.logits(out.main[0]).argmax(dim=-1).tolist()  # verification rows, host sync as in decoding
@@ -137,6 +131,15 @@ def measure(engine, context: int = 256, verify_rows=(2, 3, 5, 9), repeats: int =
     if machine is not None:
         with_rooflines(out, engine, machine, context)
     return out
+
+
+def _step_attention(engine):
+    """The attention a decoding step runs: row-exact where the engine's Linears are row-invariant."""
+    if engine.row_exact:
+        streams = engine.streams
+        return compat.row_exact_attention(streams.rows if streams is not None else None, per_row=True,
+                                          kernel=engine.kernel_attention)
+    return nullcontext()
 
 
 def with_rooflines(costs: list[PassCost], engine, machine: Machine, context: int) -> None:

@@ -79,11 +79,12 @@ class Engine:
         return self.precision == "int4" or rowinv.uses_kernel(self.model)
 
     @property
-    def kernel_attention(self) -> bool:
-        """Decoding steps attend through the row-invariant kernel (engines on its Linears). int4 engines keep
-        sdpa's own arithmetic: their Linears round activations to bf16, where a last-bit difference in
-        attention would often change a token against transformers' generate on the same int4 model."""
-        return rowinv.uses_kernel(self.model)
+    def kernel_attention(self):
+        """The row-invariant kernel's attention (`rowinv.attend`) where decoding steps use it (engines on its
+        Linears), else None. int4 engines keep sdpa's own arithmetic: their Linears round activations to
+        bf16, where a last-bit difference in attention would often change a token against transformers'
+        generate on the same int4 model."""
+        return rowinv.attend if rowinv.uses_kernel(self.model) else None
 
     @property
     def exact(self) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 from torch import nn
@@ -163,7 +163,7 @@ class _RowExact(NamedTuple):
     per_row: bool  # a decoding step: each main row its own call
     memo: dict  # per-mask visible keys, shared by the layers of one pass
     causal_prompt: bool  # a prefill of one prompt on an empty cache
-    kernel: bool  # decoding steps attend through the row-invariant kernel (rowinv.attend)
+    kernel: Callable | None  # the row-invariant kernel's attention (rowinv.attend) for decoding steps, or None
 
 
 
@@ -214,19 +214,17 @@ def _kernel_keys(mask: torch.Tensor | None, B: int, q: int, keys: int) -> list[t
     return out
 
 
-def _kernel_rows(query, key, value, mask, scaling) -> torch.Tensor | None:
+def _kernel_rows(attend: Callable, query, key, value, mask, scaling) -> torch.Tensor | None:
     """All rows of a decoding step (main rows and stream rows) through the row-invariant kernel's attention
-    ([B, q, Hq, D]), or None where it cannot run (no kernel, not fp32 on the CPU): then one sdpa call per
-    main row and one masked call for the stream rows."""
-    from specstream_core.model import rowinv  # rowinv imports this module
-
-    if not rowinv.available() or query.dtype != torch.float32 or query.device.type != "cpu":
+    ([B, q, Hq, D]), or None where it cannot take them (not fp32 on the CPU, no kernel): then one sdpa
+    call per main row and one masked call for the stream rows."""
+    if query.dtype != torch.float32 or query.device.type != "cpu":
         return None
     B, _, q, _ = query.shape
     scale = float(scaling) if scaling is not None else query.shape[-1] ** -0.5
     outs = []
     for b, (spec, keys) in enumerate(_kernel_keys(mask, B, q, key.shape[2])):
-        out = rowinv.attend(query[b], key[b], value[b], spec, keys, scale)
+        out = attend(query[b], key[b], value[b], spec, keys, scale)
         if out is None:
             return None
         outs.append(out)
@@ -256,8 +254,8 @@ def _row_exact_forward(module, query, key, value, attention_mask, scaling=None, 
         parts.append(_sdpa(module, query[:, :, :n], key, value, None if mask is None else mask[:, :, :n],
                            scaling, dropout, **kwargs))
     else:
-        use = scope.kernel and kwargs.get("s_aux") is None
-        kernel = _kernel_rows(query, key, value, mask, scaling) if use else None
+        use = scope.kernel is not None and kwargs.get("s_aux") is None
+        kernel = _kernel_rows(scope.kernel, query, key, value, mask, scaling) if use else None
         if kernel is not None:  # every row, stream rows too, in one call
             return kernel, None
         seen = _visible_keys(mask, B, n, key.shape[2])
@@ -292,13 +290,13 @@ def use_row_exact_attention(model: nn.Module) -> None:
 
 
 @contextmanager
-def row_exact_attention(row_state, per_row: bool, causal_prompt: bool = False, kernel: bool = False):
+def row_exact_attention(row_state, per_row: bool, causal_prompt: bool = False, kernel: Callable | None = None):
     """Inside, layers that use the row-exact attention (`use_row_exact_attention`) compute main rows one by
     one (per_row: a decoding step) or as one block (a prefill). row_state: the stream parameters' RowState
     (which rows are main rows), or None. causal_prompt: the block is one prompt on an empty cache (its main
-    rows see exactly the keys before them), computed as transformers computes a prompt. kernel: decoding
-    steps attend through the row-invariant kernel where it runs (engines on its Linears; int4 engines keep
-    sdpa's arithmetic, so their plain decoding stays transformers' own, bit for bit)."""
+    rows see exactly the keys before them), computed as transformers computes a prompt. kernel: the
+    row-invariant kernel's attention (`rowinv.attend`; `Engine.kernel_attention`) for decoding steps, or
+    None for sdpa's one-row calls (int4 engines: their plain decoding stays transformers' own, bit for bit)."""
     previous = getattr(_scope, "row_exact", None)
     _scope.row_exact = _RowExact(row_state, per_row, {}, causal_prompt, kernel)
     try:
