@@ -37,7 +37,7 @@ def test_measure_kinds_rows_and_ratios(engine):
     assert all(c.median_ms > 0 for c in costs)
     run = to_json("fp32 · fresh", costs, {"context": 12, "device": "cpu", "threads": 1, "repeats": 2})
     table = markdown([run])
-    assert table.count("\n| ") == len(costs) + 1 and "| ss γ=3 | 4 | 4 / 16 |" in table
+    assert table.split("Where the time goes")[0].count("\n| ") == len(costs) + 1 and "| ss γ=3 | 4 | 4 / 16 |" in table
     fig = pass_cost_figure([run, to_json("again", costs[:2], run["settings"])])
     assert [t.name for t in fig.data] == ["fp32 · fresh", "again"]
     assert list(fig.data[1].y) == [1.0, by["verify 2"].ratio] + [None] * 4  # missing kinds stay empty
@@ -92,3 +92,23 @@ def test_rooflines_follow_rows_and_precision(engine):
     assert by["ss γ=3"].roofline_ratio > by["verify 4"].roofline_ratio > 1.0
     table = markdown([to_json("x", costs, {"context": 12, "device": "cpu", "threads": 1, "repeats": 1})])
     assert "roofline ms (bound)" in table and "(compute)" in table
+
+
+def test_where_the_time_goes_on_the_kernel(engine, tiny_dir):
+    """On the kernel's engines each pass is split into its Linears, its attention and the rest; the parts
+    are real time inside the pass (so they add up to no more than it) and grow with the rows."""
+    from specstream_core.model import rowinv
+
+    if not rowinv.uses_kernel(engine.model):
+        pytest.skip(f"kernel unavailable: {rowinv.unavailable_reason()}")
+    costs = measure(engine, context=12, verify_rows=(4,), repeats=3, progress=False)
+    for c in costs:
+        assert c.linears_ms > 0 and c.attention_ms > 0 and c.rest_ms >= 0
+        assert c.linears_ms + c.attention_ms + c.rest_ms < 20 * c.median_ms  # one pass's time, not a sum
+    table = markdown([to_json("x", costs, {"context": 12, "device": "cpu", "threads": 1, "repeats": 3})])
+    assert "Where the time goes" in table and "| ss γ=3 |" in table.split("Where the time goes")[1]
+    torch_engine = Engine.load(tiny_dir, gamma=3, n_stream_layers=1, kernel="torch")
+    plain = measure(torch_engine, context=12, verify_rows=(4,), repeats=1, progress=False)
+    assert all(c.linears_ms != c.linears_ms for c in plain)  # not measured: NaN, and no table
+    assert "Where the time goes" not in markdown([to_json("t", plain, {"context": 12, "device": "cpu",
+                                                                       "threads": 1, "repeats": 1})])

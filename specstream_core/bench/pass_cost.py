@@ -28,8 +28,9 @@ from typing import Callable
 
 import torch
 
-from specstream_core.model import compat, msa
+from specstream_core.model import compat, msa, rowinv
 from specstream_core.model.cache import KVCache
+from specstream_core.bench.pass_parts import measure_parts
 from specstream_core.bench.results import read_json
 from specstream_core.bench.roofline import BYTES_PER_WEIGHT, HEAD_BYTES_PER_WEIGHT, Machine, pass_limit
 from specstream_core.errors import SpecstreamError
@@ -52,6 +53,9 @@ class PassCost:
     roofline_ms: float = float("nan")  # the least this pass can take here (bench/roofline.py)
     roofline_ratio: float = float("nan")  # roofline_ms / the plain pass's roofline_ms
     bound: str = ""  # memory | compute, at the roofline
+    linears_ms: float = float("nan")  # time in the kernel's Linears (engines on the kernel; bench/pass_parts.py)
+    attention_ms: float = float("nan")  # time in the kernel's attention
+    rest_ms: float = float("nan")  # everything else: torch's per-op work in the model's modules, Python
 
     @property
     def reachable_2x(self) -> bool:
@@ -128,9 +132,19 @@ def measure(engine, context: int = 256, verify_rows=(2, 3, 5, 9), repeats: int =
         ratio = ms / plain
         out.append(PassCost(kind, label, nodes, rows[label][0], rows[label][1], round(ms, 3), round(ratio, 3),
                             nodes, round(ratio, 2), round(2 * ratio, 2)))
+    if rowinv.uses_kernel(engine.model):
+        _with_parts(out, kinds, repeats)
     if machine is not None:
         with_rooflines(out, engine, machine, context)
     return out
+
+
+def _with_parts(costs: list[PassCost], kinds, repeats: int) -> None:
+    """Where each pass's time goes (engines on the kernel): kernel calls timed, the rest is the rest."""
+    parts = measure_parts(kinds, rounds=max(3, min(repeats, 7)))
+    for c in costs:
+        p = parts[c.label]
+        c.linears_ms, c.attention_ms, c.rest_ms = p.linears_ms, p.attention_ms, p.rest_ms
 
 
 def _step_attention(engine):
@@ -202,8 +216,26 @@ def markdown(runs: list[dict]) -> str:
                          f"{machine['peak_gflops']:.0f} GFLOP/s ({machine['dtype']}, {st['threads']} thread(s)); a pass "
                          "reads every weight and the cached keys/values once, and multiplies each weight by every row "
                          "that passes through it (bench/roofline.py).")
+        parts.extend(_parts_table(run["passes"]))
         parts.append("")
     return "\n".join(parts)
+
+
+def _parts_table(passes: list[dict]) -> list[str]:
+    """Where each pass's time goes (engines on the kernel), beside its roofline; [] when not measured."""
+    def num(x) -> bool:
+        return isinstance(x, (int, float)) and x == x
+
+    if not all(num(p.get("linears_ms")) for p in passes):
+        return []
+    lines = ["\nWhere the time goes (the kernel's calls timed over a few more rounds; the rest is torch's per-op "
+             "work in the model's modules and Python, which no roofline counts):\n",
+             "| pass | Linears ms | attention ms | rest ms | (Linears + attention) ÷ roofline |", "|---|---|---|---|---|"]
+    for p in passes:
+        roof = p.get("roofline_ms")
+        eff = f"{(p['linears_ms'] + p['attention_ms']) / roof:.2f}" if num(roof) and roof else "–"
+        lines.append(f"| {p['label']} | {p['linears_ms']:.1f} | {p['attention_ms']:.1f} | {p['rest_ms']:.1f} | {eff} |")
+    return lines
 
 
 def to_json(label: str, costs: list[PassCost], settings: dict) -> dict:

@@ -1,0 +1,70 @@
+"""Where a pass's time goes, for engines on the row-invariant kernel: its Linears, its attention, and the
+rest (norms, RoPE, activations, residual adds, the cache, Python: torch's per-op work in transformers'
+own modules, which no roofline counts).
+
+The kernel's entry points (`rowinv.linear`, `rowinv.attend`) are wrapped with timers for a few extra
+rounds after `pass-cost` has timed the passes unwrapped; each part is a median over those rounds. Set
+next to the roofline, this says what remains: Linears ÷ their share of the roofline is how close the
+weight reads come to this machine's bandwidth, and the rest is what no kernel call pays for.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from specstream_core.model import rowinv
+
+
+@dataclass
+class Parts:
+    linears_ms: float
+    attention_ms: float
+    rest_ms: float
+
+
+@contextmanager
+def _timed(spent: dict[str, float]):
+    """Inside, time spent in the kernel's Linears and attention adds up in `spent`."""
+    linear, attend = rowinv.linear, rowinv.attend
+
+    def timed_linear(*args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return linear(*args, **kwargs)
+        finally:
+            spent["linears"] += time.perf_counter() - t
+
+    def timed_attend(*args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return attend(*args, **kwargs)
+        finally:
+            spent["attention"] += time.perf_counter() - t
+
+    rowinv.linear, rowinv.attend = timed_linear, timed_attend
+    try:
+        yield
+    finally:
+        rowinv.linear, rowinv.attend = linear, attend
+
+
+def measure_parts(kinds, rounds: int = 5) -> dict[str, Parts]:
+    """kinds: (kind, label, nodes, run) as `pass_cost.measure` builds them, where run() makes one pass
+    (inside the attention a decoding step uses). Returns each label's median parts."""
+    per: dict[str, list[tuple[float, float, float]]] = {label: [] for _, label, _, _ in kinds}
+    spent = {"linears": 0.0, "attention": 0.0}
+    with torch.inference_mode(), _timed(spent):
+        for _ in range(rounds):
+            for _, label, _, run in kinds:
+                spent.update(linears=0.0, attention=0.0)
+                t = time.perf_counter()
+                run()
+                total = time.perf_counter() - t
+                per[label].append((spent["linears"], spent["attention"], total - spent["linears"] - spent["attention"]))
+    return {label: Parts(*(round(statistics.median(x[i] for x in v) * 1e3, 3) for i in range(3)))
+            for label, v in per.items()}
