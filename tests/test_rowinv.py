@@ -207,3 +207,17 @@ def test_a_decoding_step_in_another_thread_leaves_this_threads_attention_alone()
     finally:
         release.set()
         t.join()
+
+
+@needs_kernel
+def test_stream_adapters_run_on_the_kernel_too():
+    """The streams' LoRA adapters of a kernel engine go through the kernel (MKL's small-matrix calls cost
+    ~40 µs each here, 56 a pass); on torch's Linears they stay torch's."""
+    engine = _near_tie("fp32")
+    adapters = list(engine.streams.adapters.values())
+    assert adapters and all(isinstance(a.lora_A, rowinv.RowInvariantLinear)
+                            and isinstance(a.lora_B, rowinv.RowInvariantLinear) for a in adapters)
+    model = tiny_model("llama", seed=5)
+    streams = StreamParams.fresh(model, gamma=2, n_stream_layers=1, adapter_rank=4)
+    Engine(model, None, streams)
+    assert all(type(a.lora_A) is torch.nn.Linear for a in streams.adapters.values())

@@ -139,6 +139,9 @@ class StreamParams(nn.Module):
                             continue
                         wrapper = StreamRowLoRA(base, self.cfg.adapter_rank, self.rows,
                                                 base.in_features, base.out_features).to(device)
+                        if rowinv.uses_kernel(model):  # a few stream rows: the kernel's call is far cheaper than MKL's
+                            rowinv.make_row_invariant(wrapper.lora_A)
+                            rowinv.make_row_invariant(wrapper.lora_B)
                         setattr(parent, name, wrapper)
                         self.adapters[f"{li}_{parent_name}_{name}"] = wrapper
         self._attached_to = model
