@@ -27,26 +27,22 @@ class Parts:
     rest_ms: float
 
 
+def _timer(fn, spent: dict[str, float], part: str):
+    """fn, with the time spent inside it added to spent[part]."""
+    def timed(*args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent[part] += time.perf_counter() - t
+    return timed
+
+
 @contextmanager
 def _timed(spent: dict[str, float]):
     """Inside, time spent in the kernel's Linears and attention adds up in `spent`."""
     linear, attend = rowinv.linear, rowinv.attend
-
-    def timed_linear(*args, **kwargs):
-        t = time.perf_counter()
-        try:
-            return linear(*args, **kwargs)
-        finally:
-            spent["linears"] += time.perf_counter() - t
-
-    def timed_attend(*args, **kwargs):
-        t = time.perf_counter()
-        try:
-            return attend(*args, **kwargs)
-        finally:
-            spent["attention"] += time.perf_counter() - t
-
-    rowinv.linear, rowinv.attend = timed_linear, timed_attend
+    rowinv.linear, rowinv.attend = _timer(linear, spent, "linears"), _timer(attend, spent, "attention")
     try:
         yield
     finally:
