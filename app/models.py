@@ -38,7 +38,7 @@ class ModelSpec:
     name: str
     base: str
     streams: dict = field(default_factory=dict)  # mode -> directory
-    precision: str = "fp32"
+    precision: str = "auto"  # bf16 weights on the row-invariant CPU kernel, else fp32 (loading.resolve_precision)
     device: str = ""
     gamma: int = 4
 
@@ -96,7 +96,7 @@ def _parse_entry(name: str, entry) -> ModelSpec:
     gamma = entry.get("gamma", 4)
     if type(gamma) is not int or not 1 <= gamma <= 16:
         raise SpecstreamError(f"SPECSTREAM_MODELS[{name!r}].gamma must be an integer from 1 to 16")
-    return ModelSpec(name, entry["base"], dict(streams), str(entry.get("precision", "fp32")),
+    return ModelSpec(name, entry["base"], dict(streams), str(entry.get("precision", "auto")),
                      str(entry.get("device", "")), gamma)
 
 

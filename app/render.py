@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import logging
 
+from specstream_core.model.loading import resolve_precision
 from specstream_core.model.streams import read_stream_config
 
 from .models import ModelSpec, spec_gamma
@@ -52,6 +53,14 @@ def message(text: str, kind: str = "error") -> str:
     return f'<div class="lab-{kind}">{html.escape(text)}</div>' if text else ""
 
 
+def shown_precision(spec: ModelSpec) -> str:
+    """The precision a spec loads at ("auto" resolved: bf16 on the row-invariant CPU kernel, else fp32)."""
+    try:
+        return resolve_precision(spec.precision, spec.device or "cpu")
+    except Exception:  # noqa: BLE001 - a header line never fails the page
+        return spec.precision
+
+
 def model_info(spec: ModelSpec | None, mode: str) -> str:
     if spec is None:
         return "No model is configured on this host: upload a trace to replay a recorded run."
@@ -67,7 +76,7 @@ def model_info(spec: ModelSpec | None, mode: str) -> str:
     except Exception as exc:  # the streams folder went away: the page says so, without its path
         log.warning("model info for %s (%s): %s", spec.name, mode, exc)
         return f"⚠ the {mode} streams of {spec.name!r} cannot be read on this host"
-    return f"**γ = {gamma}** speculative streams · {mode} mode · {trained} streams · precision {spec.precision}"
+    return f"**γ = {gamma}** speculative streams · {mode} mode · {trained} streams · precision {shown_precision(spec)}"
 
 
 def render_text(side: SideView, tinted: bool, placeholder: str = "") -> str:

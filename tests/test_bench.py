@@ -69,3 +69,24 @@ def test_bench_command_quick_on_a_tiny_model(tmp_path):
     doc = (tmp_path / "BENCH.md").read_text()
     assert "<!-- bench:begin -->" in doc and "Where speculative streaming is not ahead" in doc
     assert "](out/speedup-fp32.svg)" in doc and "### Ablations" in doc
+
+
+def test_beside_bf16_weights_transformers_runs_in_fp32_as_it_ships(tmp_path):
+    """bench's transformers methods are the baseline: beside the kernel's bf16 weights they run on the fp32
+    model (widening bf16 weights on every call would halve their speed and flatter ours)."""
+    import pytest
+    import torch
+
+    from specstream_core.cli.commands.bench import _hf_model
+    from specstream_core.model import rowinv
+    from tiny_models import save_tiny_model_dir
+
+    if not rowinv.available():
+        pytest.skip(rowinv.unavailable_reason())
+    base = save_tiny_model_dir(tmp_path / "tiny")
+    bf16 = Engine.load(base, precision="bf16", fresh_streams=False)
+    fp32 = Engine.load(base, precision="fp32", fresh_streams=False)
+    assert _hf_model(fp32, {}, base, "cpu") is None  # transformers on the engine's own model
+    assert _hf_model(bf16, {"fp32": fp32}, base, "cpu") is fp32.model
+    loaded = _hf_model(bf16, {}, base, "cpu")
+    assert loaded.model.layers[0].mlp.down_proj.weight.dtype == torch.float32

@@ -32,7 +32,7 @@ def tokenizer(model_dir):
 
 def cli_tokens(capsys, *args):
     capsys.readouterr()
-    assert main(["generate", "--json", "--raw", *args]) == 0
+    assert main(["generate", "--json", "--raw", "--dtype", "fp32", *args]) == 0  # the caller's fp32 model
     return json.loads(capsys.readouterr().out)["token_ids"]
 
 

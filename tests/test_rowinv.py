@@ -110,19 +110,54 @@ def tiny_dir(tmp_path_factory):
 
 @needs_kernel
 def test_loading_puts_the_kernel_under_fp32_and_bf16_models_unless_told_not_to(tiny_dir):
-    fp32 = load_model(LoadConfig(tiny_dir))
+    fp32 = load_model(LoadConfig(tiny_dir, precision="fp32"))
     assert rowinv.uses_kernel(fp32) and isinstance(fp32.lm_head, rowinv.RowInvariantLinear)
     assert isinstance(fp32.model.layers[0].mlp.down_proj, rowinv.RowInvariantLinear)
     bf16 = load_model(LoadConfig(tiny_dir, precision="bf16"))
     assert bf16.model.layers[0].mlp.down_proj.weight.dtype == torch.bfloat16  # half the bytes to read
     assert bf16.model.embed_tokens.weight.dtype == torch.float32  # activations, norms, embedding: fp32
     assert loading.is_exact("bf16", "cpu", "rowinv") and not loading.is_exact("bf16", "cpu", "torch")
-    plain = load_model(LoadConfig(tiny_dir, kernel="torch"))
+    plain = load_model(LoadConfig(tiny_dir, precision="fp32", kernel="torch"))
     assert not rowinv.uses_kernel(plain) and type(plain.lm_head) is torch.nn.Linear
     ids = prompts(1, vocab=120, seed=3)[0]
     with torch.no_grad():
         a, b = fp32(torch.tensor([ids])).logits, plain(torch.tensor([ids])).logits
     assert torch.allclose(a, b, atol=1e-4)
+
+
+def test_the_default_precision_is_bf16_weights_on_the_kernel_and_fp32_elsewhere(tiny_dir):
+    assert loading.DEFAULT_PRECISION == "auto"
+    on_kernel = "bf16" if rowinv.available() else "fp32"
+    assert loading.resolve_precision("auto") == on_kernel == LoadConfig(tiny_dir).precision
+    assert loading.resolve_precision("auto", "cpu", "torch") == "fp32"  # bf16 through torch is not exact
+    assert loading.resolve_precision("auto", "cuda") == "fp32"
+    assert [loading.resolve_precision(p) for p in ("fp32", "bf16", "int4")] == ["fp32", "bf16", "int4"]
+    engine = Engine.load(tiny_dir, gamma=2)
+    assert engine.precision == on_kernel and engine.exact
+
+
+@needs_kernel
+def test_bf16_decoding_equals_transformers_generate_on_the_same_weights():
+    """The default precision's claim: with the Linears' weights in bf16 and every sum in fp32, plain and
+    speculative decoding give the tokens transformers' own generate gives on those weights (run through
+    torch, the weights widened to fp32)."""
+    model = tiny_model("llama", seed=3)  # decisive logits: rounding never decides a token
+    rowinv.install(model, "rowinv", torch.bfloat16)
+    assert model.model.layers[0].mlp.down_proj.weight.dtype == torch.bfloat16
+    with rowinv.torch_linears():
+        reference = [hf_greedy(model, ids, 16) for ids in prompts(6, seed=4)]
+    streams = StreamParams.fresh(model, gamma=3, n_stream_layers=2, adapter_rank=4, seed=2)
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for p in streams.trainable_parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    engine = Engine(model, None, streams, precision="bf16")
+    try:
+        for mode, topk in (("ar", (1,)), ("ss", (1,)), ("ss", (2, 2, 1))):
+            cfg = DecodeConfig(mode=mode, max_new_tokens=16, stop_on_eos=False, tree_topk=topk)
+            assert [engine.generate(ids, cfg).token_ids for ids in prompts(6, seed=4)] == reference, (mode, topk)
+    finally:
+        streams.detach()
 
 
 def _near_tie(precision: str):

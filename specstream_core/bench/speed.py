@@ -4,9 +4,11 @@ same GGUF file (through `llama-cpp-python`, when it is installed).
 
 All methods decode the same chat prompts greedily, alternating per prompt in one process
 (`runner.run_benchmark`), at each thread count asked for. Each row says whose output it must equal:
-transformers' generate on the same weights for our plain loop, our plain loop for speculative
-streaming (in bf16 exact only on the row-invariant kernel: the count shows how often it differs), our
-int4 loop for llama.cpp (which rounds differently: its agreement is shown, not claimed).
+transformers' generate on the same weights for our plain loop ("hf-greedy bf16": transformers' generate
+on the bf16 engine's own model, its bf16 weights widened to fp32 per call through torch — a reference
+for the output, far too slow to be a baseline for speed), our plain loop for speculative streaming (in
+bf16 exact only on the row-invariant kernel: the count shows how often it differs), our int4 loop for
+llama.cpp (which rounds differently: its agreement is shown, not claimed).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ METHODS = {
     "hf-greedy": ("fp32", "hf-greedy"),
     "ar": ("fp32", "hf-greedy"),
     "ss": ("fp32", "ar"),
-    "ar bf16": ("bf16", "ar bf16"),
+    "hf-greedy bf16": ("bf16", "hf-greedy bf16"),
+    "ar bf16": ("bf16", "hf-greedy bf16"),
     "ss bf16": ("bf16", "ar bf16"),
     "hf-greedy int4": ("int4", "hf-greedy int4"),
     "ar int4": ("int4", "hf-greedy int4"),

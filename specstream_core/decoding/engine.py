@@ -20,7 +20,7 @@ from specstream_core.model.chat import encode_prompt
 from specstream_core.errors import SpecstreamError
 from specstream_core.model.loading import LoadConfig, load_model, load_tokenizer
 from specstream_core.model.streams import StreamParams, read_stream_config, warn_fresh
-from specstream_core.model.loading import check_architecture, is_exact
+from specstream_core.model.loading import DEFAULT_PRECISION, check_architecture, is_exact
 from specstream_core.model.lora import apply_shared_lora
 
 
@@ -49,18 +49,21 @@ class Engine:
 
     # ---- construction ------------------------------------------------------------------------
     @classmethod
-    def load(cls, base: str, streams_dir: str | None = None, precision: str = "fp32", device: str = "cpu",
+    def load(cls, base: str, streams_dir: str | None = None, precision: str = DEFAULT_PRECISION, device: str = "cpu",
              gamma: int = 4, n_stream_layers: int | None = None, exact_nf4: bool = True,
              fresh_streams: bool = True, chat: bool = True, kernel: str | None = None) -> "Engine":
         """Base model (directory or hub id) + stream directory (or hub id); fresh streams when none is given.
 
-        chat: wrap text prompts as a user turn of the model's chat template (when it has one). kernel: the
-        CPU fp32/bf16 Linears (auto, rowinv, torch; default: $SPECSTREAM_KERNEL or auto, model/rowinv.py)."""
+        precision: auto (bf16 weights on the row-invariant CPU kernel, else fp32; `resolve_precision`), fp32,
+        bf16, nf4, int8 or int4. chat: wrap text prompts as a user turn of the model's chat template (when it
+        has one). kernel: the CPU fp32/bf16 Linears (auto, rowinv, torch; default: $SPECSTREAM_KERNEL or auto,
+        model/rowinv.py)."""
         if streams_dir is not None:
             streams_dir = hub.local_dir(streams_dir)  # a hub repo id: its snapshot
             read_stream_config(streams_dir)  # fail on a bad adapter before loading a large model
-        model = load_model(LoadConfig(base, precision=precision, device=device, exact_nf4=exact_nf4,
-                                      **({"kernel": kernel} if kernel else {})))
+        load = LoadConfig(base, precision=precision, device=device, exact_nf4=exact_nf4,
+                          **({"kernel": kernel} if kernel else {}))  # resolves "auto"
+        model = load_model(load)
         tokenizer = load_tokenizer(base)
         streams = None
         if streams_dir is not None:
@@ -69,8 +72,8 @@ class Engine:
         elif fresh_streams:
             warn_fresh(gamma)
             streams = StreamParams.fresh(model, gamma=gamma, n_stream_layers=n_stream_layers)
-        return cls(model, tokenizer, streams, name=os.path.basename(base.rstrip("/")) or base, precision=precision,
-                   chat=chat)
+        return cls(model, tokenizer, streams, name=os.path.basename(base.rstrip("/")) or base,
+                   precision=load.precision, chat=chat)
 
     @property
     def row_exact(self) -> bool:

@@ -1,7 +1,8 @@
 """Load a Hugging Face causal LM (local directory or hub id) at a chosen precision and device.
 
-Precision: fp32, bf16, nf4 (bitsandbytes 4-bit), int8 (bitsandbytes 8-bit) or int4 (torch's CPU int4
-kernel, `model/int4.py`; a GGUF-converted base keeps its file's own 4-bit groups). Only the
+Precision: auto (the default: bf16 weights where the row-invariant CPU kernel runs them, fp32 elsewhere;
+`resolve_precision`), fp32, bf16, nf4 (bitsandbytes 4-bit), int8 (bitsandbytes 8-bit) or int4 (torch's
+CPU int4 kernel, `model/int4.py`; a GGUF-converted base keeps its file's own 4-bit groups). Only the
 architectures in `compat.SUPPORTED_MODEL_TYPES` are accepted; anything else is refused with a
 message naming the supported families.
 """
@@ -18,14 +19,15 @@ from specstream_core.errors import SpecstreamError
 from safetensors import SafetensorError
 import tempfile
 
-PRECISIONS = ("fp32", "bf16", "nf4", "int8", "int4")
+PRECISIONS = ("auto", "fp32", "bf16", "nf4", "int8", "int4")
+DEFAULT_PRECISION = "auto"
 QUANTIZE_CHOICES = ("none", "nf4", "int8", "int4")
 
 
 @dataclass(frozen=True)
 class LoadConfig:
     base: str
-    precision: str = "fp32"  # fp32 | bf16 | nf4 | int8 (bitsandbytes) | int4 (torch's CPU kernel)
+    precision: str = DEFAULT_PRECISION  # auto | fp32 | bf16 | nf4 | int8 (bitsandbytes) | int4 (torch's CPU kernel)
     device: str = "cpu"  # cpu | cuda | cuda:N
     exact_nf4: bool = True  # CPU nf4: disable the bf16 fast path so tree and sequential logits agree
     # CPU fp32/bf16 Linears: auto (the row-invariant kernel, model/rowinv.py, where it runs), rowinv, torch
@@ -38,6 +40,7 @@ class LoadConfig:
             raise SpecstreamError(f"unknown device {self.device!r}; use cpu or cuda")
         if self.kernel not in rowinv.KERNELS:
             raise SpecstreamError(f"unknown kernel {self.kernel!r}; choose one of {', '.join(rowinv.KERNELS)}")
+        object.__setattr__(self, "precision", resolve_precision(self.precision, self.device, self.kernel))
         if self.precision == "int4" and self.device != "cpu":
             raise SpecstreamError("int4 runs on the CPU (torch's int4 CPU kernel); on CUDA use nf4")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
@@ -59,7 +62,19 @@ NOT_EXACT_NOTE = ("not exact: at {precision} a speculative pass can round differ
                   "a near-tie can flip a token (fp32 and int4 are exact; `speed` shows how often outputs differ)")
 
 
-def precision_from_flags(quantize: str = "none", dtype: str = "fp32") -> str:
+def resolve_precision(precision: str, device: str = "cpu", kernel: str = "auto") -> str:
+    """'auto' -> bf16 where the row-invariant CPU kernel runs bf16 weights, else fp32; others unchanged.
+
+    On the kernel, bf16 keeps the Linears' weights in bf16 (half the bytes to read) and does every sum in
+    fp32, row-invariantly: a speculative pass computes its main rows bit for bit as a plain pass, and
+    transformers' own generate on the same weights gives the same tokens. It is the fastest exact setting
+    measured on the default model (docs/BENCHMARKS.md); fp32 is the model's converted weights as they are."""
+    if precision != "auto":
+        return precision
+    return "bf16" if rowinv.kernel_for("bf16", device, kernel) else "fp32"
+
+
+def precision_from_flags(quantize: str = "none", dtype: str = DEFAULT_PRECISION) -> str:
     if quantize not in QUANTIZE_CHOICES:
         raise SpecstreamError(f"unknown --quantize {quantize!r}; choose one of {', '.join(QUANTIZE_CHOICES)}")
     return dtype if quantize == "none" else quantize

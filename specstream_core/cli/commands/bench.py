@@ -25,6 +25,7 @@ from dataclasses import asdict
 from specstream_core.model import defaults
 from specstream_core.decoding.config import DecodeConfig, parse_topk
 from specstream_core.errors import SpecstreamError
+from specstream_core.model.loading import LoadConfig, load_model, resolve_precision
 from specstream_core.cli.args import recommended
 from specstream_core.bench.ablations import ABLATIONS, ablation_methods, tree_nodes
 from specstream_core.bench.report import DOC_BEGIN, DOC_END, update_doc
@@ -60,7 +61,8 @@ def add_arguments(p) -> None:
     p.add_argument("--node-budget", type=int, default=None)
     p.add_argument("--lookup", type=int, default=None,
                    help="prompt-lookup tokens grafted onto the streams' tree (default: the streams' recommended)")
-    p.add_argument("--precisions", default=None, help="comma-separated: fp32,nf4,int4,bf16 (default fp32,nf4; --quick: fp32)")
+    p.add_argument("--precisions", default=None, help="comma-separated: fp32,nf4,int4,bf16 (default: the default precision "
+                                                           "(bf16 on the CPU kernel), fp32, nf4; --quick: fp32)")
     p.add_argument("--quantize", choices=("none", "nf4"), default=None, help="shorthand for --precisions fp32 / nf4")
     p.add_argument("--ablations", default=None,
                    help=f"comma-separated subset of {', '.join(ABLATIONS)}, or 'none' (default: all that apply)")
@@ -115,7 +117,9 @@ def plan(args) -> dict:
     elif args.quantize is not None:
         precisions = ["nf4" if args.quantize == "nf4" else "fp32"]
     else:
-        precisions = _csv(QUICK["precisions"]) if args.quick else ["fp32", "nf4"]
+        # the default precision first (bf16 weights on the kernel: `resolve_precision`), then fp32 and nf4
+        precisions = (_csv(QUICK["precisions"]) if args.quick
+                      else list(dict.fromkeys([resolve_precision("auto", args.device), "fp32", "nf4"])))
     bad = [p for p in precisions if p not in ("fp32", "nf4", "int4", "bf16")]
     if bad or not precisions:
         raise SpecstreamError(f"--precisions must list some of fp32, nf4, int4, bf16, got {args.precisions!r}")
@@ -149,19 +153,20 @@ def build_methods(names, engine, precision, ctx, shared_engine=None) -> list:
     from specstream_core.decoding.drafters import PromptLookupDrafter
 
     max_new, ss_cfg, ar_cfg = ctx["max_new"], ctx["ss_cfg"], ctx["ar_cfg"]
+    hf_model = ctx.get("hf_model") or engine.model  # transformers' side: fp32 beside bf16 weights (_hf_model)
     built = []
     for name in names:
         if name == "ar":
             built.append(engine_method("ar", engine, ar_cfg))
         elif name == "hf-greedy":
-            built.append(hf_method("hf-greedy", engine.model, max_new))
+            built.append(hf_method("hf-greedy", hf_model, max_new))
         elif name == "hf-pld":
-            built.append(hf_method("hf-pld", engine.model, max_new, prompt_lookup_num_tokens=10))
+            built.append(hf_method("hf-pld", hf_model, max_new, prompt_lookup_num_tokens=10))
         elif name == "hf-assisted":
             draft = ctx.get("draft_model")
             if draft is None:
                 continue
-            built.append(hf_method("hf-assisted", engine.model, max_new, extra_params=ctx["draft_params"],
+            built.append(hf_method("hf-assisted", hf_model, max_new, extra_params=ctx["draft_params"],
                                    assistant_model=draft))
         elif name == "pld":
             built.append(engine_method("pld", engine, ss_cfg, lambda: PromptLookupDrafter(),
@@ -261,6 +266,19 @@ def _context(args, pl: dict) -> dict:
     return ctx
 
 
+def _hf_model(engine, engines: dict, base: str, device: str):
+    """The model transformers' methods run on: the engine's own, except beside bf16 weights on the kernel,
+    where transformers would widen every weight to fp32 on every call (half its fp32 speed, `speed`'s
+    "hf-greedy bf16"): there transformers runs in fp32 as it ships, the baseline every figure is against."""
+    from specstream_core.model import rowinv
+
+    if engine.precision != "bf16" or not rowinv.uses_kernel(engine.model):
+        return None
+    if "fp32" in engines:
+        return engines["fp32"].model
+    return load_model(LoadConfig(base, precision="fp32", device=device))
+
+
 def _measure(args, pl: dict, ctx: dict) -> tuple[list, list]:
     """(rows per precision and method, ablation rows)."""
     from specstream_core.bench.runner import run_benchmark
@@ -278,6 +296,7 @@ def _measure(args, pl: dict, ctx: dict) -> tuple[list, list]:
             examples = {c: suite_examples(args.suite, c, pl["n"]) for c in pl["categories"]}
             prompts = {c: [engine.encode(ex["prompt"], max_new) for ex in exs] for c, exs in examples.items()}
             scorer = suite_scorer(args.suite, examples, engine)
+        ctx["hf_model"] = _hf_model(engine, engines, base, args.device)
         built = build_methods(pl["methods"], engine, precision, ctx, shared_engine)
         baseline = pl["baseline"] if pl["baseline"] in [m.name for m in built] else "ar"
         rows += run_benchmark(prompts, built, baseline=baseline, precision=precision, desc=f"bench {precision}",
