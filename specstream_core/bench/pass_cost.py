@@ -83,6 +83,28 @@ def measure(engine, context: int = 256, verify_rows=(2, 3, 5, 9), repeats: int =
     `machine`, each pass also gets its roofline (the least time its bytes and flops can take)."""
     if repeats < 1:
         raise SpecstreamError(f"repeats must be >= 1, got {repeats}")
+    kinds, cache = pass_kinds(engine, context, verify_rows)
+    times, rows = _time_kinds(kinds, repeats, progress)
+    if cache.lengths != [context]:
+        raise RuntimeError("a measured pass changed the cached prefix")
+    plain = statistics.median(times["plain"]) * 1e3
+    out = []
+    for kind, label, nodes, _ in kinds:
+        ms = statistics.median(times[label]) * 1e3
+        ratio = ms / plain
+        out.append(PassCost(kind, label, nodes, rows[label][0], rows[label][1], round(ms, 3), round(ratio, 3),
+                            nodes, round(ratio, 2), round(2 * ratio, 2)))
+    if rowinv.uses_kernel(engine.model):
+        _with_parts(out, kinds, repeats)
+    if machine is not None:
+        with_rooflines(out, engine, machine, context)
+    return out
+
+
+def pass_kinds(engine, context: int = 256, verify_rows=(2, 3, 5, 9)) -> tuple[list[tuple], KVCache]:
+    """The passes `measure` times, after a prefix of `context` tokens: (kind, label, tree nodes, run) each,
+    plain first (run(), called inside torch.inference_mode(), makes one pass as a decoding step does and
+    returns its (bottom, top) row counts), and the cache holding the prefix."""
     if context < 1:
         raise SpecstreamError(f"context must be >= 1 token, got {context}")
     verify_rows = tuple(dict.fromkeys(verify_rows))  # each kind once
@@ -121,22 +143,7 @@ def measure(engine, context: int = 256, verify_rows=(2, 3, 5, 9), repeats: int =
     kinds: list[tuple[str, str, int, Callable]] = [("plain", "plain", 1, chain_pass(1, 0))]
     kinds += [("verify", f"verify {k}", k, chain_pass(k, 0)) for k in verify_rows]
     kinds += [("ss", f"ss γ={g}", g + 1, chain_pass(g + 1, g)) for g in range(1, gamma + 1)]
-
-    times, rows = _time_kinds(kinds, repeats, progress)
-    if cache.lengths != [context]:
-        raise RuntimeError("a measured pass changed the cached prefix")
-    plain = statistics.median(times["plain"]) * 1e3
-    out = []
-    for kind, label, nodes, _ in kinds:
-        ms = statistics.median(times[label]) * 1e3
-        ratio = ms / plain
-        out.append(PassCost(kind, label, nodes, rows[label][0], rows[label][1], round(ms, 3), round(ratio, 3),
-                            nodes, round(ratio, 2), round(2 * ratio, 2)))
-    if rowinv.uses_kernel(engine.model):
-        _with_parts(out, kinds, repeats)
-    if machine is not None:
-        with_rooflines(out, engine, machine, context)
-    return out
+    return kinds, cache
 
 
 def _with_parts(costs: list[PassCost], kinds, repeats: int) -> None:

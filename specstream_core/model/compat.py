@@ -17,6 +17,8 @@ import copy
 
 # model_type -> family name shown to users. Each family is covered by the test suite.
 SUPPORTED_MODEL_TYPES = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral"}
+# RMSNorm classes whose forward is Llama's: weight * (x.float() * rsqrt(mean(x^2) + variance_epsilon))
+LLAMA_RMS_NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm")
 
 
 def supported_names() -> str:
@@ -51,6 +53,12 @@ def run_layer(layer: nn.Module, h: torch.Tensor, mask: torch.Tensor | None, pe, 
     """One decoder layer. `mask` is an additive float mask [B, 1, q, keys] (keys = what the cache returns)."""
     out = layer(h, attention_mask=mask, position_embeddings=pe, cache=cache)
     return out[0] if isinstance(out, tuple) else out
+
+
+def rms_norms(model: nn.Module) -> list[nn.Module]:
+    """The decoder layers' and the final norm modules of Llama's form (`LLAMA_RMS_NORMS`)."""
+    mods = [m for layer in decoder_layers(model) for m in layer.modules()] + [inner_model(model).norm]
+    return [m for m in mods if type(m).__name__ in LLAMA_RMS_NORMS]
 
 
 def final_norm(model: nn.Module, h: torch.Tensor) -> torch.Tensor:

@@ -292,5 +292,32 @@ int attend_f32(const float *q, int64_t q_sr, int64_t q_sh, const float *k, int64
   return failed ? -1 : 0;
 }
 
-int rowinv_abi(void) { return 2; }
+/* ---- RMS norm -------------------------------------------------------------------------------------
+ * y[i] = (x[i] / sqrt(mean(x[i]^2) + eps)) * w, as Llama-family RMSNorm modules compute it in fp32 (their
+ * `weight * (x * rsqrt(var + eps))`), each row alone: one call replaces the ~7 torch ops (and their
+ * per-op overhead) of the module's forward. */
+void rmsnorm_f32(const float *x, int64_t rows, int64_t d, const float *w, float eps, float *y) {
+  for (int64_t i = 0; i < rows; i++) {
+    const float *xi = x + i * d;
+    float *yi = y + i * d;
+    vec acc = vzero();
+    int64_t c = 0;
+    for (; c + LANES <= d; c += LANES) {
+      vec v = load_x(xi + c, LANES);
+      acc = vfmadd(v, v, acc);
+    }
+    if (c < d) {
+      vec v = load_x(xi + c, (int)(d - c));
+      acc = vfmadd(v, v, acc);
+    }
+    float inv = 1.0f / sqrtf(hsum(acc) / (float)d + eps);
+    vec s = vset1(inv);
+    for (c = 0; c < d; c += LANES) {
+      int n = d - c < LANES ? (int)(d - c) : LANES;
+      store_x(yi + c, vmul(load_f32(w + c, n), vmul(load_x(xi + c, n), s)), n);
+    }
+  }
+}
+
+int rowinv_abi(void) { return 3; }
 int rowinv_lanes(void) { return LANES; }

@@ -114,6 +114,8 @@ def _load():
     lib.attend_f32.argtypes = [ptr, i64, i64, ptr, i64, i64, ptr, i64, i64, i64, i64, i64, i64, ptr, ptr,
                                ctypes.c_float, ptr, ctypes.c_int]
     lib.attend_f32.restype = ctypes.c_int
+    lib.rmsnorm_f32.argtypes = [ptr, i64, i64, ptr, ctypes.c_float, ptr]
+    lib.rmsnorm_f32.restype = None
     lib.rowinv_lanes.restype = ctypes.c_int
     return lib, ""
 
@@ -213,6 +215,44 @@ class RowInvariantLinear(nn.Linear):
         return F.linear(x, w.to(x.dtype), b)  # bf16 weights under fp32 activations: widened
 
 
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Llama's RMSNorm of fp32 rows through the kernel, each row alone (weight: fp32, contiguous)."""
+    lib = _lib or library()
+    if not x.is_contiguous():
+        x = x.contiguous()
+    y = torch.empty_like(x)
+    d = x.shape[-1]
+    lib.rmsnorm_f32(x.data_ptr(), x.numel() // d, d, weight.data_ptr(), eps, y.data_ptr())
+    return y
+
+
+class _RowInvariantNorm:
+    """Mixed into a Llama-form RMSNorm's own class (`make_row_invariant_norm`): its inference forward on fp32
+    CPU rows is one kernel call instead of ~7 torch ops; anything else (gradients, other dtypes or devices,
+    `torch_linears()`) runs the module's own forward."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.weight
+        if (x.dtype is torch.float32 and x.is_cpu and w.dtype is torch.float32 and w.is_contiguous()
+                and not getattr(_local, "off", False) and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad))):
+            return rmsnorm(x, w, self.variance_epsilon)
+        return super().forward(x)
+
+
+_NORM_CLASSES: dict[type, type] = {}
+
+
+def make_row_invariant_norm(module: nn.Module) -> bool:
+    """Give a Llama-form RMSNorm (compat.LLAMA_RMS_NORMS) the kernel's forward, in place (its class only)."""
+    cls = type(module)
+    if issubclass(cls, _RowInvariantNorm) or cls.__name__ not in compat.LLAMA_RMS_NORMS:
+        return False
+    if cls not in _NORM_CLASSES:
+        _NORM_CLASSES[cls] = type(f"RowInvariant{cls.__name__}", (_RowInvariantNorm, cls), {})
+    module.__class__ = _NORM_CLASSES[cls]
+    return True
+
+
 def make_row_invariant(module: nn.Module) -> bool:
     """Turn a plain nn.Linear into a RowInvariantLinear in place (its class only; the weights stay)."""
     if type(module) is nn.Linear:
@@ -244,6 +284,9 @@ def install(model: nn.Module, kernel: str = "auto", weight_dtype: torch.dtype = 
             count += 1
             if weight_dtype != torch.float32:
                 m.weight.data = m.weight.data.to(weight_dtype)
+    if count:
+        for norm in compat.rms_norms(model):
+            make_row_invariant_norm(norm)
     model.config.specstream_kernel = "rowinv" if count else "torch"
     return count
 

@@ -297,6 +297,7 @@ def _measure(args, pl: dict, ctx: dict) -> tuple[list, list]:
             prompts = {c: [engine.encode(ex["prompt"], max_new) for ex in exs] for c, exs in examples.items()}
             scorer = suite_scorer(args.suite, examples, engine)
         ctx["hf_model"] = _hf_model(engine, engines, base, args.device)
+        ctx.setdefault("transformers", {})[precision] = "fp32" if ctx["hf_model"] is not None else precision
         built = build_methods(pl["methods"], engine, precision, ctx, shared_engine)
         baseline = pl["baseline"] if pl["baseline"] in [m.name for m in built] else "ar"
         rows += run_benchmark(prompts, built, baseline=baseline, precision=precision, desc=f"bench {precision}",
@@ -325,7 +326,7 @@ def _settings(args, pl: dict, ctx: dict, wall: float, threads: int) -> dict:
             "draft": draft_dir and os.path.relpath(draft_dir, defaults.ROOT),
             "medusa": medusa_dir and os.path.relpath(medusa_dir, defaults.ROOT), "quick": bool(args.quick),
             "date": time.strftime("%Y-%m-%d %H:%M"), "device_name": _device_name(args.device),
-            "linears": ctx.get("linears")}
+            "linears": ctx.get("linears"), "transformers": ctx.get("transformers")}
 
 
 def _write(args, data: dict, overview: str, table: str, abl_table: str) -> None:
