@@ -27,6 +27,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from specstream_core.model import defaults
+from specstream_core.model.loading import DEFAULT_PRECISION
 from specstream_core.errors import SpecstreamError
 
 log = logging.getLogger("specstream.lab")
@@ -38,7 +39,7 @@ class ModelSpec:
     name: str
     base: str
     streams: dict = field(default_factory=dict)  # mode -> directory
-    precision: str = "auto"  # bf16 weights on the row-invariant CPU kernel, else fp32 (loading.resolve_precision)
+    precision: str = DEFAULT_PRECISION  # auto: bf16 weights on the row-invariant CPU kernel, else fp32
     device: str = ""
     gamma: int = 4
 
@@ -96,7 +97,7 @@ def _parse_entry(name: str, entry) -> ModelSpec:
     gamma = entry.get("gamma", 4)
     if type(gamma) is not int or not 1 <= gamma <= 16:
         raise SpecstreamError(f"SPECSTREAM_MODELS[{name!r}].gamma must be an integer from 1 to 16")
-    return ModelSpec(name, entry["base"], dict(streams), str(entry.get("precision", "auto")),
+    return ModelSpec(name, entry["base"], dict(streams), str(entry.get("precision", DEFAULT_PRECISION)),
                      str(entry.get("device", "")), gamma)
 
 

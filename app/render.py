@@ -55,10 +55,7 @@ def message(text: str, kind: str = "error") -> str:
 
 def shown_precision(spec: ModelSpec) -> str:
     """The precision a spec loads at ("auto" resolved: bf16 on the row-invariant CPU kernel, else fp32)."""
-    try:
-        return resolve_precision(spec.precision, spec.device or "cpu")
-    except Exception:  # noqa: BLE001 - a header line never fails the page
-        return spec.precision
+    return resolve_precision(spec.precision, spec.device or "cpu")
 
 
 def model_info(spec: ModelSpec | None, mode: str) -> str:

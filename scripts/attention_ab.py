@@ -16,9 +16,9 @@ torch.set_num_threads(1)
 from specstream_core.decoding.engine import Engine  # noqa: E402
 from specstream_core.bench import pass_cost  # noqa: E402
 from specstream_core.model import rowinv  # noqa: E402
-from specstream_core.model.default_model import resolve_default_base  # noqa: E402
+from specstream_core.model import defaults  # noqa: E402
 prec = sys.argv[1] if len(sys.argv) > 1 else "fp32"
-eng = Engine.load(resolve_default_base(), os.path.join(ROOT, "assets", "smollm2", "streams-lossless"), precision=prec)
+eng = Engine.load(*defaults.resolve(None, None), precision=prec)  # the default model and its streams
 res = {True: [], False: []}
 for rep in range(4):
     for on in (True, False):

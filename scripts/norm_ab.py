@@ -18,10 +18,10 @@ torch.set_num_threads(1)
 from specstream_core.decoding.engine import Engine  # noqa: E402
 from specstream_core.bench import pass_cost  # noqa: E402
 from specstream_core.model import rowinv  # noqa: E402
-from specstream_core.model.default_model import resolve_default_base  # noqa: E402
+from specstream_core.model import defaults  # noqa: E402
 
 prec = sys.argv[1] if len(sys.argv) > 1 else "bf16"
-eng = Engine.load(resolve_default_base(), os.path.join(ROOT, "assets", "smollm2", "streams-lossless"), precision=prec)
+eng = Engine.load(*defaults.resolve(None, None), precision=prec)  # the default model and its streams
 norms = {m: type(m) for m in eng.model.modules() if isinstance(m, rowinv._RowInvariantNorm)}
 assert norms, "no kernel norms installed: is the kernel available?"
 VARIANTS = {"torch norms": False, "kernel norms": True}
