@@ -1,5 +1,6 @@
-"""4-bit CPU decoding (model/int4.py): the kernel's arithmetic, its row invariance, a GGUF file's own
-Q4_1 groups, and int4 decoding against transformers' generate on the same int4 model."""
+"""4-bit CPU decoding (model/int4.py), on the row-invariant kernel and through torch's int4 kernel: their
+arithmetic, their row invariance, a GGUF file's own Q4_1 groups, and int4 decoding against transformers'
+generate on the same int4 model."""
 
 import numpy as np
 import pytest
@@ -7,47 +8,68 @@ import torch
 
 from specstream_core import DecodeConfig, Engine, StreamParams
 from specstream_core.errors import SpecstreamError
-from specstream_core.model import int4
+from specstream_core.model import int4, rowinv
 from specstream_core.model.loading import LoadConfig
 from tiny_models import hf_greedy, prompts, tiny_model
 
-pytestmark = pytest.mark.skipif(not int4.available(), reason="this torch has no CPU int4 kernel")
+pytestmark = pytest.mark.skipif(not int4.available(), reason="neither int4 kernel runs here")
+# the two paths: the row-invariant kernel (fp32 activations) and torch's int4 kernel (bf16 activations)
+PATHS = [pytest.param(True, id="kernel", marks=pytest.mark.skipif(not rowinv.available(), reason="no kernel here")),
+         pytest.param(False, id="torch", marks=pytest.mark.skipif(not int4.torch_available(), reason="old torch"))]
 
 
-def _layer(n=96, k=128, seed=0, keep_rows=False):
+def _layer(n=96, k=128, seed=0, kernel=None):
     g = torch.Generator().manual_seed(seed)
     w = torch.randn(n, k, generator=g)
-    return w, int4.Int4Linear(*int4.quantize_groups(w), keep_rows=keep_rows)
+    return w, int4.Int4Linear(*int4.quantize_groups(w), kernel=kernel)
 
 
-def test_int4_linear_computes_with_its_groups_and_is_row_invariant():
-    w, layer = _layer()
-    x = torch.randn(9, 128, generator=torch.Generator().manual_seed(1))
+@pytest.mark.parametrize("kernel", PATHS)
+def test_int4_linear_computes_with_its_groups_and_is_row_invariant(kernel):
+    w, layer = _layer(n=98, kernel=kernel)  # 98 outputs: padded to the kernels' blocks (4 and 16)
+    x = torch.randn(13, 128, generator=torch.Generator().manual_seed(1))
     y = layer(x)
-    assert y.dtype == torch.float32 and y.shape == (9, 96)
-    ref = x.bfloat16().float() @ layer.dequantized().T
-    assert torch.allclose(y, ref, atol=0.15, rtol=0.02)  # bf16 products and sums
+    assert y.dtype == torch.float32 and y.shape == (13, 98)
+    if kernel:  # fp32 activations, scales and sums
+        assert torch.allclose(y, x @ layer.dequantized().T, atol=1e-4, rtol=1e-5)
+    else:
+        assert torch.allclose(y, x.bfloat16().float() @ layer.dequantized().T, atol=0.15, rtol=0.02)  # bf16
     assert (layer.dequantized() - w).abs().max() < 0.5 * (w.max() - w.min()) / 15 + 0.05  # within half a step
-    for m in range(1, 9):  # a row's result does not depend on how many rows share the pass
+    for m in range(1, 13):  # a row's result does not depend on how many rows share the pass (blocks of 4 / 8)
         assert torch.equal(layer(x[:m]), y[:m])
         assert torch.equal(layer(x[m:m + 1]), y[m:m + 1])
+        assert torch.equal(layer(x[m:]), y[m:])
 
 
-def test_fused_members_give_their_own_layers_output_in_one_kernel_call(monkeypatch):
+def test_the_torch_path_runs_inside_torch_linears_and_rounds_differently():
+    """transformers' baseline (`rowinv.torch_linears`) runs torch's int4 kernel on the same groups."""
+    if not (rowinv.available() and int4.torch_available()):
+        pytest.skip("needs both int4 paths")
+    _, layer = _layer()
+    x = torch.randn(4, 128, generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        ours = layer(x)
+        with rowinv.torch_linears():
+            theirs = layer(x)
+    assert torch.allclose(ours, theirs, atol=0.15, rtol=0.02) and not torch.equal(ours, theirs)
+
+
+@pytest.mark.parametrize("kernel", PATHS)
+def test_fused_members_give_their_own_layers_output_in_one_kernel_call(monkeypatch, kernel):
     torch.manual_seed(0)
     parts = [int4.quantize_groups(torch.randn(n, 64)) for n in (48, 16, 16)]
-    fused = int4.FusedInt4([(*p, None) for p in parts])
+    fused = int4.FusedInt4([(*p, None) for p in parts], kernel=kernel)
     members = [int4.Int4Part(fused, i) for i in range(3)]
     x = torch.randn(2, 3, 64)
     calls = []
-    kernel = torch.ops.aten._weight_int4pack_mm_for_cpu
-    monkeypatch.setattr(int4.torch.ops.aten, "_weight_int4pack_mm_for_cpu", lambda *a: calls.append(1) or kernel(*a))
+    forward = int4.Int4Linear.forward
+    monkeypatch.setattr(int4.Int4Linear, "forward", lambda self, a: calls.append(1) or forward(self, a))
     outs = [m(x) for m in members]
     assert len(calls) == 1
-    for (q, s, z), out, m in zip(parts, outs, members):
-        alone = int4.Int4Linear(q, s, z)(x)
+    for (q, s, low), out, m in zip(parts, outs, members):
+        alone = int4.Int4Linear(q, s, low, kernel=kernel)(x)
         assert out.shape == alone.shape and torch.allclose(out, alone, atol=1e-5, rtol=1e-3)
-        assert torch.allclose(m.dequantized(), int4.dequantize(q, s, z), atol=0.02)
+        assert torch.allclose(m.dequantized(), int4.dequantize(q, s, low), atol=1e-6)
     calls.clear()
     members[2](x)
     assert not calls  # still the same input: sliced from the stored call
@@ -56,10 +78,11 @@ def test_fused_members_give_their_own_layers_output_in_one_kernel_call(monkeypat
     assert len(calls) == 1
 
 
-def test_int4_rows_is_the_head_cut_to_a_vocabulary():
-    _, layer = _layer(n=168, keep_rows=True)  # 168 and 5 rows: not multiples of the kernel's 16
+@pytest.mark.parametrize("kernel", PATHS)
+def test_int4_rows_is_the_head_cut_to_a_vocabulary(kernel):
+    _, layer = _layer(n=170, kernel=kernel)  # 170 and 5 rows: not multiples of the kernels' 4 or 16
     x = torch.randn(3, 128)
-    for idx in (torch.tensor([5, 0, 167, 64, 7]), torch.randperm(168)[:32]):
+    for idx in (torch.tensor([5, 0, 169, 64, 7]), torch.randperm(170)[:32]):
         assert torch.allclose(layer.rows(idx)(x), layer(x)[:, idx], atol=1e-6)
 
 
@@ -77,10 +100,13 @@ def test_q4_1_blocks_become_the_kernels_groups():
     q = rng.integers(0, 16, (6, 64))
     d = rng.random((6, 2)).astype(np.float16)
     m = -rng.random((6, 2)).astype(np.float16)
-    got_q, scale, zero = int4.from_q4_1(_q4_1_blocks(q, d, m), 6, 64)
+    got_q, scale, low = int4.from_q4_1(_q4_1_blocks(q, d, m), 6, 64)
     assert np.array_equal(got_q.numpy(), q)
+    assert np.array_equal(low.numpy(), m.astype(np.float32))  # the file's own low ends, exactly
     want = (d.astype(np.float32).repeat(32, 1) * q + m.astype(np.float32).repeat(32, 1)).astype(np.float32)
-    assert torch.allclose(int4.dequantize(got_q, scale, zero), torch.from_numpy(want), atol=1e-6)
+    assert torch.allclose(int4.dequantize(got_q, scale, low), torch.from_numpy(want), atol=1e-6)
+    layer = int4.Int4Linear(got_q, scale, low)  # the bytes the kernel reads are the file's nibbles
+    assert np.array_equal(layer.q4[:6].numpy(), _q4_1_blocks(q, d, m).reshape(6, 2, 20)[..., 4:].reshape(6, 32))
 
 
 def _llama_cpp_permute(w, n_head):
@@ -117,29 +143,35 @@ def test_a_gguf_files_own_q4_1_groups_are_used(tmp_path):
     groups = int4.gguf_groups(str(tmp_path / "tiny.gguf"), model)
     assert len(groups) == 7 * 2  # every decoder Linear, q and k rows put back in the model's order
     report = int4.quantize_model(model, groups)
-    assert report == {"layers": 7 * 2 + 1, "from_file": 14, "fused": 2 * 2}  # q/k/v and gate/up per layer
+    assert report == {"layers": 7 * 2 + 1, "from_file": 14, "fused": 2 * 2,  # q/k/v and gate/up per layer
+                      "kernel": rowinv.available()}
     q_proj = model.model.layers[1].self_attn.q_proj
     assert isinstance(q_proj, int4.Int4Part)
 
 
-@pytest.fixture(scope="module")
-def int4_llama(tmp_path_factory):
-    from specstream_core.model.loading import quantize_in_memory
+def _int4(model, kernel: bool):
+    int4.quantize_model(model, kernel=kernel)
+    return model
 
-    return quantize_in_memory(tiny_model("llama", seed=3), "int4")
+
+@pytest.fixture(scope="module", params=PATHS)
+def int4_llama(request):
+    return _int4(tiny_model("llama", seed=3), request.param), request.param
 
 
 def test_int4_plain_decoding_equals_transformers_generate_on_the_int4_model(int4_llama, monkeypatch):
-    """Token for token, and with transformers' own attention arithmetic: the row-invariant kernel's attention
-    (a different summation order) is not used in int4, whose Linears round activations to bf16."""
-    from specstream_core.model import rowinv
-
-    monkeypatch.setattr(rowinv, "attend", lambda *a: pytest.fail("int4 decoding attended through the kernel"))
-    assert isinstance(int4_llama.lm_head, int4.Int4Linear)
-    engine = Engine(int4_llama, None, None, precision="int4")
+    """Token for token, transformers' generate running the same int4 Linears with its own sdpa attention. On
+    the kernel our decoding steps attend through it (fp32 throughout); through torch (bf16 activations)
+    they keep sdpa's own arithmetic, where a last-bit difference would often flip a token."""
+    model, kernel = int4_llama
+    if not kernel:
+        monkeypatch.setattr(rowinv, "attend", lambda *a: pytest.fail("torch-path int4 attended through the kernel"))
+    assert isinstance(model.lm_head, int4.Int4Linear) and model.lm_head.kernel == kernel
+    engine = Engine(model, None, None, precision="int4")
+    assert engine.row_exact and engine.exact and (engine.kernel_attention is not None) == kernel
     cfg = DecodeConfig(mode="ar", max_new_tokens=16, stop_on_eos=False)
     for ids in prompts(6, seed=4):
-        assert engine.generate(ids, cfg).token_ids == hf_greedy(int4_llama, ids, 16)
+        assert engine.generate(ids, cfg).token_ids == hf_greedy(model, ids, 16)
 
 
 def _perturbed(model, draft_vocab=None):
@@ -151,15 +183,13 @@ def _perturbed(model, draft_vocab=None):
     return streams
 
 
-@pytest.fixture(scope="module")
-def near_tie_int4():
+@pytest.fixture(scope="module", params=PATHS)
+def near_tie_int4(request):
     """An int4 model with head_dim 64 (as real models) and unscaled random logits: near-ties everywhere,
     so any rounding difference between a speculative and a plain pass flips tokens (without row-exact
     attention 2 of these 20 prompt runs differ; checked by `test_the_check_can_fail`)."""
-    from specstream_core.model.loading import quantize_in_memory
-
-    model = quantize_in_memory(tiny_model("llama", seed=5, logit_scale=1.0, hidden=256, layers=4,
-                                          num_attention_heads=4, num_key_value_heads=2), "int4")
+    model = _int4(tiny_model("llama", seed=5, logit_scale=1.0, hidden=256, layers=4, num_attention_heads=4,
+                             num_key_value_heads=2), request.param)
     return model, _perturbed(model, draft_vocab=list(range(0, 128, 2)))
 
 
@@ -185,9 +215,16 @@ def test_int4_speculative_output_is_plain_int4_output(near_tie_int4):
 
 
 def test_the_check_can_fail(near_tie_int4, monkeypatch):
+    """Break what makes it exact and the near-ties flip: on the kernel, Linears whose result depends on the
+    rows beside them (rounded to bf16 in a wide call); through torch, plain sdpa over all rows."""
     model, streams = near_tie_int4
     engine = Engine(model, None, streams, precision="int4")
-    monkeypatch.setattr(Engine, "row_exact", property(lambda self: False))  # plain sdpa over all rows
+    if model.lm_head.kernel:
+        q4 = rowinv.linear_q4
+        monkeypatch.setattr(rowinv, "linear_q4", lambda x, *a: (
+            lambda y: y if x.reshape(-1, x.shape[-1]).shape[0] == 1 else y.bfloat16().float())(q4(x, *a)))
+    else:
+        monkeypatch.setattr(Engine, "row_exact", property(lambda self: False))
     assert _mismatches(engine, (1, 1, 1)) + _mismatches(engine, (2, 2, 1)) > 0
 
 

@@ -8,7 +8,7 @@ import torch
 
 from specstream_core import DecodeConfig, Engine, StreamParams
 from specstream_core.errors import SpecstreamError
-from specstream_core.model import loading, rowinv
+from specstream_core.model import int4, loading, rowinv
 from specstream_core.model.loading import LoadConfig, load_model
 from tiny_models import hf_greedy, prompts, save_tiny_model_dir, tiny_model
 
@@ -56,6 +56,13 @@ def test_the_avx2_build_is_row_invariant_too(monkeypatch, tmp_path):
         for m in range(1, 8):
             assert torch.equal(rowinv.linear(x[:m], w), y[:m])
             assert torch.equal(rowinv.linear(x[m - 1:m], w), y[m - 1:m])
+    layer = int4.Int4Linear(*int4.quantize_groups(torch.randn(37, 224, generator=g)), kernel=True)
+    x = torch.randn(11, 224, generator=g)
+    y = rowinv.linear_q4(x, layer.q4, layer.dm, 37)
+    assert torch.allclose(y, x @ layer.dequantized().T, atol=1e-4, rtol=1e-5)
+    for m in range(1, 11):
+        assert torch.equal(rowinv.linear_q4(x[:m], layer.q4, layer.dm, 37), y[:m])
+        assert torch.equal(rowinv.linear_q4(x[m:], layer.q4, layer.dm, 37), y[m:])
 
 
 def test_mkl_is_not_row_invariant_so_the_kernel_is_needed():

@@ -2,7 +2,7 @@
 rest (norms, RoPE, activations, residual adds, the cache, Python: torch's per-op work in transformers'
 own modules, which no roofline counts).
 
-The kernel's entry points (`rowinv.linear`, `rowinv.attend`) are wrapped with timers for a few extra
+The kernel's entry points (`rowinv.linear` and `rowinv.linear_q4`, `rowinv.attend`) are wrapped with timers for a few extra
 rounds after `pass-cost` has timed the passes unwrapped; each part is a median over those rounds. Set
 next to the roofline, this says what remains: Linears ÷ their share of the roofline is how close the
 weight reads come to this machine's bandwidth, and the rest is what no kernel call pays for.
@@ -41,12 +41,13 @@ def _timer(fn, spent: dict[str, float], part: str):
 @contextmanager
 def _timed(spent: dict[str, float]):
     """Inside, time spent in the kernel's Linears and attention adds up in `spent`."""
-    linear, attend = rowinv.linear, rowinv.attend
-    rowinv.linear, rowinv.attend = _timer(linear, spent, "linears"), _timer(attend, spent, "attention")
+    linear, linear_q4, attend = rowinv.linear, rowinv.linear_q4, rowinv.attend
+    rowinv.linear, rowinv.linear_q4 = _timer(linear, spent, "linears"), _timer(linear_q4, spent, "linears")
+    rowinv.attend = _timer(attend, spent, "attention")
     try:
         yield
     finally:
-        rowinv.linear, rowinv.attend = linear, attend
+        rowinv.linear, rowinv.linear_q4, rowinv.attend = linear, linear_q4, attend
 
 
 def measure_parts(kinds, rounds: int = 5) -> dict[str, Parts]:

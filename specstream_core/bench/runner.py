@@ -10,6 +10,8 @@ call reduction too. Rows carry the precision and, for ablations, the varied sett
 
 from __future__ import annotations
 
+import contextlib
+
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -67,10 +69,12 @@ def engine_method(name: str, engine, cfg: DecodeConfig, drafter_factory=None, re
 
 
 def hf_method(name: str, model, max_new_tokens: int, extra_params: int = 0, reference: str = "ar",
-              **generate_kwargs) -> Method:
+              as_it_ships: bool = True, **generate_kwargs) -> Method:
     """transformers' own generate (greedy, prompt lookup or assisted), timed around the call; the
     target model's forward calls are counted with a hook (assistant models are separate modules). Its
-    Linears run through torch (`rowinv.torch_linears`): the baseline is transformers as it ships."""
+    Linears run through torch (`rowinv.torch_linears`): the baseline is transformers as it ships.
+    as_it_ships=False: they run as the model's modules are (int4 on the row-invariant kernel), a
+    reference for our loop's output on the same Linears, not a peer."""
 
     def run(ids):
         inp = torch.tensor([ids], device=model.device)
@@ -82,7 +86,7 @@ def hf_method(name: str, model, max_new_tokens: int, extra_params: int = 0, refe
         handle = model.register_forward_pre_hook(count, with_kwargs=True)
         try:
             t0 = time.perf_counter()
-            with torch.inference_mode(), rowinv.torch_linears():
+            with torch.inference_mode(), rowinv.torch_linears() if as_it_ships else contextlib.nullcontext():
                 out = model.generate(inp, attention_mask=torch.ones_like(inp), do_sample=False,
                                      max_new_tokens=max_new_tokens, **generate_kwargs)
             if out.is_cuda:

@@ -1,20 +1,25 @@
-"""4-bit weights on the CPU through torch's own int4 kernel (`aten._weight_int4pack_mm_for_cpu`).
+"""4-bit weights on the CPU: the row-invariant kernel's int4 Linears (`rowinv.linear_q4`), or torch's own
+int4 kernel (`aten._weight_int4pack_mm_for_cpu`) where that cannot run.
 
 Every Linear of the decoder layers and the LM head becomes an `Int4Linear`: 4-bit weights in groups of
-32 along the input dimension, each group with a scale and an offset, w = (q - 8) * scale + zero. The
-kernel reads bf16 activations, so the layer casts its input to bf16 and its output back; everything
-between the Linears (norms, attention, residuals) keeps the model's fp32.
+32 along the input dimension, each group with a scale and a low end, w = q * scale + low (q in 0..15),
+kept as GGUF's Q4_1 keeps them (per group, 16 bytes of nibbles: element j in the low nibble of byte j,
+element j + 16 in its high nibble).
 
-Why this path: one 4-bit row costs a quarter of the bytes of fp32 (the plain pass is bound by reading
-weights), and the kernel is *row-invariant*: a row's result does not depend on how many rows share
-the pass (checked by `tests/test_int4.py`). With the engine's row-exact attention
-(`compat.row_exact_attention`) a speculative pass computes its main rows bit for bit as a one-row pass
-would, so speculative decoding in int4 equals int4 plain decoding (tests/test_int4.py).
+- **On the kernel** (the default where it runs, `rowinv.available()`): activations, scales and sums stay
+  fp32; the nibbles are widened in registers and each row is summed in one fixed order, so a row's result
+  does not depend on the other rows of its pass. With the kernel's attention the model's speculative
+  passes compute their main rows bit for bit as plain passes, so speculative output equals int4 plain
+  decoding. The model's norms and attention run on the kernel too (`rowinv.adopt`).
+- **Through torch** (no kernel here, `SPECSTREAM_KERNEL=torch`, inside `rowinv.torch_linears()` as
+  transformers' baseline, or with gradients): torch's kernel reads bf16 activations and bf16 scales, w =
+  (q - 8) * scale + zero with zero = low + 8 scale; it is row-invariant as well. Its arithmetic is not the
+  kernel's: the two paths can round a near-tie differently.
 
 Where the base was converted from a Q4_1 GGUF file (the default SmolLM2 model), the decoder layers'
-4-bit groups are the file's own (`gguf_groups`, `from_q4_1`): Q4_1 stores w = d * q + m per block of 32, which is
-the kernel's form with scale = d and zero = m + 8 d; only their rounding to bf16 differs. The file's
-token embedding (Q8_0, tied to the head) is quantized again to 4 bits for the head.
+4-bit groups are the file's own (`gguf_groups`, `from_q4_1`): Q4_1 stores w = d * q + m per block of 32, the
+kernel's form exactly (its fp16 d and m are exact in fp32). The file's token embedding (Q8_0, tied to the
+head) is quantized again to 4 bits for the head.
 """
 
 from __future__ import annotations
@@ -27,73 +32,105 @@ import torch
 from torch import nn
 
 from specstream_core.errors import SpecstreamError
-from specstream_core.model import compat, default_model
+from specstream_core.model import compat, default_model, rowinv
 
-GROUP = 32  # elements per scale/offset group (Q4_1's block size)
-_KERNEL_DTYPE = torch.bfloat16  # the CPU kernel's fast path; fp32 activations take a scalar fallback
+GROUP = 32  # elements per scale/low group (Q4_1's block size)
+_TORCH_DTYPE = torch.bfloat16  # torch's CPU kernel's fast path; fp32 activations take a scalar fallback
+_OUT_BLOCK = 4  # the row-invariant kernel takes output rows 4 at a time
 
 
 def available() -> bool:
+    """Whether int4 can run here at all: on the row-invariant kernel, or on torch's int4 CPU kernel."""
+    return rowinv.available() or torch_available()
+
+
+def torch_available() -> bool:
     return hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu") and hasattr(torch.ops.aten, "_convert_weight_to_int4pack_for_cpu")
 
 
+def pack_nibbles(q: torch.Tensor) -> torch.Tensor:
+    """Integers 0..15 [N, K] -> bytes [N, K / 2]: per group of 32, byte j holds element j (low nibble) and
+    element j + 16 (high nibble), as Q4_1 blocks do."""
+    n, k = q.shape
+    g = q.to(torch.uint8).reshape(n, k // GROUP, 2, GROUP // 2)
+    return (g[:, :, 0] | (g[:, :, 1] << 4)).reshape(n, k // 2).contiguous()
+
+
+def unpack_nibbles(packed: torch.Tensor) -> torch.Tensor:
+    n, half = packed.shape
+    g = packed.reshape(n, half * 2 // GROUP, GROUP // 2)
+    return torch.cat([g & 0x0F, g >> 4], dim=-1).reshape(n, half * 2)
+
+
 class Int4Linear(nn.Module):
-    """y = x W^T (+ b) with W in 4-bit groups; the input is cast to bf16 for the kernel, the output back.
+    """y = x W^T (+ b) with W in 4-bit groups (module docstring): on the row-invariant kernel where it runs
+    (kernel=None: `rowinv.available()`), else through torch's int4 kernel (its packing made on first use).
 
-    The kernel packs rows in blocks of 16, so a layer whose output size is not a multiple of 16 carries
-    padding rows that its output drops. keep_rows: also keep the plain 4-bit values (half a byte per
-    weight) so that `rows` can cut the layer to some of its outputs (the LM head, for a draft vocabulary)."""
+    Output rows are padded to a multiple of 4 (the kernel's block; the last row repeated, its outputs
+    dropped). `rows` cuts the layer to some of its outputs (the LM head, for a draft vocabulary)."""
 
-    ROW_BLOCK = 16
-
-    def __init__(self, q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bias: torch.Tensor | None = None,
-                 keep_rows: bool = False):
-        """q: integers 0..15 [N, K]; scale, zero: [N, K / GROUP] (w = (q - 8) * scale + zero)."""
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor, low: torch.Tensor, bias: torch.Tensor | None = None,
+                 kernel: bool | None = None):
+        """q: integers 0..15 [N, K]; scale, low: [N, K / GROUP] (w = q * scale + low)."""
         super().__init__()
         n, k = q.shape
-        if k % GROUP or scale.shape != (n, k // GROUP) or zero.shape != scale.shape:
+        if k % GROUP or scale.shape != (n, k // GROUP) or low.shape != scale.shape:
             raise SpecstreamError(f"int4 weights need groups of {GROUP} along the input (got {tuple(q.shape)})")
         self.in_features, self.out_features = k, n
-        q = q.to(torch.uint8)
-        self.register_buffer("nibbles", (q[:, 0::2] | (q[:, 1::2] << 4)).contiguous() if keep_rows else None,
-                             persistent=False)
-        pad = -n % self.ROW_BLOCK
-        if pad:  # repeat the last row; its outputs are dropped
-            q, scale, zero = (torch.cat([t, t[-1:].expand(pad, -1)]) for t in (q, scale, zero))
-        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32).contiguous(), 1)
-        self.register_buffer("packed", packed, persistent=False)
-        sz = torch.stack([scale, zero], dim=-1).transpose(0, 1).contiguous()  # [K / GROUP, N, 2]
-        self.register_buffer("scales_zeros", sz.to(_KERNEL_DTYPE), persistent=False)
+        self.kernel = rowinv.available() if kernel is None else kernel
+        if not self.kernel and not torch_available():
+            raise SpecstreamError("int4 needs the row-invariant kernel (a C compiler, AVX2) or torch >= 2.6")
+        pad = -n % _OUT_BLOCK
+        q, scale, low = (torch.cat([t, t[-1:].expand(pad, -1)]) if pad else t for t in (q, scale, low))
+        self.register_buffer("q4", pack_nibbles(q), persistent=False)
+        dm = torch.stack([scale.float(), low.float()], dim=-1)  # [N', G, 2]
+        dm = dm.reshape(-1, _OUT_BLOCK, k // GROUP, 2).transpose(1, 2).contiguous()  # [N' / 4, G, 4, 2]
+        self.register_buffer("dm", dm, persistent=False)
         self.register_buffer("bias", None if bias is None else bias.detach().float(), persistent=False)
-        self._groups = (scale[:n], zero[:n]) if keep_rows else None
+        self._torch_args: tuple | None = None
+
+    def groups(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(q, scale, low) of the layer's N output rows."""
+        n, k = self.out_features, self.in_features
+        dm = self.dm.transpose(1, 2).reshape(-1, k // GROUP, 2)[:n]
+        return unpack_nibbles(self.q4[:n]), dm[..., 0], dm[..., 1]
+
+    def _torch_kernel_args(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """torch's packing of the same groups (its kernel takes output rows 16 at a time)."""
+        if self._torch_args is None:
+            q, scale, low = self.groups()
+            pad = -self.out_features % 16
+            if pad:
+                q, scale, low = (torch.cat([t, t[-1:].expand(pad, -1)]) for t in (q, scale, low))
+            packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32).contiguous(), 1)
+            sz = torch.stack([scale, low + 8 * scale], dim=-1).transpose(0, 1).contiguous()  # [G, N, 2]
+            self._torch_args = (packed, sz.to(_TORCH_DTYPE))
+        return self._torch_args
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features).to(_KERNEL_DTYPE)
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.packed, GROUP, self.scales_zeros)
-        if y.shape[-1] != self.out_features:
-            y = y[:, : self.out_features]
-        y = y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+        if self.kernel and x.is_cpu and rowinv.enabled() and not (torch.is_grad_enabled() and x.requires_grad):
+            y = rowinv.linear_q4(x, self.q4, self.dm, self.out_features)
+        else:
+            packed, sz = self._torch_kernel_args()
+            rows = x.reshape(-1, self.in_features).to(_TORCH_DTYPE)
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(rows, packed, GROUP, sz)[:, : self.out_features]
+            y = y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias.to(y.dtype)
 
     def rows(self, index: torch.Tensor) -> "Int4Linear":
         """The same layer restricted to output rows `index` (a draft vocabulary's slice of the head)."""
-        if self.nibbles is None:
-            raise SpecstreamError("this int4 layer was built without keep_rows; it cannot be cut")
         index = index.to(torch.long).cpu()
-        picked = self.nibbles[index]
-        q = torch.stack([picked & 0x0F, picked >> 4], dim=-1).reshape(len(index), self.in_features)
-        scale, zero = self._groups
+        q, scale, low = self.groups()
         bias = None if self.bias is None else self.bias[index]
-        return Int4Linear(q, scale[index], zero[index], bias)
+        return Int4Linear(q[index], scale[index], low[index], bias, kernel=self.kernel)
 
     def dequantized(self) -> torch.Tensor:
-        """The fp32 weight [N, K] the kernel multiplies by (for checks, not for decoding)."""
-        eye = torch.eye(self.in_features, dtype=_KERNEL_DTYPE)
-        out = torch.ops.aten._weight_int4pack_mm_for_cpu(eye, self.packed, GROUP, self.scales_zeros)
-        return out[:, : self.out_features].float().T
+        """The fp32 weight [N, K] of the groups, q * scale + low (for checks, not for decoding)."""
+        return dequantize(*self.groups())
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, group={GROUP}, int4"
+        where = "row-invariant kernel" if self.kernel else "torch"
+        return f"in_features={self.in_features}, out_features={self.out_features}, group={GROUP}, int4 on {where}"
 
 
 class FusedInt4(nn.Module):
@@ -105,12 +142,13 @@ class FusedInt4(nn.Module):
     thread). The kernel is row-invariant, so a fused layer stays exact between plain and speculative
     passes (every path uses the same fused call)."""
 
-    def __init__(self, parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]]):
+    def __init__(self, parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]],
+                 kernel: bool | None = None):
         super().__init__()
         q, scale, zero = (torch.cat([p[i] for p in parts]) for i in range(3))
         biases = [p[3] if p[3] is not None else torch.zeros(p[0].shape[0]) for p in parts]
         bias = torch.cat(biases) if any(p[3] is not None for p in parts) else None
-        self.linear = Int4Linear(q, scale, zero, bias)
+        self.linear = Int4Linear(q, scale, zero, bias, kernel=kernel)
         bounds = np.cumsum([0] + [p[0].shape[0] for p in parts]).tolist()
         self.slices = list(zip(bounds[:-1], bounds[1:]))
         self._last: tuple | None = None  # (input, its version, output): the call the other members reuse
@@ -149,7 +187,7 @@ FUSE = (("self_attn", ("q_proj", "k_proj", "v_proj")), ("mlp", ("gate_proj", "up
 
 
 def quantize_groups(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Asymmetric min-max 4-bit groups of a weight [N, K]: (q, scale, zero) with w ~ (q - 8) * scale + zero."""
+    """Asymmetric min-max 4-bit groups of a weight [N, K]: (q, scale, low) with w ~ q * scale + low."""
     w = weight.detach().float()
     n, k = w.shape
     if k % GROUP:
@@ -158,25 +196,24 @@ def quantize_groups(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, t
     lo, hi = g.amin(-1), g.amax(-1)
     scale = ((hi - lo) / 15).clamp_min(1e-12)
     q = torch.round((g - lo[..., None]) / scale[..., None]).clamp_(0, 15)
-    return q.reshape(n, k).to(torch.uint8), scale, lo + 8 * scale
+    return q.reshape(n, k).to(torch.uint8), scale, lo
 
 
 def from_q4_1(raw: np.ndarray, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(q, scale, zero) from GGUF Q4_1 blocks [n, k / 32 * 20 bytes]: fp16 d, fp16 m, 16 bytes of nibbles
+    """(q, scale, low) from GGUF Q4_1 blocks [n, k / 32 * 20 bytes]: fp16 d, fp16 m, 16 bytes of nibbles
     (element j is the low nibble of byte j, element j + 16 its high nibble); w = d * q + m."""
     blocks = np.ascontiguousarray(raw).reshape(n, k // GROUP, 20)
     d = blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
     m = blocks[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
     nibbles = blocks[..., 4:20]
     q = np.concatenate([nibbles & 0x0F, nibbles >> 4], axis=-1).reshape(n, k)
-    d_t, m_t = torch.from_numpy(d), torch.from_numpy(m)
-    return torch.from_numpy(q.astype(np.uint8)), d_t, m_t + 8 * d_t
+    return torch.from_numpy(q.astype(np.uint8)), torch.from_numpy(d), torch.from_numpy(m)
 
 
-def dequantize(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> torch.Tensor:
+def dequantize(q: torch.Tensor, scale: torch.Tensor, low: torch.Tensor) -> torch.Tensor:
     n, k = q.shape
-    g = (q.float() - 8).reshape(n, k // GROUP, GROUP)
-    return (g * scale[..., None] + zero[..., None]).reshape(n, k)
+    g = q.float().reshape(n, k // GROUP, GROUP)
+    return (g * scale[..., None] + low[..., None]).reshape(n, k)
 
 
 # ---- the model ---------------------------------------------------------------------------------
@@ -204,13 +241,19 @@ def _set(model, key: str, module: nn.Module) -> None:
     setattr(parent, leaf, module)
 
 
-def quantize_model(model, groups: dict[str, tuple] | None = None) -> dict:
+def quantize_model(model, groups: dict[str, tuple] | None = None, kernel: bool | None = None) -> dict:
     """Replace the decoder Linears and the LM head by `Int4Linear`s in place (CPU, fp32 model).
 
-    groups: per key of `_linears`, ready (q, scale, zero) to use instead of quantizing the weight (a
-    GGUF file's own blocks). Returns {"layers": n, "from_file": m}."""
-    if not available():
-        raise SpecstreamError("this torch has no CPU int4 kernel (aten._weight_int4pack_mm_for_cpu); use torch >= 2.6")
+    groups: per key of `_linears`, ready (q, scale, low) to use instead of quantizing the weight (a
+    GGUF file's own blocks). kernel: run them on the row-invariant kernel (None: where it runs), which
+    then also takes the model's norms and attention (`rowinv.adopt`). Returns {"layers": n,
+    "from_file": m, "fused": f, "kernel": bool}."""
+    kernel = rowinv.available() if kernel is None else kernel
+    if kernel and not rowinv.available():
+        raise SpecstreamError(f"the row-invariant kernel cannot run here: {rowinv.unavailable_reason()}")
+    if not kernel and not torch_available():
+        raise SpecstreamError("int4 needs the row-invariant kernel (a C compiler and AVX2) or torch's CPU int4 "
+                              "kernel (torch >= 2.6)")
     if next(model.parameters()).device.type != "cpu":
         raise SpecstreamError("--quantize int4 runs on the CPU; on CUDA use nf4")
     groups = groups or {}
@@ -219,22 +262,24 @@ def quantize_model(model, groups: dict[str, tuple] | None = None) -> dict:
     for key, linear in linears.items():
         if linear.in_features % GROUP:
             raise SpecstreamError(f"int4 needs input sizes that are multiples of {GROUP}; {key} has {linear.in_features}")
-        q, scale, zero = groups[key] if key in groups else quantize_groups(linear.weight)
+        q, scale, low = groups[key] if key in groups else quantize_groups(linear.weight)
         bias = None if linear.bias is None else linear.bias.detach().float()
-        weights[key] = (q, scale, zero, bias)
+        weights[key] = (q, scale, low, bias)
     fused = 0
     for li, layer in enumerate(compat.decoder_layers(model)):
         for parent, names in FUSE:
             keys = [f"{li}.{parent}.{name}" for name in names]
             if all(k in weights for k in keys) and len({linears[k].in_features for k in keys}) == 1:
-                group = FusedInt4([weights.pop(k) for k in keys])
+                group = FusedInt4([weights.pop(k) for k in keys], kernel=kernel)
                 for i, k in enumerate(keys):
                     _set(model, k, Int4Part(group, i))
                 getattr(layer, parent).add_module("int4_fused_" + names[0], group)
                 fused += 1
-    for key, (q, scale, zero, bias) in weights.items():
-        _set(model, key, Int4Linear(q, scale, zero, bias, keep_rows=key == "lm_head"))
-    return {"layers": len(linears), "from_file": sum(k in groups for k in linears), "fused": fused}
+    for key, (q, scale, low, bias) in weights.items():
+        _set(model, key, Int4Linear(q, scale, low, bias, kernel=kernel))
+    if kernel:
+        rowinv.adopt(model)
+    return {"layers": len(linears), "from_file": sum(k in groups for k in linears), "fused": fused, "kernel": kernel}
 
 
 # ---- a GGUF file's own 4-bit groups --------------------------------------------------------------
@@ -268,7 +313,7 @@ def _row_order(rows: int, n_head: int) -> np.ndarray:
 
 
 def gguf_groups(path: str, model) -> dict[str, tuple]:
-    """The Q4_1 tensors of a llama GGUF file as (q, scale, zero) per `_linears` key, rows in the model's
+    """The Q4_1 tensors of a llama GGUF file as (q, scale, low) per `_linears` key, rows in the model's
     order; each is checked against the model's own (dequantized) weight, and one that differs is left out."""
     from gguf import GGUFReader
 
@@ -287,10 +332,10 @@ def gguf_groups(path: str, model) -> dict[str, tuple]:
         if linear is None:
             continue
         n, k = linear.out_features, linear.in_features
-        q, scale, zero = from_q4_1(np.asarray(tensor.data), n, k)
+        q, scale, low = from_q4_1(np.asarray(tensor.data), n, k)
         if parts[2] in heads:
             order = torch.from_numpy(_row_order(n, heads[parts[2]]).copy())
-            q, scale, zero = q[order], scale[order], zero[order]
-        if torch.allclose(dequantize(q, scale, zero), linear.weight.detach().float(), rtol=0, atol=1e-5):
-            out[key] = (q, scale, zero)
+            q, scale, low = q[order], scale[order], low[order]
+        if torch.allclose(dequantize(q, scale, low), linear.weight.detach().float(), rtol=0, atol=1e-5):
+            out[key] = (q, scale, low)
     return out

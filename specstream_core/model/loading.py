@@ -1,10 +1,10 @@
 """Load a Hugging Face causal LM (local directory or hub id) at a chosen precision and device.
 
 Precision: auto (the default: bf16 weights where the row-invariant CPU kernel runs them, fp32 elsewhere;
-`resolve_precision`), fp32, bf16, nf4 (bitsandbytes 4-bit), int8 (bitsandbytes 8-bit) or int4 (torch's
-CPU int4 kernel, `model/int4.py`; a GGUF-converted base keeps its file's own 4-bit groups). Only the
-architectures in `compat.SUPPORTED_MODEL_TYPES` are accepted; anything else is refused with a
-message naming the supported families.
+`resolve_precision`), fp32, bf16, nf4 (bitsandbytes 4-bit), int8 (bitsandbytes 8-bit) or int4 (4-bit
+groups on the row-invariant kernel, or torch's CPU int4 kernel, `model/int4.py`; a GGUF-converted base
+keeps its file's own 4-bit groups). Only the architectures in `compat.SUPPORTED_MODEL_TYPES` are
+accepted; anything else is refused with a message naming the supported families.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ QUANTIZE_CHOICES = ("none", "nf4", "int8", "int4")
 @dataclass(frozen=True)
 class LoadConfig:
     base: str
-    precision: str = DEFAULT_PRECISION  # auto | fp32 | bf16 | nf4 | int8 (bitsandbytes) | int4 (torch's CPU kernel)
+    precision: str = DEFAULT_PRECISION  # auto | fp32 | bf16 | nf4 | int8 (bitsandbytes) | int4 (CPU)
     device: str = "cpu"  # cpu | cuda | cuda:N
     exact_nf4: bool = True  # CPU nf4: disable the bf16 fast path so tree and sequential logits agree
-    # CPU fp32/bf16 Linears: auto (the row-invariant kernel, model/rowinv.py, where it runs), rowinv, torch
+    # CPU fp32/bf16/int4 Linears: auto (the row-invariant kernel, model/rowinv.py, where it runs), rowinv, torch
     kernel: str = os.environ.get("SPECSTREAM_KERNEL", "auto")
 
     def __post_init__(self):
@@ -42,7 +42,7 @@ class LoadConfig:
             raise SpecstreamError(f"unknown kernel {self.kernel!r}; choose one of {', '.join(rowinv.KERNELS)}")
         object.__setattr__(self, "precision", resolve_precision(self.precision, self.device, self.kernel))
         if self.precision == "int4" and self.device != "cpu":
-            raise SpecstreamError("int4 runs on the CPU (torch's int4 CPU kernel); on CUDA use nf4")
+            raise SpecstreamError("int4 runs on the CPU (model/int4.py); on CUDA use nf4")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise SpecstreamError("--device cuda was asked for but no CUDA device is available")
 
@@ -146,17 +146,18 @@ def load_model(cfg: LoadConfig):
     if cfg.precision == "nf4" and cfg.device == "cpu" and cfg.exact_nf4:
         make_nf4_exact(model)
     if cfg.precision == "int4":
-        to_int4(model, cfg.base)
+        to_int4(model, cfg.base, rowinv.kernel_for("int4", cfg.device, cfg.kernel))
     elif rowinv.kernel_for(cfg.precision, cfg.device, cfg.kernel):
         rowinv.install(model, cfg.kernel, torch.bfloat16 if cfg.precision == "bf16" else torch.float32)
     return model
 
 
-def to_int4(model, base: str) -> dict:
-    """4-bit decoder Linears and head (model/int4.py); a GGUF-converted base keeps its file's own groups."""
+def to_int4(model, base: str, kernel: bool) -> dict:
+    """4-bit decoder Linears and head (model/int4.py), on the row-invariant kernel or through torch; a
+    GGUF-converted base keeps its file's own groups."""
     source = int4.gguf_source(base)
     groups = int4.gguf_groups(source, model) if source else {}
-    report = int4.quantize_model(model, groups)
+    report = int4.quantize_model(model, groups, kernel=kernel)
     model.config.specstream_int4 = report  # where the 4-bit groups came from, for traces and benchmarks
     return report
 

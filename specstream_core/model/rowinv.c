@@ -319,5 +319,109 @@ void rmsnorm_f32(const float *x, int64_t rows, int64_t d, const float *w, float 
   }
 }
 
-int rowinv_abi(void) { return 3; }
+/* ---- 4-bit weights ------------------------------------------------------------------------------------
+ * W in groups of 32 along K, as GGUF's Q4_1 keeps them: per output row n and group g, 16 bytes of nibbles
+ * (element j of the group is the low nibble of byte j, element j + 16 its high nibble), a scale d[n, g] and
+ * a low end m[n, g] (fp32), w = d q + m. Per row i:
+ *   y[i, n] = sum_g d[n, g] (x_g . q_g)  +  sum_g m[n, g] xs[i, g],   xs[i, g] = the sum of x_g,
+ * the first sum lane-wise over the groups, then folded; each part in one fixed order that depends only on
+ * row i, so a row's result is the same in any call (row-invariant, like the Linears above). The nibbles are
+ * widened to fp32 in registers once per group and used by every row of the block. */
+#define Q4G 32
+#define QV (Q4G / LANES) /* vectors per group */
+#if defined(__AVX512F__)
+#define MB4 8
+static inline void unpack_q4(const uint8_t *b, vec q[QV]) {
+  __m128i raw = _mm_loadu_si128((const __m128i *)b), low = _mm_set1_epi8(0x0F);
+  q[0] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(raw, low)));
+  q[1] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), low)));
+}
+#else
+#define MB4 4
+static inline void unpack_q4(const uint8_t *b, vec q[QV]) { /* bytes 0..7, then 8..15, widened to 32 bits */
+  __m256i low = _mm256_set1_epi32(0x0F);
+  __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)b));
+  __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b + 8)));
+  q[0] = _mm256_cvtepi32_ps(_mm256_and_si256(a, low));
+  q[1] = _mm256_cvtepi32_ps(_mm256_and_si256(c, low));
+  q[2] = _mm256_cvtepi32_ps(_mm256_srli_epi32(a, 4));
+  q[3] = _mm256_cvtepi32_ps(_mm256_srli_epi32(c, 4));
+}
+#endif
+
+/* MM input rows against 4 output rows n0..n0+3 (nibbles wq[n, g, 16]; scales and low ends dm: [G, 4, 2] for
+ * this block, (d, m) of each of its 4 outputs per group); y[i * N + j] gets row i, output n0 + j (j < nn). */
+#define DEFINE_Q4_BLOCK(MM)                                                                            \
+  static void q4_##MM(const float *x, int64_t K, const uint8_t *wq, const float *dm, const float *xs,   \
+                      int64_t G, float *y, int64_t N, int64_t nn) {                                    \
+    vec acc[MM][NB];                                                                                   \
+    __m128 z[MM];                                                                                      \
+    for (int i = 0; i < MM; i++) {                                                                     \
+      z[i] = _mm_setzero_ps();                                                                         \
+      for (int j = 0; j < NB; j++) acc[i][j] = vzero();                                                \
+    }                                                                                                  \
+    const int64_t row = K / 2;                                                                         \
+    for (int64_t g = 0; g < G; g++) {                                                                  \
+      const float *dmg = dm + g * 2 * NB;                                                              \
+      __m128 mv = _mm_setr_ps(dmg[1], dmg[3], dmg[5], dmg[7]);                                         \
+      for (int j = 0; j < NB; j++) {                                                                   \
+        vec q[QV];                                                                                     \
+        unpack_q4(wq + j * row + g * (Q4G / 2), q);                                                    \
+        vec dv = vset1(dmg[2 * j]);                                                                    \
+        for (int i = 0; i < MM; i++) {                                                                 \
+          const float *xp = x + i * K + g * Q4G;                                                       \
+          vec t = vmul(load_x(xp, LANES), q[0]);                                                       \
+          for (int c = 1; c < QV; c++) t = vfmadd(load_x(xp + c * LANES, LANES), q[c], t);             \
+          acc[i][j] = vfmadd(t, dv, acc[i][j]);                                                        \
+        }                                                                                              \
+      }                                                                                                \
+      for (int i = 0; i < MM; i++) z[i] = _mm_fmadd_ps(mv, _mm_set1_ps(xs[i * G + g]), z[i]);          \
+    }                                                                                                  \
+    for (int i = 0; i < MM; i++) {                                                                     \
+      float out[NB];                                                                                   \
+      _mm_storeu_ps(out, _mm_add_ps(total4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]), z[i]));        \
+      memcpy(y + i * N, out, (size_t)nn * sizeof(float));                                              \
+    }                                                                                                  \
+  }
+DEFINE_Q4_BLOCK(1) DEFINE_Q4_BLOCK(2) DEFINE_Q4_BLOCK(3) DEFINE_Q4_BLOCK(4)
+#if MB4 == 8
+DEFINE_Q4_BLOCK(5) DEFINE_Q4_BLOCK(6) DEFINE_Q4_BLOCK(7) DEFINE_Q4_BLOCK(8)
+#endif
+typedef void (*q4_fn)(const float *, int64_t, const uint8_t *, const float *, const float *, int64_t, float *,
+                      int64_t, int64_t);
+#if MB4 == 8
+static const q4_fn q4_blocks[MB4 + 1] = {0, q4_1, q4_2, q4_3, q4_4, q4_5, q4_6, q4_7, q4_8};
+#else
+static const q4_fn q4_blocks[MB4 + 1] = {0, q4_1, q4_2, q4_3, q4_4};
+#endif
+
+/* y[M, N] = x[M, K] W^T for 4-bit W (above): wq [Np, K / 2] nibbles, dm [Np / 4, K / 32, 4, 2] scales and low
+ * ends, Np = N rounded up to a multiple of 4 (padding rows are computed, not stored). K a multiple of 32.
+ * Returns 0, or -1 without memory. */
+int linear_q4(const float *x, int64_t M, int64_t K, const uint8_t *wq, const float *dm, int64_t N, float *y,
+              int threads) {
+  int64_t G = K / Q4G;
+  float *xs = malloc((size_t)(M * G + LANES) * sizeof(float));
+  if (!xs) return -1;
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t g = 0; g < G; g++) {
+      const float *xp = x + i * K + g * Q4G;
+      vec s = load_x(xp, LANES);
+      for (int c = 1; c < QV; c++) s = vadd(s, load_x(xp + c * LANES, LANES));
+      xs[i * G + g] = hsum(s);
+    }
+  int64_t blocks = (N + NB - 1) / NB;
+  _Pragma("omp parallel for schedule(static) num_threads(threads)")
+  for (int64_t b = 0; b < blocks; b++) {
+    int64_t n0 = b * NB, nn = N - n0 < NB ? N - n0 : NB;
+    for (int64_t m0 = 0; m0 < M; m0 += MB4) {
+      int64_t mm = M - m0 < MB4 ? M - m0 : MB4;
+      q4_blocks[mm](x + m0 * K, K, wq + n0 * (K / 2), dm + b * G * NB * 2, xs + m0 * G, G, y + m0 * N + n0, N, nn);
+    }
+  }
+  free(xs);
+  return 0;
+}
+
+int rowinv_abi(void) { return 4; }
 int rowinv_lanes(void) { return LANES; }

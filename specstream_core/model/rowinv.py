@@ -116,6 +116,8 @@ def _load():
     lib.attend_f32.restype = ctypes.c_int
     lib.rmsnorm_f32.argtypes = [ptr, i64, i64, ptr, ctypes.c_float, ptr]
     lib.rmsnorm_f32.restype = None
+    lib.linear_q4.argtypes = [ptr, i64, i64, ptr, ptr, i64, ptr, ctypes.c_int]
+    lib.linear_q4.restype = ctypes.c_int
     lib.rowinv_lanes.restype = ctypes.c_int
     return lib, ""
 
@@ -154,6 +156,26 @@ def torch_linears():
         yield
     finally:
         _local.off = previous
+
+
+def enabled() -> bool:
+    """Whether this thread's Linears may run the kernel now: it runs here, and not inside `torch_linears()`."""
+    return (_lib or library()) is not None and not getattr(_local, "off", False)
+
+
+def linear_q4(x: torch.Tensor, q4: torch.Tensor, dm: torch.Tensor, n: int) -> torch.Tensor:
+    """x W^T for 4-bit W in the kernel's layout (`model/int4.py`: nibbles q4 [N', K / 2], scales and low ends
+    dm [N' / 4, K / 32, 4, 2]); fp32 activations and sums, row-invariant. The result has x's dtype."""
+    lib = _lib or library()
+    k = x.shape[-1]
+    rows = x if x.dtype is torch.float32 else x.float()
+    if not rows.is_contiguous():
+        rows = rows.contiguous()
+    y = torch.empty(*x.shape[:-1], n)
+    if lib.linear_q4(rows.data_ptr(), rows.numel() // k, k, q4.data_ptr(), dm.data_ptr(), n, y.data_ptr(),
+                     torch.get_num_threads()):
+        raise MemoryError("the int4 kernel could not allocate its row sums")
+    return y if x.dtype is torch.float32 else y.to(x.dtype)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -285,15 +307,23 @@ def install(model: nn.Module, kernel: str = "auto", weight_dtype: torch.dtype = 
             if weight_dtype != torch.float32:
                 m.weight.data = m.weight.data.to(weight_dtype)
     if count:
-        for norm in compat.rms_norms(model):
-            make_row_invariant_norm(norm)
-    model.config.specstream_kernel = "rowinv" if count else "torch"
+        adopt(model)
+    else:
+        model.config.specstream_kernel = "torch"
     return count
+
+
+def adopt(model: nn.Module) -> None:
+    """Record that a model's Linears run on the kernel (`install`, or int4's own Linears) and give its
+    Llama-form norms the kernel's forward; its decoding steps then attend through the kernel too."""
+    for norm in compat.rms_norms(model):
+        make_row_invariant_norm(norm)
+    model.config.specstream_kernel = "rowinv"
 
 
 def kernel_for(precision: str, device: str, kernel: str) -> bool:
     """Whether a model of this precision, on this device, runs its Linears on the kernel."""
-    return precision in ("fp32", "bf16") and device == "cpu" and kernel != "torch" and (kernel == "rowinv" or available())
+    return precision in ("fp32", "bf16", "int4") and device == "cpu" and kernel != "torch" and (kernel == "rowinv" or available())
 
 
 def uses_kernel(model: nn.Module) -> bool:

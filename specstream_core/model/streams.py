@@ -175,7 +175,7 @@ class StreamParams(nn.Module):
         `rows`); cut once, reused every step until the head's weights change."""
         source = getattr(head, "weight", None)
         if source is None:
-            source = head.packed  # model/int4.Int4Linear
+            source = head.q4  # model/int4.Int4Linear
         cached = self._draft_head
         if cached is None or cached[1] is not source or cached[2] != (source.device, source.dtype):
             idx = self.draft_vocab.to(source.device)
