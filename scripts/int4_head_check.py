@@ -1,0 +1,47 @@
+"""Where int4 output leaves fp32 output on the default model: its decoder layers are the GGUF file's own
+Q4_1 groups (the fp32 model's weights exactly), so the 4-bit head (the file's Q8_0 embedding quantized
+again) is the suspect. Decodes the lab's presets (2 per category, 64 tokens, plain loop, one thread)
+three ways, one prompt at a time: fp32 on the kernel, int4 as shipped, and int4 with the fp32 model's own
+head on the kernel; prints how much of the fp32 output each keeps and their times.
+
+    python scripts/int4_head_check.py      # about 4 minutes on the default model
+"""
+import os
+import sys
+import time
+
+import torch
+from torch import nn
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+torch.set_num_threads(1)
+from app.presets import presets  # noqa: E402
+from specstream_core.bench.speed import shared_prefix  # noqa: E402
+from specstream_core.decoding.engine import Engine  # noqa: E402
+from specstream_core.model import compat, defaults, rowinv  # noqa: E402
+
+base, _ = defaults.resolve(None, None)
+engines = {"fp32": Engine.load(base, None, precision="fp32"), "int4": Engine.load(base, None, precision="int4"),
+           "int4, fp32 head": Engine.load(base, None, precision="int4")}
+weight = compat.lm_head(engines["fp32"].model).weight.detach().clone()
+head = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+head.weight = nn.Parameter(weight, requires_grad=False)
+rowinv.make_row_invariant(head)
+swapped = engines["int4, fp32 head"]
+compat.causal_lm(swapped.model).lm_head = head
+swapped._lm_head = head  # the engine keeps its head
+
+outputs = {name: [] for name in engines}
+seconds = dict.fromkeys(engines, 0.0)
+with torch.inference_mode():
+    for text in presets(per_category=2).values():
+        ids = engines["fp32"].encode(text)
+        for name, engine in engines.items():
+            t = time.perf_counter()
+            outputs[name].append(engine.generate(ids, engine.decode_config(mode="ar", max_new_tokens=64)).token_ids)
+            seconds[name] += time.perf_counter() - t
+for name, outs in outputs.items():
+    same = sum(a == b for a, b in zip(outs, outputs["fp32"]))
+    print(f"{name}: identical to fp32 on {same}/{len(outs)} prompts, "
+          f"{shared_prefix(outs, outputs['fp32']):.0%} of the tokens before the first difference, {seconds[name]:.1f} s")
