@@ -144,7 +144,7 @@ def test_a_gguf_files_own_q4_1_groups_are_used(tmp_path):
     assert len(groups) == 7 * 2  # every decoder Linear, q and k rows put back in the model's order
     report = int4.quantize_model(model, groups)
     assert report == {"layers": 7 * 2 + 1, "from_file": 14, "fused": 2 * 2,  # q/k/v and gate/up per layer
-                      "kernel": rowinv.available()}
+                      "kernel": rowinv.available(), "head": "int4"}
     q_proj = model.model.layers[1].self_attn.q_proj
     assert isinstance(q_proj, int4.Int4Part)
 
@@ -171,6 +171,20 @@ def test_int4_plain_decoding_equals_transformers_generate_on_the_int4_model(int4
     assert engine.row_exact and engine.exact and (engine.kernel_attention is not None) == kernel
     cfg = DecodeConfig(mode="ar", max_new_tokens=16, stop_on_eos=False)
     for ids in prompts(6, seed=4):
+        assert engine.generate(ids, cfg).token_ids == hf_greedy(model, ids, 16)
+
+
+def test_a_head_kept_at_its_own_weights_decodes_as_transformers_does():
+    """A GGUF-converted base keeps its head (the file's 8-bit embedding, exact in fp32): 4-bit Linears, fp32 head."""
+    model = tiny_model("llama", seed=3)
+    head = model.lm_head.weight.detach().clone()
+    report = int4.quantize_model(model, quantize_head=False)
+    assert report["head"] == "fp32" and not isinstance(model.lm_head, int4.Int4Linear)
+    assert torch.equal(model.lm_head.weight, head)
+    assert isinstance(model.model.layers[0].mlp.down_proj, int4.Int4Linear)
+    engine = Engine(model, None, None, precision="int4")
+    cfg = DecodeConfig(mode="ar", max_new_tokens=16, stop_on_eos=False)
+    for ids in prompts(4, seed=4):
         assert engine.generate(ids, cfg).token_ids == hf_greedy(model, ids, 16)
 
 

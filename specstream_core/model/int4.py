@@ -18,8 +18,11 @@ element j + 16 in its high nibble).
 
 Where the base was converted from a Q4_1 GGUF file (the default SmolLM2 model), the decoder layers'
 4-bit groups are the file's own (`gguf_groups`, `from_q4_1`): Q4_1 stores w = d * q + m per block of 32, the
-kernel's form exactly (its fp16 d and m are exact in fp32). The file's token embedding (Q8_0, tied to the
-head) is quantized again to 4 bits for the head.
+kernel's form exactly (its fp16 d and m are exact in fp32), so these Linears hold the fp32 model's weights
+exactly. The head (the file's Q8_0 token embedding, tied) then keeps the model's own fp32 weights
+(`quantize_head=False`, on the kernel): quantizing it again to 4 bits would be the one change of weights,
+and it made int4 output leave fp32 output on 14 of 15 prompts (scripts/int4_head_check.py). Other models'
+heads are quantized to 4 bits with their layers.
 """
 
 from __future__ import annotations
@@ -241,13 +244,15 @@ def _set(model, key: str, module: nn.Module) -> None:
     setattr(parent, leaf, module)
 
 
-def quantize_model(model, groups: dict[str, tuple] | None = None, kernel: bool | None = None) -> dict:
+def quantize_model(model, groups: dict[str, tuple] | None = None, kernel: bool | None = None,
+                   quantize_head: bool = True) -> dict:
     """Replace the decoder Linears and the LM head by `Int4Linear`s in place (CPU, fp32 model).
 
     groups: per key of `_linears`, ready (q, scale, low) to use instead of quantizing the weight (a
     GGUF file's own blocks). kernel: run them on the row-invariant kernel (None: where it runs), which
-    then also takes the model's norms and attention (`rowinv.adopt`). Returns {"layers": n,
-    "from_file": m, "fused": f, "kernel": bool}."""
+    then also takes the model's norms and attention (`rowinv.adopt`). quantize_head=False keeps the
+    head's own fp32 weights (on the kernel where it runs). Returns {"layers": n, "from_file": m, "fused":
+    f, "kernel": bool, "head": "int4" or "fp32"}."""
     kernel = rowinv.available() if kernel is None else kernel
     if kernel and not rowinv.available():
         raise SpecstreamError(f"the row-invariant kernel cannot run here: {rowinv.unavailable_reason()}")
@@ -258,6 +263,10 @@ def quantize_model(model, groups: dict[str, tuple] | None = None, kernel: bool |
         raise SpecstreamError("--quantize int4 runs on the CPU; on CUDA use nf4")
     groups = groups or {}
     linears = _linears(model)
+    if not quantize_head:
+        head = linears.pop("lm_head")
+        if kernel:
+            rowinv.make_row_invariant(head)
     weights = {}
     for key, linear in linears.items():
         if linear.in_features % GROUP:
@@ -279,7 +288,8 @@ def quantize_model(model, groups: dict[str, tuple] | None = None, kernel: bool |
         _set(model, key, Int4Linear(q, scale, low, bias, kernel=kernel))
     if kernel:
         rowinv.adopt(model)
-    return {"layers": len(linears), "from_file": sum(k in groups for k in linears), "fused": fused, "kernel": kernel}
+    return {"layers": len(linears), "from_file": sum(k in groups for k in linears), "fused": fused, "kernel": kernel,
+            "head": "int4" if quantize_head else "fp32"}
 
 
 # ---- a GGUF file's own 4-bit groups --------------------------------------------------------------

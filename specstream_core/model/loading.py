@@ -154,10 +154,10 @@ def load_model(cfg: LoadConfig):
 
 def to_int4(model, base: str, kernel: bool) -> dict:
     """4-bit decoder Linears and head (model/int4.py), on the row-invariant kernel or through torch; a
-    GGUF-converted base keeps its file's own groups."""
+    GGUF-converted base keeps its file's own groups (its fp32 weights exactly) and its head's own weights."""
     source = int4.gguf_source(base)
     groups = int4.gguf_groups(source, model) if source else {}
-    report = int4.quantize_model(model, groups, kernel=kernel)
+    report = int4.quantize_model(model, groups, kernel=kernel, quantize_head=not groups)  # a file's: exact weights
     model.config.specstream_int4 = report  # where the 4-bit groups came from, for traces and benchmarks
     return report
 
