@@ -163,15 +163,22 @@ def enabled() -> bool:
     return (_lib or library()) is not None and not getattr(_local, "off", False)
 
 
+def _rows_and_out(x: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """x as contiguous fp32 rows for the kernel, and an empty fp32 output [..., n] of x's leading shape."""
+    rows = x if x.dtype is torch.float32 else x.float()
+    if not rows.is_contiguous():
+        rows = rows.contiguous()
+    shape = x.shape
+    y = torch.empty(shape[0], shape[1], n) if len(shape) == 3 else torch.empty(*shape[:-1], n)  # ints: fastest
+    return rows, y
+
+
 def linear_q4(x: torch.Tensor, q4: torch.Tensor, dm: torch.Tensor, n: int) -> torch.Tensor:
     """x W^T for 4-bit W in the kernel's layout (`model/int4.py`: nibbles q4 [N', K / 2], scales and low ends
     dm [N' / 4, K / 32, 4, 2]); fp32 activations and sums, row-invariant. The result has x's dtype."""
     lib = _lib or library()
     k = x.shape[-1]
-    rows = x if x.dtype is torch.float32 else x.float()
-    if not rows.is_contiguous():
-        rows = rows.contiguous()
-    y = torch.empty(*x.shape[:-1], n)
+    rows, y = _rows_and_out(x, n)
     if lib.linear_q4(rows.data_ptr(), rows.numel() // k, k, q4.data_ptr(), dm.data_ptr(), n, y.data_ptr(),
                      torch.get_num_threads()):
         raise MemoryError("the int4 kernel could not allocate its row sums")
@@ -184,11 +191,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     microseconds of Python, no reshapes.)"""
     lib = _lib or library()
     n, k = weight.shape
-    rows = x if x.dtype is torch.float32 else x.float()
-    if not rows.is_contiguous():
-        rows = rows.contiguous()
-    shape = x.shape
-    y = torch.empty(shape[0], shape[1], n) if len(shape) == 3 else torch.empty(*shape[:-1], n)  # ints: fastest
+    rows, y = _rows_and_out(x, n)
     fn = lib.linear_f32 if weight.dtype is torch.float32 else lib.linear_bf16
     fn(rows.data_ptr(), rows.numel() // k, k, weight.data_ptr(), n, y.data_ptr(), torch.get_num_threads())
     if bias is not None:
