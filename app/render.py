@@ -54,8 +54,9 @@ def message(text: str, kind: str = "error") -> str:
 
 
 def shown_precision(spec: ModelSpec) -> str:
-    """The precision a spec loads at ("auto" resolved: bf16 on the row-invariant CPU kernel, else fp32)."""
-    return resolve_precision(spec.precision, spec.device or "cpu")
+    """The precision a spec loads at ("auto" resolved: int4 on a GGUF-converted base, else bf16 on the
+    row-invariant CPU kernel, else fp32)."""
+    return resolve_precision(spec.precision, spec.device or "cpu", base=spec.base)
 
 
 def model_info(spec: ModelSpec | None, mode: str) -> str:

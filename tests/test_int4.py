@@ -2,13 +2,15 @@
 arithmetic, their row invariance, a GGUF file's own Q4_1 groups, and int4 decoding against transformers'
 generate on the same int4 model."""
 
+import copy
+
 import numpy as np
 import pytest
 import torch
 
 from specstream_core import DecodeConfig, Engine, StreamParams
 from specstream_core.errors import SpecstreamError
-from specstream_core.model import int4, rowinv
+from specstream_core.model import int4, int8_head, rowinv
 from specstream_core.model.loading import LoadConfig
 from tiny_models import hf_greedy, prompts, tiny_model
 
@@ -30,7 +32,8 @@ def test_int4_linear_computes_with_its_groups_and_is_row_invariant(kernel):
     x = torch.randn(13, 128, generator=torch.Generator().manual_seed(1))
     y = layer(x)
     assert y.dtype == torch.float32 and y.shape == (13, 98)
-    if kernel:  # fp32 activations, scales and sums
+    if kernel:  # the fp32 kernel's Linear on the dequantized weights, bit for bit
+        assert torch.equal(y, rowinv.linear(x, layer.dequantized()))
         assert torch.allclose(y, x @ layer.dequantized().T, atol=1e-4, rtol=1e-5)
     else:
         assert torch.allclose(y, x.bfloat16().float() @ layer.dequantized().T, atol=0.15, rtol=0.02)  # bf16
@@ -106,7 +109,8 @@ def test_q4_1_blocks_become_the_kernels_groups():
     want = (d.astype(np.float32).repeat(32, 1) * q + m.astype(np.float32).repeat(32, 1)).astype(np.float32)
     assert torch.allclose(int4.dequantize(got_q, scale, low), torch.from_numpy(want), atol=1e-6)
     layer = int4.Int4Linear(got_q, scale, low)  # the bytes the kernel reads are the file's nibbles
-    assert np.array_equal(layer.q4[:6].numpy(), _q4_1_blocks(q, d, m).reshape(6, 2, 20)[..., 4:].reshape(6, 32))
+    nibbles = layer.q4.transpose(1, 2).reshape(-1, 32)[:6]  # stored block by block, the 4 rows interleaved
+    assert np.array_equal(nibbles.numpy(), _q4_1_blocks(q, d, m).reshape(6, 2, 20)[..., 4:].reshape(6, 32))
 
 
 def _llama_cpp_permute(w, n_head):
@@ -136,15 +140,28 @@ def test_a_gguf_files_own_q4_1_groups_are_used(tmp_path):
                     raw = _llama_cpp_permute(raw, heads)
                 writer.add_tensor(f"blk.{li}.{kind}.weight", raw, raw_shape=raw.shape,
                                   raw_dtype=gguf.GGMLQuantizationType.Q4_1)
+        raw = quants.quantize(model.lm_head.weight.numpy(), gguf.GGMLQuantizationType.Q8_0)  # an 8-bit head
+        model.lm_head.weight.copy_(torch.from_numpy(quants.dequantize(raw, gguf.GGMLQuantizationType.Q8_0)))
+        writer.add_tensor("output.weight", raw, raw_shape=raw.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
     groups = int4.gguf_groups(str(tmp_path / "tiny.gguf"), model)
-    assert len(groups) == 7 * 2  # every decoder Linear, q and k rows put back in the model's order
+    assert len(groups) == 7 * 2 + 1  # every decoder Linear (q and k rows put back in the model's order), the head
+    head = model.lm_head.weight.detach().clone()
+    fp32 = copy.deepcopy(model)  # the fp32 model of the file's weights, on the kernel where it runs
+    if rowinv.available():
+        rowinv.install(fp32)
+    ids = torch.tensor([prompts(1, seed=9)[0]])
     report = int4.quantize_model(model, groups)
-    assert report == {"layers": 7 * 2 + 1, "from_file": 14, "fused": 2 * 2,  # q/k/v and gate/up per layer
-                      "kernel": rowinv.available(), "head": "int4"}
+    kernel = rowinv.available()  # without it the head is 4-bit (torch's int4 kernel is row-invariant)
+    assert report == {"layers": 7 * 2 + 1, "from_file": 14 + kernel, "fused": 2 * 2,  # q/k/v, gate/up per layer
+                      "kernel": kernel, "head": "q8" if kernel else "int4", "head_from_file": kernel}
+    if kernel:
+        assert torch.equal(model.lm_head.dequantized(), head)  # the file's 8-bit groups: its fp32 weights exactly
+        with torch.inference_mode():  # the fp32 weights and the fp32 kernel's sums: the fp32 model's logits
+            assert torch.equal(model(ids).logits, fp32(ids).logits)
     q_proj = model.model.layers[1].self_attn.q_proj
     assert isinstance(q_proj, int4.Int4Part)
 
@@ -166,7 +183,8 @@ def test_int4_plain_decoding_equals_transformers_generate_on_the_int4_model(int4
     model, kernel = int4_llama
     if not kernel:
         monkeypatch.setattr(rowinv, "attend", lambda *a: pytest.fail("torch-path int4 attended through the kernel"))
-    assert isinstance(model.lm_head, int4.Int4Linear) and model.lm_head.kernel == kernel
+    assert isinstance(model.lm_head, int8_head.Int8Linear if kernel else int4.Int4Linear)  # torch's: row-invariant
+    assert model.lm_head.kernel == kernel
     engine = Engine(model, None, None, precision="int4")
     assert engine.row_exact and engine.exact and (engine.kernel_attention is not None) == kernel
     cfg = DecodeConfig(mode="ar", max_new_tokens=16, stop_on_eos=False)
@@ -174,13 +192,17 @@ def test_int4_plain_decoding_equals_transformers_generate_on_the_int4_model(int4
         assert engine.generate(ids, cfg).token_ids == hf_greedy(model, ids, 16)
 
 
-def test_a_head_kept_at_its_own_weights_decodes_as_transformers_does():
-    """A GGUF-converted base keeps its head (the file's 8-bit embedding, exact in fp32): 4-bit Linears, fp32 head."""
+@pytest.mark.parametrize("head", ["fp32", "int4"])
+def test_the_other_heads_decode_as_transformers_does(head):
+    """quantize_model(head=...): the head at its own fp32 weights, or 4-bit like the layers."""
     model = tiny_model("llama", seed=3)
-    head = model.lm_head.weight.detach().clone()
-    report = int4.quantize_model(model, quantize_head=False)
-    assert report["head"] == "fp32" and not isinstance(model.lm_head, int4.Int4Linear)
-    assert torch.equal(model.lm_head.weight, head)
+    weight = model.lm_head.weight.detach().clone()
+    report = int4.quantize_model(model, head=head)
+    assert report["head"] == head and not report["head_from_file"]
+    if head == "fp32":
+        assert type(model.lm_head) is not int4.Int4Linear and torch.equal(model.lm_head.weight, weight)
+    else:
+        assert isinstance(model.lm_head, int4.Int4Linear)
     assert isinstance(model.model.layers[0].mlp.down_proj, int4.Int4Linear)
     engine = Engine(model, None, None, precision="int4")
     cfg = DecodeConfig(mode="ar", max_new_tokens=16, stop_on_eos=False)

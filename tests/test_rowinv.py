@@ -8,7 +8,7 @@ import torch
 
 from specstream_core import DecodeConfig, Engine, StreamParams
 from specstream_core.errors import SpecstreamError
-from specstream_core.model import int4, loading, rowinv
+from specstream_core.model import int4, int8_head, loading, rowinv
 from specstream_core.model.loading import LoadConfig, load_model
 from tiny_models import hf_greedy, prompts, save_tiny_model_dir, tiny_model
 
@@ -63,6 +63,12 @@ def test_the_avx2_build_is_row_invariant_too(monkeypatch, tmp_path):
     for m in range(1, 11):
         assert torch.equal(rowinv.linear_q4(x[:m], layer.q4, layer.dm, 37), y[:m])
         assert torch.equal(rowinv.linear_q4(x[m:], layer.q4, layer.dm, 37), y[m:])
+    head = int8_head.Int8Linear(*int8_head.quantize_groups(torch.randn(37, 224, generator=g)), kernel=True)
+    y = rowinv.linear_q8(x, head.q8, head.d, 37)
+    assert torch.allclose(y, x @ head.dequantized().T, atol=1e-4, rtol=1e-5)
+    for m in range(1, 11):
+        assert torch.equal(rowinv.linear_q8(x[:m], head.q8, head.d, 37), y[:m])
+        assert torch.equal(rowinv.linear_q8(x[m:], head.q8, head.d, 37), y[m:])
 
 
 def test_mkl_is_not_row_invariant_so_the_kernel_is_needed():

@@ -2,8 +2,8 @@
 rest (norms, RoPE, activations, residual adds, the cache, Python: torch's per-op work in transformers'
 own modules, which no roofline counts).
 
-The kernel's entry points (`rowinv.linear` and `rowinv.linear_q4`, `rowinv.attend`) are wrapped with timers for a few extra
-rounds after `pass-cost` has timed the passes unwrapped; each part is a median over those rounds. Set
+The kernel's entry points (`rowinv.linear`, `rowinv.linear_q4`, `rowinv.linear_q8`, `rowinv.attend`) are
+wrapped with timers for a few extra rounds after `pass-cost` has timed the passes unwrapped; each part is a median over those rounds. Set
 next to the roofline, this says what remains: Linears ÷ their share of the roofline is how close the
 weight reads come to this machine's bandwidth, and the rest is what no kernel call pays for.
 """
@@ -41,13 +41,14 @@ def _timer(fn, spent: dict[str, float], part: str):
 @contextmanager
 def _timed(spent: dict[str, float]):
     """Inside, time spent in the kernel's Linears and attention adds up in `spent`."""
-    linear, linear_q4, attend = rowinv.linear, rowinv.linear_q4, rowinv.attend
-    rowinv.linear, rowinv.linear_q4 = _timer(linear, spent, "linears"), _timer(linear_q4, spent, "linears")
-    rowinv.attend = _timer(attend, spent, "attention")
+    kept = {name: getattr(rowinv, name) for name in ("linear", "linear_q4", "linear_q8", "attend")}
+    for name, fn in kept.items():
+        setattr(rowinv, name, _timer(fn, spent, "attention" if name == "attend" else "linears"))
     try:
         yield
     finally:
-        rowinv.linear, rowinv.linear_q4, rowinv.attend = linear, linear_q4, attend
+        for name, fn in kept.items():
+            setattr(rowinv, name, fn)
 
 
 def measure_parts(kinds, rounds: int = 5) -> dict[str, Parts]:

@@ -1,16 +1,17 @@
 """4-bit weights on the CPU: the row-invariant kernel's int4 Linears (`rowinv.linear_q4`), or torch's own
 int4 kernel (`aten._weight_int4pack_mm_for_cpu`) where that cannot run.
 
-Every Linear of the decoder layers and the LM head becomes an `Int4Linear`: 4-bit weights in groups of
+Every Linear of the decoder layers becomes an `Int4Linear`: 4-bit weights in groups of
 32 along the input dimension, each group with a scale and a low end, w = q * scale + low (q in 0..15),
 kept as GGUF's Q4_1 keeps them (per group, 16 bytes of nibbles: element j in the low nibble of byte j,
 element j + 16 in its high nibble).
 
-- **On the kernel** (the default where it runs, `rowinv.available()`): activations, scales and sums stay
-  fp32; the nibbles are widened in registers and each row is summed in one fixed order, so a row's result
-  does not depend on the other rows of its pass. With the kernel's attention the model's speculative
-  passes compute their main rows bit for bit as plain passes, so speculative output equals int4 plain
-  decoding. The model's norms and attention run on the kernel too (`rowinv.adopt`).
+- **On the kernel** (the default where it runs, `rowinv.available()`): each weight is made in registers as
+  its fp32 value, q * scale + low, and each row is summed exactly as the kernel's fp32 Linears sum it, in
+  one fixed order that does not depend on the other rows of the pass. So an int4 Linear gives the fp32
+  Linear of its dequantized weights bit for bit, and with the kernel's attention the model's speculative
+  passes compute their main rows bit for bit as plain passes. The model's norms and attention run on the
+  kernel too (`rowinv.adopt`).
 - **Through torch** (no kernel here, `SPECSTREAM_KERNEL=torch`, inside `rowinv.torch_linears()` as
   transformers' baseline, or with gradients): torch's kernel reads bf16 activations and bf16 scales, w =
   (q - 8) * scale + zero with zero = low + 8 scale; it is row-invariant as well. Its arithmetic is not the
@@ -19,10 +20,13 @@ element j + 16 in its high nibble).
 Where the base was converted from a Q4_1 GGUF file (the default SmolLM2 model), the decoder layers'
 4-bit groups are the file's own (`gguf_groups`, `from_q4_1`): Q4_1 stores w = d * q + m per block of 32, the
 kernel's form exactly (its fp16 d and m are exact in fp32), so these Linears hold the fp32 model's weights
-exactly. The head (the file's Q8_0 token embedding, tied) then keeps the model's own fp32 weights
-(`quantize_head=False`, on the kernel): quantizing it again to 4 bits would be the one change of weights,
-and it made int4 output leave fp32 output on 14 of 15 prompts (scripts/int4_head_check.py). Other models'
-heads are quantized to 4 bits with their layers.
+exactly. The head is 8-bit (`model/int8_head.py`, GGUF's Q8_0), the file's own groups where it has them (the
+default model's tied token embedding): its fp32 weights exactly again. With every weight the fp32 model's
+and every sum the fp32 kernel's, int4 on the default model computes the fp32 model's logits bit for bit
+at a quarter of its bytes (tests/test_int4.py checks it on a GGUF file it writes). A 4-bit head was the one change of
+weights and made int4 output leave fp32 output on 14 of 15 prompts (scripts/int4_head_check.py); an fp32
+head reads 113 MB a pass. `quantize_model(head=...)` still offers both. Without the kernel the head stays
+4-bit: torch's int4 kernel is row-invariant, its fp32 matmul is not.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import torch
 from torch import nn
 
 from specstream_core.errors import SpecstreamError
-from specstream_core.model import compat, default_model, rowinv
+from specstream_core.model import compat, default_model, int8_head, rowinv
 
 GROUP = 32  # elements per scale/low group (Q4_1's block size)
 _TORCH_DTYPE = torch.bfloat16  # torch's CPU kernel's fast path; fp32 activations take a scalar fallback
@@ -85,7 +89,8 @@ class Int4Linear(nn.Module):
             raise SpecstreamError("int4 needs the row-invariant kernel (a C compiler, AVX2) or torch >= 2.6")
         pad = -n % _OUT_BLOCK
         q, scale, low = (torch.cat([t, t[-1:].expand(pad, -1)]) if pad else t for t in (q, scale, low))
-        self.register_buffer("q4", pack_nibbles(q), persistent=False)
+        packed = pack_nibbles(q).reshape(-1, _OUT_BLOCK, k // GROUP, GROUP // 2)  # the kernel's order:
+        self.register_buffer("q4", packed.transpose(1, 2).contiguous(), persistent=False)  # [N' / 4, G, 4, 16]
         dm = torch.stack([scale.float(), low.float()], dim=-1)  # [N', G, 2]
         dm = dm.reshape(-1, _OUT_BLOCK, k // GROUP, 2).transpose(1, 2).contiguous()  # [N' / 4, G, 4, 2]
         self.register_buffer("dm", dm, persistent=False)
@@ -96,7 +101,7 @@ class Int4Linear(nn.Module):
         """(q, scale, low) of the layer's N output rows."""
         n, k = self.out_features, self.in_features
         dm = self.dm.transpose(1, 2).reshape(-1, k // GROUP, 2)[:n]
-        return unpack_nibbles(self.q4[:n]), dm[..., 0], dm[..., 1]
+        return unpack_nibbles(self.q4.transpose(1, 2).reshape(-1, k // 2)[:n]), dm[..., 0], dm[..., 1]
 
     def _torch_kernel_args(self) -> tuple[torch.Tensor, torch.Tensor]:
         """torch's packing of the same groups (its kernel takes output rows 16 at a time)."""
@@ -214,9 +219,10 @@ def from_q4_1(raw: np.ndarray, n: int, k: int) -> tuple[torch.Tensor, torch.Tens
 
 
 def dequantize(q: torch.Tensor, scale: torch.Tensor, low: torch.Tensor) -> torch.Tensor:
+    """q * scale + low rounded once to fp32, as the kernel makes each weight (fma)."""
     n, k = q.shape
-    g = q.float().reshape(n, k // GROUP, GROUP)
-    return (g * scale[..., None] + low[..., None]).reshape(n, k)
+    g = q.double().reshape(n, k // GROUP, GROUP)
+    return (g * scale.double()[..., None] + low.double()[..., None]).float().reshape(n, k)
 
 
 # ---- the model ---------------------------------------------------------------------------------
@@ -245,33 +251,37 @@ def _set(model, key: str, module: nn.Module) -> None:
 
 
 def quantize_model(model, groups: dict[str, tuple] | None = None, kernel: bool | None = None,
-                   quantize_head: bool = True) -> dict:
-    """Replace the decoder Linears and the LM head by `Int4Linear`s in place (CPU, fp32 model).
+                   head: str | None = None) -> dict:
+    """Replace the decoder Linears by `Int4Linear`s and the LM head as `head` says, in place (CPU, fp32).
 
-    groups: per key of `_linears`, ready (q, scale, low) to use instead of quantizing the weight (a
-    GGUF file's own blocks). kernel: run them on the row-invariant kernel (None: where it runs), which
-    then also takes the model's norms and attention (`rowinv.adopt`). quantize_head=False keeps the
-    head's own fp32 weights (on the kernel where it runs). Returns {"layers": n, "from_file": m, "fused":
-    f, "kernel": bool, "head": "int4" or "fp32"}."""
+    groups: per key of `_linears`, ready groups to use instead of quantizing the weight (a GGUF file's
+    own blocks: (q, scale, low) for a layer, (q, scale) for the 8-bit head). kernel: run them on the
+    row-invariant kernel (None: where it runs), which then also takes the model's norms and attention
+    (`rowinv.adopt`). head: "q8" (8-bit groups, `model/int8_head.py`; the default on the kernel),
+    "int4" (the default through torch, whose int4 kernel is row-invariant where its fp32 matmul is not),
+    or "fp32" (its own weights, on the kernel where it runs). Returns {"layers": n, "from_file": m, "fused": f, "kernel":
+    bool, "head": head, "head_from_file": bool}."""
     kernel = rowinv.available() if kernel is None else kernel
     if kernel and not rowinv.available():
         raise SpecstreamError(f"the row-invariant kernel cannot run here: {rowinv.unavailable_reason()}")
     if not kernel and not torch_available():
         raise SpecstreamError("int4 needs the row-invariant kernel (a C compiler and AVX2) or torch's CPU int4 "
                               "kernel (torch >= 2.6)")
+    head = head or ("q8" if kernel else "int4")
+    if head not in HEADS:
+        raise SpecstreamError(f"unknown int4 head {head!r}; choose one of {', '.join(HEADS)}")
     if next(model.parameters()).device.type != "cpu":
         raise SpecstreamError("--quantize int4 runs on the CPU; on CUDA use nf4")
     groups = groups or {}
     linears = _linears(model)
-    if not quantize_head:
-        head = linears.pop("lm_head")
-        if kernel:
-            rowinv.make_row_invariant(head)
+    head_from_file = head == "q8" and len(groups.get("lm_head", ())) == 2
+    if head != "int4":
+        _set(model, "lm_head", _head(linears.pop("lm_head"), head, groups.get("lm_head") if head_from_file else None, kernel))
     weights = {}
     for key, linear in linears.items():
         if linear.in_features % GROUP:
             raise SpecstreamError(f"int4 needs input sizes that are multiples of {GROUP}; {key} has {linear.in_features}")
-        q, scale, low = groups[key] if key in groups else quantize_groups(linear.weight)
+        q, scale, low = groups[key] if len(groups.get(key, ())) == 3 else quantize_groups(linear.weight)
         bias = None if linear.bias is None else linear.bias.detach().float()
         weights[key] = (q, scale, low, bias)
     fused = 0
@@ -288,8 +298,22 @@ def quantize_model(model, groups: dict[str, tuple] | None = None, kernel: bool |
         _set(model, key, Int4Linear(q, scale, low, bias, kernel=kernel))
     if kernel:
         rowinv.adopt(model)
-    return {"layers": len(linears), "from_file": sum(k in groups for k in linears), "fused": fused, "kernel": kernel,
-            "head": "int4" if quantize_head else "fp32"}
+    return {"layers": len(linears) + (head != "int4"), "from_file": sum(len(groups.get(k, ())) == 3 for k in linears) + head_from_file,
+            "fused": fused, "kernel": kernel, "head": head, "head_from_file": head_from_file}
+
+
+HEADS = ("q8", "int4", "fp32")
+
+
+def _head(linear: nn.Linear, head: str, groups: tuple | None, kernel: bool) -> nn.Module:
+    """The LM head kept in fp32 (on the kernel where it runs) or made 8-bit (a file's groups, or its own)."""
+    if head == "fp32":
+        if kernel:
+            rowinv.make_row_invariant(linear)
+        return linear
+    q, scale = groups or int8_head.quantize_groups(linear.weight)
+    bias = None if linear.bias is None else linear.bias.detach().float()
+    return int8_head.Int8Linear(q, scale, bias, kernel=kernel)
 
 
 # ---- a GGUF file's own 4-bit groups --------------------------------------------------------------
@@ -324,7 +348,8 @@ def _row_order(rows: int, n_head: int) -> np.ndarray:
 
 def gguf_groups(path: str, model) -> dict[str, tuple]:
     """The Q4_1 tensors of a llama GGUF file as (q, scale, low) per `_linears` key, rows in the model's
-    order; each is checked against the model's own (dequantized) weight, and one that differs is left out."""
+    order, and its Q8_0 head (the output matrix, or the tied token embedding) as (q, scale) under
+    "lm_head"; each is checked against the model's own (dequantized) weight, and one that differs is left out."""
     from gguf import GGUFReader
 
     config = model.config
@@ -335,6 +360,12 @@ def gguf_groups(path: str, model) -> dict[str, tuple]:
     out = {}
     for tensor in GGUFReader(path).tensors:
         parts = tensor.name.split(".")
+        if tensor.name in ("output.weight", "token_embd.weight") and tensor.tensor_type.name == "Q8_0":
+            weight = linears["lm_head"].weight
+            head = int8_head.from_q8_0(np.asarray(tensor.data), *weight.shape)
+            if "lm_head" not in out and torch.equal(int8_head.dequantize(*head), weight.detach().float()):
+                out["lm_head"] = head
+            continue
         if tensor.tensor_type.name != "Q4_1" or len(parts) != 4 or parts[0] != "blk" or parts[2] not in _GGUF_NAMES:
             continue
         key = f"{parts[1]}.{_GGUF_NAMES[parts[2]]}"
@@ -346,6 +377,6 @@ def gguf_groups(path: str, model) -> dict[str, tuple]:
         if parts[2] in heads:
             order = torch.from_numpy(_row_order(n, heads[parts[2]]).copy())
             q, scale, low = q[order], scale[order], low[order]
-        if torch.allclose(dequantize(q, scale, low), linear.weight.detach().float(), rtol=0, atol=1e-5):
+        if torch.equal(dequantize(q, scale, low), linear.weight.detach().float()):
             out[key] = (q, scale, low)
     return out

@@ -1,9 +1,10 @@
 """Load a Hugging Face causal LM (local directory or hub id) at a chosen precision and device.
 
-Precision: auto (the default: bf16 weights where the row-invariant CPU kernel runs them, fp32 elsewhere;
-`resolve_precision`), fp32, bf16, nf4 (bitsandbytes 4-bit), int8 (bitsandbytes 8-bit) or int4 (4-bit
-groups on the row-invariant kernel, or torch's CPU int4 kernel, `model/int4.py`; a GGUF-converted base
-keeps its file's own 4-bit groups). Only the architectures in `compat.SUPPORTED_MODEL_TYPES` are
+Precision: auto (the default: int4 on a GGUF-converted base such as the default model, bf16 weights
+elsewhere on the row-invariant CPU kernel, fp32 where it does not run; `resolve_precision`), fp32, bf16,
+nf4 (bitsandbytes 4-bit), int8 (bitsandbytes 8-bit) or int4 (4-bit groups and an 8-bit head on the
+row-invariant kernel, or torch's CPU int4 kernel, `model/int4.py`; a GGUF-converted base keeps its file's
+own groups). Only the architectures in `compat.SUPPORTED_MODEL_TYPES` are
 accepted; anything else is refused with a message naming the supported families.
 """
 
@@ -40,7 +41,7 @@ class LoadConfig:
             raise SpecstreamError(f"unknown device {self.device!r}; use cpu or cuda")
         if self.kernel not in rowinv.KERNELS:
             raise SpecstreamError(f"unknown kernel {self.kernel!r}; choose one of {', '.join(rowinv.KERNELS)}")
-        object.__setattr__(self, "precision", resolve_precision(self.precision, self.device, self.kernel))
+        object.__setattr__(self, "precision", resolve_precision(self.precision, self.device, self.kernel, self.base))
         if self.precision == "int4" and self.device != "cpu":
             raise SpecstreamError("int4 runs on the CPU (model/int4.py); on CUDA use nf4")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
@@ -62,15 +63,21 @@ NOT_EXACT_NOTE = ("not exact: at {precision} a speculative pass can round differ
                   "a near-tie can flip a token (fp32 and int4 are exact; `speed` shows how often outputs differ)")
 
 
-def resolve_precision(precision: str, device: str = "cpu", kernel: str = "auto") -> str:
-    """'auto' -> bf16 where the row-invariant CPU kernel runs bf16 weights, else fp32; others unchanged.
+def resolve_precision(precision: str, device: str = "cpu", kernel: str = "auto", base: str | None = None) -> str:
+    """'auto' -> int4 for a base converted from a GGUF file whose 4-bit groups the row-invariant CPU kernel
+    runs, bf16 elsewhere on that kernel, fp32 where it does not run; other precisions unchanged.
 
-    On the kernel, bf16 keeps the Linears' weights in bf16 (half the bytes to read) and does every sum in
-    fp32, row-invariantly: a speculative pass computes its main rows bit for bit as a plain pass, and
-    transformers' own generate on the same weights gives the same tokens. It is the fastest exact setting
-    measured on the default model (docs/BENCHMARKS.md); fp32 is the model's converted weights as they are."""
+    All three are exact (a speculative pass computes its main rows bit for bit as a plain pass), and the
+    first two are the fastest settings measured on the default model (docs/BENCHMARKS.md):
+    - int4 on a GGUF-converted base (the default SmolLM2) runs the file's own 4-bit groups and 8-bit head,
+      i.e. the fp32 model's weights exactly, at a quarter of fp32's bytes; its output equalled fp32's on
+      15 of 15 prompts (scripts/int4_head_check.py). On any other base int4 would be a second quantization,
+      so it is never chosen for it;
+    - bf16 keeps the Linears' weights in bf16 (half the bytes to read) and does every sum in fp32."""
     if precision != "auto":
         return precision
+    if base and rowinv.kernel_for("int4", device, kernel) and int4.gguf_source(base):
+        return "int4"
     return "bf16" if rowinv.kernel_for("bf16", device, kernel) else "fp32"
 
 
@@ -153,11 +160,11 @@ def load_model(cfg: LoadConfig):
 
 
 def to_int4(model, base: str, kernel: bool) -> dict:
-    """4-bit decoder Linears and head (model/int4.py), on the row-invariant kernel or through torch; a
-    GGUF-converted base keeps its file's own groups (its fp32 weights exactly) and its head's own weights."""
+    """4-bit decoder Linears and an 8-bit head (model/int4.py, model/int8_head.py), on the row-invariant
+    kernel or through torch; a GGUF-converted base keeps its file's own groups (its fp32 weights exactly)."""
     source = int4.gguf_source(base)
     groups = int4.gguf_groups(source, model) if source else {}
-    report = int4.quantize_model(model, groups, kernel=kernel, quantize_head=not groups)  # a file's: exact weights
+    report = int4.quantize_model(model, groups, kernel=kernel)
     model.config.specstream_int4 = report  # where the 4-bit groups came from, for traces and benchmarks
     return report
 

@@ -116,8 +116,8 @@ def _load():
     lib.attend_f32.restype = ctypes.c_int
     lib.rmsnorm_f32.argtypes = [ptr, i64, i64, ptr, ctypes.c_float, ptr]
     lib.rmsnorm_f32.restype = None
-    lib.linear_q4.argtypes = [ptr, i64, i64, ptr, ptr, i64, ptr, ctypes.c_int]
-    lib.linear_q4.restype = ctypes.c_int
+    for fn in (lib.linear_q4, lib.linear_q8):
+        fn.argtypes, fn.restype = [ptr, i64, i64, ptr, ptr, i64, ptr, ctypes.c_int], ctypes.c_int
     lib.rowinv_lanes.restype = ctypes.c_int
     return lib, ""
 
@@ -174,14 +174,22 @@ def _rows_and_out(x: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def linear_q4(x: torch.Tensor, q4: torch.Tensor, dm: torch.Tensor, n: int) -> torch.Tensor:
-    """x W^T for 4-bit W in the kernel's layout (`model/int4.py`: nibbles q4 [N', K / 2], scales and low ends
-    dm [N' / 4, K / 32, 4, 2]); fp32 activations and sums, row-invariant. The result has x's dtype."""
-    lib = _lib or library()
+    """x W^T for 4-bit W in the kernel's layout (`model/int4.py`: nibbles q4 [N' / 4, K / 32, 4, 16], scales and
+    low ends dm [N' / 4, K / 32, 4, 2]); fp32 activations and sums, row-invariant. The result has x's dtype."""
+    return _linear_q((_lib or library()).linear_q4, x, q4, dm, n)
+
+
+def linear_q8(x: torch.Tensor, q8: torch.Tensor, d: torch.Tensor, n: int) -> torch.Tensor:
+    """x W^T for 8-bit W in the kernel's layout (`model/int8_head.py`: signed bytes q8 [N' / 4, K / 32, 4, 32],
+    scales d [N' / 4, K / 32, 4]): each weight made as the fp32 value d q, then summed as `linear` sums.
+    The result has x's dtype."""
+    return _linear_q((_lib or library()).linear_q8, x, q8, d, n)
+
+
+def _linear_q(fn, x: torch.Tensor, wq: torch.Tensor, ds: torch.Tensor, n: int) -> torch.Tensor:
     k = x.shape[-1]
     rows, y = _rows_and_out(x, n)
-    if lib.linear_q4(rows.data_ptr(), rows.numel() // k, k, q4.data_ptr(), dm.data_ptr(), n, y.data_ptr(),
-                     torch.get_num_threads()):
-        raise MemoryError("the int4 kernel could not allocate its row sums")
+    fn(rows.data_ptr(), rows.numel() // k, k, wq.data_ptr(), ds.data_ptr(), n, y.data_ptr(), torch.get_num_threads())
     return y if x.dtype is torch.float32 else y.to(x.dtype)
 
 

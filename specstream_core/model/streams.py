@@ -171,11 +171,9 @@ class StreamParams(nn.Module):
         self._draft_head = None
 
     def draft_head(self, head: nn.Module) -> nn.Module:
-        """The LM head cut to the draft vocabulary's rows (a frozen Linear [K, d], or an int4 head's own
-        `rows`); cut once, reused every step until the head's weights change."""
-        source = getattr(head, "weight", None)
-        if source is None:
-            source = head.q4  # model/int4.Int4Linear
+        """The LM head cut to the draft vocabulary's rows (a frozen Linear [K, d], or a quantized head's own
+        `rows`: model/int8_head.Int8Linear, model/int4.Int4Linear); cut once, reused every step until the head's weights change."""
+        source = next(t for t in (getattr(head, name, None) for name in ("weight", "q8", "q4")) if t is not None)
         cached = self._draft_head
         if cached is None or cached[1] is not source or cached[2] != (source.device, source.dtype):
             idx = self.draft_vocab.to(source.device)

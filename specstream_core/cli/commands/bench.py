@@ -95,6 +95,14 @@ def _csv(text: str | None) -> list[str]:
     return [t.strip() for t in (text or "").split(",") if t.strip()]
 
 
+def _default_precision(args) -> str:
+    try:
+        base = args.base or defaults.resolve(None, None)[0]
+    except SpecstreamError:  # no default model here: bench says so when it loads one
+        base = None
+    return resolve_precision("auto", args.device, base=base)
+
+
 def plan(args) -> dict:
     """Resolve sizes, methods, precisions and ablations from the flags (quick mode fills defaults)."""
     CATEGORIES = suite_categories(args.suite)
@@ -117,9 +125,10 @@ def plan(args) -> dict:
     elif args.quantize is not None:
         precisions = ["nf4" if args.quantize == "nf4" else "fp32"]
     else:
-        # the default precision first (bf16 weights on the kernel: `resolve_precision`), then fp32 and nf4
+        # the default precision first (int4 on the default model, bf16 weights on the kernel elsewhere:
+        # `resolve_precision`), then fp32 and nf4
         precisions = (_csv(QUICK["precisions"]) if args.quick
-                      else list(dict.fromkeys([resolve_precision("auto", args.device), "fp32", "nf4"])))
+                      else list(dict.fromkeys([_default_precision(args), "fp32", "nf4"])))
     bad = [p for p in precisions if p not in ("fp32", "nf4", "int4", "bf16")]
     if bad or not precisions:
         raise SpecstreamError(f"--precisions must list some of fp32, nf4, int4, bf16, got {args.precisions!r}")

@@ -1,0 +1,107 @@
+"""The LM head of an int4 model in 8-bit groups, as GGUF's Q8_0 keeps it: 32 signed bytes and a scale per
+group along the input, w = q * scale (`rowinv.linear_q8`).
+
+The head is the largest single matrix of a small model (SmolLM2: 49,152 x 576, 113 MB in fp32, 30 MB in
+Q8_0) and every pass reads it, so in an int4 model it was the one fp32 matrix and cost a third of a plain
+pass. llama.cpp keeps heads and token embeddings at 8 bits for the same reason: 4 bits there change the
+output (scripts/int4_head_check.py measured it on the default model). Where the base was converted from a
+GGUF file whose head is Q8_0 (the default model's tied token embedding), these are the file's own groups,
+so the head holds the fp32 model's weights exactly (its fp16 scales times int8 are exact in fp32); the
+kernel sums them per group, a different order from the fp32 kernel's.
+
+On the kernel the activations and sums stay fp32 and each row is summed in one fixed order (row-invariant,
+like every Linear of the decoding path). Without it (no kernel here, `SPECSTREAM_KERNEL=torch`, inside
+`rowinv.torch_linears()`, or with gradients) the layer multiplies by its dequantized fp32 weight, made on
+first use; that matmul is not row-invariant, so int4 models without the kernel keep a 4-bit head
+(`int4.quantize_model`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specstream_core.errors import SpecstreamError
+from specstream_core.model import rowinv
+
+GROUP = 32  # elements per scale (Q8_0's block size)
+_OUT_BLOCK = 4  # the kernel takes output rows 4 at a time
+
+
+class Int8Linear(nn.Module):
+    """y = x W^T (+ b) with W in 8-bit groups (module docstring). Output rows are padded to a multiple of 4
+    (the last row repeated, its outputs dropped). `rows` cuts it to some outputs (a draft vocabulary)."""
+
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None,
+                 kernel: bool | None = None):
+        """q: integers -128..127 [N, K]; scale: [N, K / GROUP] (w = q * scale)."""
+        super().__init__()
+        n, k = q.shape
+        if k % GROUP or scale.shape != (n, k // GROUP):
+            raise SpecstreamError(f"8-bit weights need groups of {GROUP} along the input (got {tuple(q.shape)})")
+        self.in_features, self.out_features = k, n
+        self.kernel = rowinv.available() if kernel is None else kernel
+        pad = -n % _OUT_BLOCK
+        q, scale = (torch.cat([t, t[-1:].expand(pad, -1)]) if pad else t for t in (q, scale))
+        q = q.to(torch.int8).reshape(-1, _OUT_BLOCK, k // GROUP, GROUP)  # the kernel's order: [N' / 4, G, 4, 32]
+        self.register_buffer("q8", q.transpose(1, 2).contiguous(), persistent=False)
+        d = scale.float().reshape(-1, _OUT_BLOCK, k // GROUP).transpose(1, 2).contiguous()  # [N' / 4, G, 4]
+        self.register_buffer("d", d, persistent=False)
+        self.register_buffer("bias", None if bias is None else bias.detach().float(), persistent=False)
+        self._weight: torch.Tensor | None = None  # the dequantized weight, for the torch path
+
+    def groups(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(q, scale) of the layer's N output rows."""
+        n, k = self.out_features, self.in_features
+        return self.q8.transpose(1, 2).reshape(-1, k)[:n], self.d.transpose(1, 2).reshape(-1, k // GROUP)[:n]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kernel and x.is_cpu and rowinv.enabled() and not (torch.is_grad_enabled() and x.requires_grad):
+            y = rowinv.linear_q8(x, self.q8, self.d, self.out_features)
+        else:
+            if self._weight is None:
+                self._weight = self.dequantized()
+            y = F.linear(x.float(), self._weight).to(x.dtype)
+        return y if self.bias is None else y + self.bias.to(y.dtype)
+
+    def rows(self, index: torch.Tensor) -> "Int8Linear":
+        """The same layer restricted to output rows `index` (a draft vocabulary's slice of the head)."""
+        index = index.to(torch.long).cpu()
+        q, scale = self.groups()
+        bias = None if self.bias is None else self.bias[index]
+        return Int8Linear(q[index], scale[index], bias, kernel=self.kernel)
+
+    def dequantized(self) -> torch.Tensor:
+        """The fp32 weight [N, K], q * scale."""
+        return dequantize(*self.groups())
+
+    def extra_repr(self) -> str:
+        where = "row-invariant kernel" if self.kernel else "torch"
+        return f"in_features={self.in_features}, out_features={self.out_features}, group={GROUP}, 8-bit on {where}"
+
+
+def quantize_groups(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q8_0's rule: per group of 32, scale = max |w| / 127 and q = round(w / scale)."""
+    w = weight.detach().float()
+    n, k = w.shape
+    if k % GROUP:
+        raise SpecstreamError(f"8-bit groups need input sizes that are multiples of {GROUP} (got {k})")
+    g = w.reshape(n, k // GROUP, GROUP)
+    scale = g.abs().amax(-1) / 127
+    q = torch.round(g / scale.clamp_min(1e-30)[..., None]).clamp_(-127, 127)
+    return q.reshape(n, k).to(torch.int8), scale
+
+
+def from_q8_0(raw: np.ndarray, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q, scale) from GGUF Q8_0 blocks [n, k / 32 * 34 bytes]: fp16 d, then 32 signed bytes; w = d * q."""
+    blocks = np.ascontiguousarray(raw).reshape(n, k // GROUP, 34)
+    d = blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
+    q = blocks[..., 2:].copy().view(np.int8).reshape(n, k)
+    return torch.from_numpy(q), torch.from_numpy(d)
+
+
+def dequantize(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    n, k = q.shape
+    return (q.float().reshape(n, k // GROUP, GROUP) * scale[..., None]).reshape(n, k)

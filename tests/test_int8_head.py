@@ -1,0 +1,77 @@
+"""The 8-bit LM head of int4 models (model/int8_head.py, GGUF's Q8_0): its arithmetic on the row-invariant
+kernel and through torch, its row invariance, a file's own Q8_0 blocks, and its draft-vocabulary rows."""
+
+import numpy as np
+import pytest
+import torch
+
+from specstream_core.errors import SpecstreamError
+from specstream_core.model import int8_head, rowinv
+
+PATHS = [pytest.param(True, id="kernel", marks=pytest.mark.skipif(not rowinv.available(), reason="no kernel here")),
+         pytest.param(False, id="torch")]
+
+
+def _head(n=98, k=128, seed=0, kernel=None):
+    w = torch.randn(n, k, generator=torch.Generator().manual_seed(seed))
+    return w, int8_head.Int8Linear(*int8_head.quantize_groups(w), kernel=kernel)
+
+
+@pytest.mark.parametrize("kernel", PATHS)
+def test_int8_head_computes_with_its_groups_and_is_row_invariant(kernel):
+    w, head = _head(kernel=kernel)  # 98 outputs: padded to the kernel's block of 4
+    x = torch.randn(13, 128, generator=torch.Generator().manual_seed(1))
+    y = head(x)
+    assert y.dtype == torch.float32 and y.shape == (13, 98)
+    assert torch.allclose(y, x @ head.dequantized().T, atol=1e-4, rtol=1e-5)
+    if kernel:  # the fp32 kernel's Linear on the dequantized weights, bit for bit
+        assert torch.equal(y, rowinv.linear(x, head.dequantized()))
+    step = w.reshape(98, 4, 32).abs().amax(-1) / 127  # each group's scale: within half a step of w
+    assert ((head.dequantized() - w).reshape(98, 4, 32).abs() <= step[..., None] / 2 + 1e-6).all()
+    if not kernel:  # through torch: an fp32 matmul, whose rows are not invariant (int4 keeps a 4-bit head there)
+        return
+    for m in range(1, 13):
+        assert torch.equal(head(x[:m]), y[:m])
+        assert torch.equal(head(x[m:m + 1]), y[m:m + 1])
+        assert torch.equal(head(x[m:]), y[m:])
+
+
+def test_the_kernel_sums_per_group_so_it_is_not_the_fp32_matmul():
+    """What makes the kernel's head its own arithmetic (and `test_the_check_can_fail`-style checks needed)."""
+    if not rowinv.available():
+        pytest.skip("no kernel here")
+    _, head = _head(n=256, k=576)
+    x = torch.randn(64, 576, generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        ours = head(x)
+        with rowinv.torch_linears():
+            theirs = head(x)
+    assert torch.allclose(ours, theirs, atol=1e-4, rtol=1e-5) and not torch.equal(ours, theirs)
+
+
+@pytest.mark.parametrize("kernel", PATHS)
+def test_rows_is_the_head_cut_to_a_vocabulary(kernel):
+    _, head = _head(n=170, kernel=kernel)
+    x = torch.randn(3, 128)
+    for idx in (torch.tensor([5, 0, 169, 64, 7]), torch.randperm(170)[:32]):
+        assert torch.allclose(head.rows(idx)(x), head(x)[:, idx], atol=1e-6)
+
+
+def test_q8_0_blocks_become_the_kernels_groups():
+    rng = np.random.default_rng(0)
+    q = rng.integers(-127, 128, (6, 64)).astype(np.int8)
+    d = rng.random((6, 2)).astype(np.float16)
+    raw = np.concatenate([d.view(np.uint8).reshape(6, 2, 2), q.view(np.uint8).reshape(6, 2, 32)], axis=-1)
+    got_q, scale = int8_head.from_q8_0(raw.reshape(6, 68), 6, 64)
+    assert np.array_equal(got_q.numpy(), q) and np.array_equal(scale.numpy(), d.astype(np.float32))
+    head = int8_head.Int8Linear(got_q, scale)
+    assert torch.equal(head.groups()[0], got_q) and torch.equal(head.groups()[1], scale)
+    want = d.astype(np.float32).repeat(32, 1) * q  # fp16 d times int8: exact in fp32
+    assert torch.equal(head.dequantized(), torch.from_numpy(want.astype(np.float32)))
+
+
+def test_odd_sizes_are_refused():
+    with pytest.raises(SpecstreamError, match="multiples of 32"):
+        int8_head.quantize_groups(torch.randn(4, 48))
+    with pytest.raises(SpecstreamError, match="groups of 32"):
+        int8_head.Int8Linear(torch.zeros(4, 64, dtype=torch.int8), torch.ones(4, 3))
