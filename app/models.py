@@ -39,7 +39,7 @@ class ModelSpec:
     name: str
     base: str
     streams: dict = field(default_factory=dict)  # mode -> directory
-    precision: str = DEFAULT_PRECISION  # auto: bf16 weights on the row-invariant CPU kernel, else fp32
+    precision: str = DEFAULT_PRECISION  # auto: int4 on a GGUF-converted base, bf16 weights elsewhere on the kernel, else fp32
     device: str = ""
     gamma: int = 4
 

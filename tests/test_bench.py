@@ -72,8 +72,9 @@ def test_bench_command_quick_on_a_tiny_model(tmp_path):
 
 
 def test_beside_bf16_weights_transformers_runs_in_fp32_as_it_ships(tmp_path):
-    """bench's transformers methods are the baseline: beside the kernel's bf16 weights they run on the fp32
-    model (widening bf16 weights on every call would halve their speed and flatter ours)."""
+    """bench's transformers methods are the baseline: beside the kernel's bf16 or int4 weights they run on
+    the fp32 model (widening bf16 weights on every call would halve their speed and flatter ours; torch's
+    int4 kernel rounds activations to bf16)."""
     import pytest
     import torch
 
@@ -90,3 +91,5 @@ def test_beside_bf16_weights_transformers_runs_in_fp32_as_it_ships(tmp_path):
     assert _hf_model(bf16, {"fp32": fp32}, base, "cpu") is fp32.model
     loaded = _hf_model(bf16, {}, base, "cpu")
     assert loaded.model.layers[0].mlp.down_proj.weight.dtype == torch.float32
+    int4 = Engine.load(base, precision="int4", fresh_streams=False)  # torch's int4 kernel would be another model
+    assert _hf_model(int4, {"fp32": fp32}, base, "cpu") is fp32.model

@@ -1,6 +1,7 @@
 """The row-invariant CPU kernel (model/rowinv.py): its arithmetic, its row invariance, its fallbacks, and
 speculative decoding on it equal to plain decoding bit for bit in fp32 and in bf16 weights."""
 
+import json
 import os
 
 import pytest
@@ -8,7 +9,7 @@ import torch
 
 from specstream_core import DecodeConfig, Engine, StreamParams
 from specstream_core.errors import SpecstreamError
-from specstream_core.model import int4, int8_head, loading, rowinv
+from specstream_core.model import default_model, int4, int8_head, loading, rowinv
 from specstream_core.model.loading import LoadConfig, load_model
 from tiny_models import hf_greedy, prompts, save_tiny_model_dir, tiny_model
 
@@ -139,6 +140,7 @@ def test_loading_puts_the_kernel_under_fp32_and_bf16_models_unless_told_not_to(t
 
 
 def test_the_default_precision_is_bf16_weights_on_the_kernel_and_fp32_elsewhere(tiny_dir):
+    """On a base not converted from a GGUF file (int4 there would be a second quantization)."""
     assert loading.DEFAULT_PRECISION == "auto"
     on_kernel = "bf16" if rowinv.available() else "fp32"
     assert loading.resolve_precision("auto") == on_kernel == LoadConfig(tiny_dir).precision
@@ -147,6 +149,22 @@ def test_the_default_precision_is_bf16_weights_on_the_kernel_and_fp32_elsewhere(
     assert [loading.resolve_precision(p) for p in ("fp32", "bf16", "int4")] == ["fp32", "bf16", "int4"]
     engine = Engine.load(tiny_dir, gamma=2)
     assert engine.precision == on_kernel and engine.exact
+
+
+def test_the_default_precision_is_int4_on_a_gguf_converted_base(tmp_path):
+    """A base converted from a GGUF file that is still there unchanged (the default model) decodes in int4,
+    its file's own groups: the fp32 model's weights, on the kernel; elsewhere it stays fp32."""
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(64))
+    base = tmp_path / "converted"
+    base.mkdir()
+    marker = {"source": str(gguf), "gguf_digest": default_model.file_digest(str(gguf))}
+    (base / default_model.MARKER).write_text(json.dumps(marker))
+    assert loading.resolve_precision("auto", base=str(base)) == ("int4" if rowinv.available() else "fp32")
+    assert loading.resolve_precision("auto", "cpu", "torch", base=str(base)) == "fp32"
+    assert loading.resolve_precision("bf16", base=str(base)) == "bf16"
+    gguf.write_bytes(b"GGUF" + bytes(65))  # the file changed since: not its groups any more
+    assert loading.resolve_precision("auto", base=str(base)) == ("bf16" if rowinv.available() else "fp32")
 
 
 @needs_kernel

@@ -25,10 +25,11 @@ import torch
 
 
 # bytes read per weight of the decoder layers in each precision (bitsandbytes nf4: 4 bits plus one fp32
-# scale per 64 weights; the LM head stays in the compute precision, counted as fp32 here; int4: torch's
-# CPU kernel, 4 bits plus a bf16 scale and offset per 32 weights, the head included)
-BYTES_PER_WEIGHT = {"fp32": 4.0, "bf16": 2.0, "nf4": 0.5625, "int8": 1.0, "int4": 0.625}
-HEAD_BYTES_PER_WEIGHT = {"bf16": 2.0, "int4": 0.625}  # others: fp32
+# scale per 64 weights; the LM head stays in the compute precision, counted as fp32 here; int4 on the
+# row-invariant kernel: 4 bits plus an fp32 scale and low end per 32 weights, and an 8-bit head, 8 bits plus
+# an fp32 scale per 32 weights: model/int4.py, model/int8_head.py)
+BYTES_PER_WEIGHT = {"fp32": 4.0, "bf16": 2.0, "nf4": 0.5625, "int8": 1.0, "int4": 0.75}
+HEAD_BYTES_PER_WEIGHT = {"bf16": 2.0, "int4": 1.125}  # others: fp32
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,8 @@ class Engine:
              fresh_streams: bool = True, chat: bool = True, kernel: str | None = None) -> "Engine":
         """Base model (directory or hub id) + stream directory (or hub id); fresh streams when none is given.
 
-        precision: auto (bf16 weights on the row-invariant CPU kernel, else fp32; `resolve_precision`), fp32,
+        precision: auto (int4 on a GGUF-converted base such as the default model, else bf16 weights on the
+        row-invariant CPU kernel, else fp32; `resolve_precision`), fp32,
         bf16, nf4, int8 or int4. chat: wrap text prompts as a user turn of the model's chat template (when it
         has one). kernel: the CPU fp32/bf16 Linears (auto, rowinv, torch; default: $SPECSTREAM_KERNEL or auto,
         model/rowinv.py)."""

@@ -276,12 +276,14 @@ def _context(args, pl: dict) -> dict:
 
 
 def _hf_model(engine, engines: dict, base: str, device: str):
-    """The model transformers' methods run on: the engine's own, except beside bf16 weights on the kernel,
-    where transformers would widen every weight to fp32 on every call (half its fp32 speed, `speed`'s
-    "hf-greedy bf16"): there transformers runs in fp32 as it ships, the baseline every figure is against."""
+    """The model transformers' methods run on: the engine's own, except beside bf16 or int4 weights on the
+    kernel, where transformers runs in fp32 as it ships, the baseline every figure is against. (On bf16
+    weights it would widen every weight to fp32 on every call, half its fp32 speed: `speed`'s "hf-greedy
+    bf16"; on int4 it would run torch's int4 kernel, which rounds activations to bf16, another model than
+    the one the kernel computes: on the default model that is the fp32 model itself.)"""
     from specstream_core.model import rowinv
 
-    if engine.precision != "bf16" or not rowinv.uses_kernel(engine.model):
+    if engine.precision not in ("bf16", "int4") or not rowinv.uses_kernel(engine.model):
         return None
     if "fp32" in engines:
         return engines["fp32"].model
