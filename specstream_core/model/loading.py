@@ -11,6 +11,7 @@ accepted; anything else is refused with a message naming the supported families.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -165,6 +166,9 @@ def to_int4(model, base: str, kernel: bool) -> dict:
     source = int4.gguf_source(base)
     groups = int4.gguf_groups(source, model) if source else {}
     report = int4.quantize_model(model, groups, kernel=kernel)
+    if source and report["from_file"] < report["layers"]:  # e.g. a reader that dequantizes another way
+        warnings.warn(f"int4: only {report['from_file']} of {report['layers']} Linears are {os.path.basename(source)}'s "
+                      "own groups; the others were quantized again, so this int4 model is not the fp32 model exactly")
     model.config.specstream_int4 = report  # where the 4-bit groups came from, for traces and benchmarks
     return report
 
