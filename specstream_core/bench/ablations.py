@@ -32,13 +32,14 @@ def tree_nodes(topk: tuple[int, ...], budget: int) -> int:
 
 
 def ablation_methods(names_needed, engine, ctx, plan_, load_engine) -> list:
-    """Ablation variants of lossless speculative streaming on the fp32 engine (γ, k, Ns, pruning,
-    prompt lookup grafted onto the tree)."""
+    """Ablation variants of lossless speculative streaming (γ, k, Ns, pruning, prompt lookup grafted onto
+    the tree, drafts) on `engine`, bench's first precision; transformers' baseline on ctx["hf_model"]
+    where bench runs it in fp32 beside the engine (`bench._hf_model`)."""
     # the tree ablations vary the streams' own tree: no prompt lookup, no node cap it would need
     ss_cfg, max_new = replace(ctx["ss_cfg"], lookup=0, node_budget=DecodeConfig.node_budget), ctx["max_new"]
     out = [engine_method("ar", engine, ctx["ar_cfg"])]
     if plan_["baseline"] == "hf-greedy":
-        out.append(hf_method("hf-greedy", engine.model, max_new))
+        out.append(hf_method("hf-greedy", ctx.get("hf_model") or engine.model, max_new))
     extra = engine.streams.extra_parameter_count()
     gamma = engine.streams.cfg.gamma
     rec = tuple(ss_cfg.tree_topk) + (1,) * gamma
@@ -77,7 +78,7 @@ def ablation_methods(names_needed, engine, ctx, plan_, load_engine) -> list:
                                      tree_nodes=default_drafter(engine, cfg).max_nodes))
     if "ns" in names_needed:
         for d in [t.strip() for t in (ctx["ablation_streams"] or "").split(",") if t.strip()]:
-            other = load_engine(ctx["base"], d, "fp32", ctx["device"])
+            other = load_engine(ctx["base"], d, engine.precision, ctx["device"])
             cfg = replace(ss_cfg, tree_topk=other.recommended_decode().get("tree_topk", ss_cfg.tree_topk))
             ns = other.streams.cfg.n_stream_layers
             out.append(engine_method(f"ss Ns={ns} ({os.path.basename(d.rstrip('/'))})", other, cfg,

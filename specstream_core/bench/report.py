@@ -19,7 +19,7 @@ def doc_section(data: dict, command: str, plots_dir: str | None, doc_dir: str) -
     base = s["baseline"]
     out = [f"Measured {s['date']} on {s['device_name']} ({s['device']}, {s['threads']} torch threads), "
            f"{len(s['categories'])} categories × {s['n']} eval prompts × ≤ {s['max_new_tokens']} new tokens, greedy; "
-           f"ablations on {', '.join(s['ablation_categories'])} × {s['ablation_n']} prompts (fp32). The run took "
+           f"ablations on {', '.join(s['ablation_categories'])} × {s['ablation_n']} prompts ({s['precisions'][0]}). The run took "
            f"{s['wall_s'] / 60:.1f} min. Every figure and table below comes from this one command:",
            "", "```bash", command, "```", "",
            f"Speedup: median over prompts of {base} wall time ÷ method wall time, measured in the same process with "

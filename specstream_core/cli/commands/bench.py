@@ -62,7 +62,9 @@ def add_arguments(p) -> None:
     p.add_argument("--lookup", type=int, default=None,
                    help="prompt-lookup tokens grafted onto the streams' tree (default: the streams' recommended)")
     p.add_argument("--precisions", default=None, help="comma-separated: fp32,nf4,int4,bf16 (default: the default precision "
-                                                           "(bf16 on the CPU kernel), fp32, nf4; --quick: fp32)")
+                                                           "(int4 on the default model, bf16 on the CPU kernel for "
+                                                           "others), fp32, nf4; --quick: fp32); ablations run on the "
+                                                           "first")
     p.add_argument("--quantize", choices=("none", "nf4"), default=None, help="shorthand for --precisions fp32 / nf4")
     p.add_argument("--ablations", default=None,
                    help=f"comma-separated subset of {', '.join(ABLATIONS)}, or 'none' (default: all that apply)")
@@ -313,8 +315,9 @@ def _measure(args, pl: dict, ctx: dict) -> tuple[list, list]:
         baseline = pl["baseline"] if pl["baseline"] in [m.name for m in built] else "ar"
         rows += run_benchmark(prompts, built, baseline=baseline, precision=precision, desc=f"bench {precision}",
                               score=scorer)
-    if pl["ablations"]:
-        engine = engines.get("fp32") or _load_engine(base, lossless, "fp32", args.device, chat=not args.raw)
+    if pl["ablations"]:  # on the first precision listed (the default precision first when none is given)
+        engine = engines[pl["precisions"][0]]
+        ctx["hf_model"] = _hf_model(engine, engines, base, args.device)
         if engine.streams is None:
             print("skipping ablations: no lossless streams")
         else:
