@@ -62,7 +62,7 @@ def doc_section(data: dict, command: str, plots_dir: str | None, doc_dir: str) -
                                   ", ".join(f"{n} {v:.2f}× (τ {_num(rows[n]['tau'])})" for v, n in better))
     out += behind or ["- nowhere in this run."]
     if data.get("ablations"):
-        out += ["", "### Ablations (fp32, lossless streams)", "",
+        out += ["", f"### Ablations ({s['precisions'][0]}, lossless streams)", "",
                 f"| ablation | value | tree nodes | mean τ | median speedup vs {base} | speedup ÷ τ |", "|---|---|---|---|---|---|"]
         for param in ablation_params(data):
             for pt in ablation_series(data, param):

@@ -8,8 +8,8 @@ Methods on the same base model, same prompts and lengths, greedy: ar (our plain 
 hf-pld (transformers prompt lookup), hf-assisted (transformers assisted generation with the small
 draft in assets/smollm2/draft), pld (our prompt-lookup drafter through our tree verifier), medusa
 (Medusa-style heads in assets/smollm2/medusa through our tree verifier), ss-lossless and ss-shared.
-Ablations (fp32, lossless streams, a subset of categories): draft depth γ (first g streams), per-depth
-top-k, Ns (with --ablation-streams), the pruning threshold and prompt lookup grafted onto the tree
+Ablations (at the first precision listed, lossless streams, a subset of categories): draft depth γ (first g
+streams), per-depth top-k, Ns (with --ablation-streams), the pruning threshold and prompt lookup grafted onto the tree
 (`bench/ablations.py`).
 """
 
@@ -325,8 +325,8 @@ def _measure(args, pl: dict, ctx: dict) -> tuple[list, list]:
             sub = {c: prompts[c][: args.ablation_n] for c in cats}
             variants = ablation_methods(pl["ablations"], engine, ctx, pl, _load_engine)
             baseline = pl["baseline"] if pl["baseline"] in [m.name for m in variants] else "ar"
-            ablation_rows = [r for r in run_benchmark(sub, variants, baseline=baseline, desc="ablations")
-                             if r.ablation]
+            ablation_rows = [r for r in run_benchmark(sub, variants, baseline=baseline, precision=engine.precision,
+                                                      desc="ablations") if r.ablation]
     return rows, ablation_rows
 
 
@@ -353,7 +353,7 @@ def _write(args, data: dict, overview: str, table: str, abl_table: str) -> None:
         with open(args.markdown, "w") as f:
             f.write(f"## Summary\n\n{overview}\n\n## Per category\n\n{table}\n")
             if abl_table:
-                f.write(f"\n## Ablations (fp32, lossless streams)\n\n{abl_table}\n")
+                f.write(f"\n## Ablations ({data['settings']['precisions'][0]}, lossless streams)\n\n{abl_table}\n")
     if args.plots:
         from specstream_core.bench.plots import write_plots
 
