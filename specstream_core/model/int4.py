@@ -43,7 +43,6 @@ from specstream_core.model import compat, default_model, int8_head, rowinv
 
 GROUP = 32  # elements per scale/low group (Q4_1's block size)
 _TORCH_DTYPE = torch.bfloat16  # torch's CPU kernel's fast path; fp32 activations take a scalar fallback
-_OUT_BLOCK = 4  # the row-invariant kernel takes output rows 4 at a time
 
 
 def available() -> bool:
@@ -87,36 +86,31 @@ class Int4Linear(nn.Module):
         self.kernel = rowinv.available() if kernel is None else kernel
         if not self.kernel and not torch_available():
             raise SpecstreamError("int4 needs the row-invariant kernel (a C compiler, AVX2) or torch >= 2.6")
-        pad = -n % _OUT_BLOCK
-        q, scale, low = (torch.cat([t, t[-1:].expand(pad, -1)]) if pad else t for t in (q, scale, low))
-        packed = pack_nibbles(q).reshape(-1, _OUT_BLOCK, k // GROUP, GROUP // 2)  # the kernel's order:
-        self.register_buffer("q4", packed.transpose(1, 2).contiguous(), persistent=False)  # [N' / 4, G, 4, 16]
+        q, scale, low = (rowinv.pad_rows(t) for t in (q, scale, low))
+        self.register_buffer("q4", rowinv.to_blocks(pack_nibbles(q), k // GROUP), persistent=False)  # [N'/4, G, 4, 16]
         dm = torch.stack([scale.float(), low.float()], dim=-1)  # [N', G, 2]
-        dm = dm.reshape(-1, _OUT_BLOCK, k // GROUP, 2).transpose(1, 2).contiguous()  # [N' / 4, G, 4, 2]
-        self.register_buffer("dm", dm, persistent=False)
+        self.register_buffer("dm", rowinv.to_blocks(dm, k // GROUP), persistent=False)  # [N' / 4, G, 4, 2]
         self.register_buffer("bias", None if bias is None else bias.detach().float(), persistent=False)
         self._torch_args: tuple | None = None
 
     def groups(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(q, scale, low) of the layer's N output rows."""
         n, k = self.out_features, self.in_features
-        dm = self.dm.transpose(1, 2).reshape(-1, k // GROUP, 2)[:n]
-        return unpack_nibbles(self.q4.transpose(1, 2).reshape(-1, k // 2)[:n]), dm[..., 0], dm[..., 1]
+        dm = rowinv.from_blocks(self.dm, n).reshape(n, k // GROUP, 2)
+        return unpack_nibbles(rowinv.from_blocks(self.q4, n)), dm[..., 0], dm[..., 1]
 
     def _torch_kernel_args(self) -> tuple[torch.Tensor, torch.Tensor]:
         """torch's packing of the same groups (its kernel takes output rows 16 at a time)."""
         if self._torch_args is None:
             q, scale, low = self.groups()
-            pad = -self.out_features % 16
-            if pad:
-                q, scale, low = (torch.cat([t, t[-1:].expand(pad, -1)]) for t in (q, scale, low))
+            q, scale, low = (rowinv.pad_rows(t, 16) for t in (q, scale, low))
             packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32).contiguous(), 1)
             sz = torch.stack([scale, low + 8 * scale], dim=-1).transpose(0, 1).contiguous()  # [G, N, 2]
             self._torch_args = (packed, sz.to(_TORCH_DTYPE))
         return self._torch_args
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.kernel and x.is_cpu and rowinv.enabled() and not (torch.is_grad_enabled() and x.requires_grad):
+        if self.kernel and rowinv.takes(x):
             y = rowinv.linear_q4(x, self.q4, self.dm, self.out_features)
         else:
             packed, sz = self._torch_kernel_args()
@@ -272,16 +266,17 @@ def quantize_model(model, groups: dict[str, tuple] | None = None, kernel: bool |
         raise SpecstreamError(f"unknown int4 head {head!r}; choose one of {', '.join(HEADS)}")
     if next(model.parameters()).device.type != "cpu":
         raise SpecstreamError("--quantize int4 runs on the CPU; on CUDA use nf4")
-    groups = groups or {}
+    groups = dict(groups or {})
+    head_groups = groups.pop("lm_head", None)  # a file's 8-bit head: (q, scale)
+    head_from_file = head == "q8" and head_groups is not None
     linears = _linears(model)
-    head_from_file = head == "q8" and len(groups.get("lm_head", ())) == 2
     if head != "int4":
-        _set(model, "lm_head", _head(linears.pop("lm_head"), head, groups.get("lm_head") if head_from_file else None, kernel))
+        _set(model, "lm_head", _head(linears.pop("lm_head"), head, head_groups if head_from_file else None, kernel))
     weights = {}
     for key, linear in linears.items():
         if linear.in_features % GROUP:
             raise SpecstreamError(f"int4 needs input sizes that are multiples of {GROUP}; {key} has {linear.in_features}")
-        q, scale, low = groups[key] if len(groups.get(key, ())) == 3 else quantize_groups(linear.weight)
+        q, scale, low = groups[key] if key in groups else quantize_groups(linear.weight)
         bias = None if linear.bias is None else linear.bias.detach().float()
         weights[key] = (q, scale, low, bias)
     fused = 0
@@ -298,7 +293,7 @@ def quantize_model(model, groups: dict[str, tuple] | None = None, kernel: bool |
         _set(model, key, Int4Linear(q, scale, low, bias, kernel=kernel))
     if kernel:
         rowinv.adopt(model)
-    return {"layers": len(linears) + (head != "int4"), "from_file": sum(len(groups.get(k, ())) == 3 for k in linears) + head_from_file,
+    return {"layers": len(linears) + (head != "int4"), "from_file": sum(k in groups for k in linears) + head_from_file,
             "fused": fused, "kernel": kernel, "head": head, "head_from_file": head_from_file}
 
 

@@ -27,7 +27,6 @@ from specstream_core.errors import SpecstreamError
 from specstream_core.model import rowinv
 
 GROUP = 32  # elements per scale (Q8_0's block size)
-_OUT_BLOCK = 4  # the kernel takes output rows 4 at a time
 
 
 class Int8Linear(nn.Module):
@@ -43,22 +42,18 @@ class Int8Linear(nn.Module):
             raise SpecstreamError(f"8-bit weights need groups of {GROUP} along the input (got {tuple(q.shape)})")
         self.in_features, self.out_features = k, n
         self.kernel = rowinv.available() if kernel is None else kernel
-        pad = -n % _OUT_BLOCK
-        q, scale = (torch.cat([t, t[-1:].expand(pad, -1)]) if pad else t for t in (q, scale))
-        q = q.to(torch.int8).reshape(-1, _OUT_BLOCK, k // GROUP, GROUP)  # the kernel's order: [N' / 4, G, 4, 32]
-        self.register_buffer("q8", q.transpose(1, 2).contiguous(), persistent=False)
-        d = scale.float().reshape(-1, _OUT_BLOCK, k // GROUP).transpose(1, 2).contiguous()  # [N' / 4, G, 4]
-        self.register_buffer("d", d, persistent=False)
+        q, scale = rowinv.pad_rows(q.to(torch.int8)), rowinv.pad_rows(scale.float())
+        self.register_buffer("q8", rowinv.to_blocks(q, k // GROUP), persistent=False)  # [N' / 4, G, 4, 32]
+        self.register_buffer("d", rowinv.to_blocks(scale, k // GROUP), persistent=False)  # [N' / 4, G, 4, 1]
         self.register_buffer("bias", None if bias is None else bias.detach().float(), persistent=False)
         self._weight: torch.Tensor | None = None  # the dequantized weight, for the torch path
 
     def groups(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(q, scale) of the layer's N output rows."""
-        n, k = self.out_features, self.in_features
-        return self.q8.transpose(1, 2).reshape(-1, k)[:n], self.d.transpose(1, 2).reshape(-1, k // GROUP)[:n]
+        return rowinv.from_blocks(self.q8, self.out_features), rowinv.from_blocks(self.d, self.out_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.kernel and x.is_cpu and rowinv.enabled() and not (torch.is_grad_enabled() and x.requires_grad):
+        if self.kernel and rowinv.takes(x):
             y = rowinv.linear_q8(x, self.q8, self.d, self.out_features)
         else:
             if self._weight is None:

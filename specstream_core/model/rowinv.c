@@ -402,8 +402,8 @@ DEFINE_QBLOCKS(q8, QG, 1)
 
 /* y[M, N] = x[M, K] W^T for grouped-integer W (above): wq [Np / 4, K / 32, 4, GB] integers, ds [Np / 4, K / 32, 4, S]
  * scales (and low ends), Np = N rounded up to a multiple of 4 (padding rows are computed, not stored). K a
- * multiple of 32. Returns 0. */
-static int linear_q(const q_fn *blocks, int64_t GB, int64_t S, const float *x, int64_t M, int64_t K,
+ * multiple of 32. */
+static void linear_q(const q_fn *blocks, int64_t GB, int64_t S, const float *x, int64_t M, int64_t K,
                     const uint8_t *wq, const float *ds, int64_t N, float *y, int threads) {
   int64_t G = K / QG, nblocks = (N + NB - 1) / NB;
   _Pragma("omp parallel for schedule(static) num_threads(threads)")
@@ -414,18 +414,17 @@ static int linear_q(const q_fn *blocks, int64_t GB, int64_t S, const float *x, i
       blocks[mm](x + m0 * K, K, wq + n0 * G * GB, ds + b * G * NB * S, G, y + m0 * N + n0, N, nn);
     }
   }
-  return 0;
 }
 
-int linear_q4(const float *x, int64_t M, int64_t K, const uint8_t *wq, const float *dm, int64_t N, float *y,
-              int threads) {
-  return linear_q(q4_blocks, QG / 2, 2, x, M, K, wq, dm, N, y, threads);
+void linear_q4(const float *x, int64_t M, int64_t K, const uint8_t *wq, const float *dm, int64_t N, float *y,
+               int threads) {
+  linear_q(q4_blocks, QG / 2, 2, x, M, K, wq, dm, N, y, threads);
 }
 
-int linear_q8(const float *x, int64_t M, int64_t K, const uint8_t *wq, const float *d, int64_t N, float *y,
-              int threads) {
-  return linear_q(q8_blocks, QG, 1, x, M, K, wq, d, N, y, threads);
+void linear_q8(const float *x, int64_t M, int64_t K, const uint8_t *wq, const float *d, int64_t N, float *y,
+               int threads) {
+  linear_q(q8_blocks, QG, 1, x, M, K, wq, d, N, y, threads);
 }
 
-int rowinv_abi(void) { return 6; }
+int rowinv_abi(void) { return 7; }
 int rowinv_lanes(void) { return LANES; }

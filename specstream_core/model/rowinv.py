@@ -117,7 +117,7 @@ def _load():
     lib.rmsnorm_f32.argtypes = [ptr, i64, i64, ptr, ctypes.c_float, ptr]
     lib.rmsnorm_f32.restype = None
     for fn in (lib.linear_q4, lib.linear_q8):
-        fn.argtypes, fn.restype = [ptr, i64, i64, ptr, ptr, i64, ptr, ctypes.c_int], ctypes.c_int
+        fn.argtypes, fn.restype = [ptr, i64, i64, ptr, ptr, i64, ptr, ctypes.c_int], None
     lib.rowinv_lanes.restype = ctypes.c_int
     return lib, ""
 
@@ -163,6 +163,33 @@ def enabled() -> bool:
     return (_lib or library()) is not None and not getattr(_local, "off", False)
 
 
+def takes(x: torch.Tensor) -> bool:
+    """Whether a quantized layer's call on x runs the kernel: CPU rows, not inside `torch_linears()`, and no
+    gradient to carry (the kernel reads data pointers)."""
+    return x.is_cpu and enabled() and not (torch.is_grad_enabled() and x.requires_grad)
+
+
+# ---- the grouped-integer kernels' weight layout (linear_q4, linear_q8) ------------------------------------
+OUT_BLOCK = 4  # output rows per kernel block (rowinv.c's NB)
+
+
+def pad_rows(t: torch.Tensor, multiple: int = OUT_BLOCK) -> torch.Tensor:
+    """t with its last row repeated up to a multiple of `multiple` rows (padding rows are computed, not kept)."""
+    pad = -t.shape[0] % multiple
+    return torch.cat([t, t[-1:].expand(pad, *t.shape[1:])]) if pad else t
+
+
+def to_blocks(t: torch.Tensor, groups: int) -> torch.Tensor:
+    """Per-row data of `groups` groups along the input ([N', groups * b] or [N', groups, b], N' a multiple of
+    4) in the kernels' order: each block's 4 rows interleaved group by group, [N' / 4, groups, 4, b]."""
+    return t.reshape(-1, OUT_BLOCK, groups, t[0].numel() // groups).transpose(1, 2).contiguous()
+
+
+def from_blocks(t: torch.Tensor, n: int) -> torch.Tensor:
+    """The inverse of `to_blocks`: the first n rows, [n, groups * b]."""
+    return t.transpose(1, 2).reshape(-1, t.shape[1] * t.shape[3])[:n]
+
+
 def _rows_and_out(x: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """x as contiguous fp32 rows for the kernel, and an empty fp32 output [..., n] of x's leading shape."""
     rows = x if x.dtype is torch.float32 else x.float()
@@ -175,13 +202,14 @@ def _rows_and_out(x: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def linear_q4(x: torch.Tensor, q4: torch.Tensor, dm: torch.Tensor, n: int) -> torch.Tensor:
     """x W^T for 4-bit W in the kernel's layout (`model/int4.py`: nibbles q4 [N' / 4, K / 32, 4, 16], scales and
-    low ends dm [N' / 4, K / 32, 4, 2]); fp32 activations and sums, row-invariant. The result has x's dtype."""
+    low ends dm [N' / 4, K / 32, 4, 2]: `to_blocks`): each weight made as the fp32 value d q + m, then summed
+    as `linear` sums, so on the same weights it gives `linear`'s result bit for bit. The result has x's dtype."""
     return _linear_q((_lib or library()).linear_q4, x, q4, dm, n)
 
 
 def linear_q8(x: torch.Tensor, q8: torch.Tensor, d: torch.Tensor, n: int) -> torch.Tensor:
     """x W^T for 8-bit W in the kernel's layout (`model/int8_head.py`: signed bytes q8 [N' / 4, K / 32, 4, 32],
-    scales d [N' / 4, K / 32, 4]): each weight made as the fp32 value d q, then summed as `linear` sums.
+    scales d [N' / 4, K / 32, 4, 1]: `to_blocks`): each weight made as the fp32 value d q, then summed as `linear` sums.
     The result has x's dtype."""
     return _linear_q((_lib or library()).linear_q8, x, q8, d, n)
 
