@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from specstream_core import DecodeConfig, Engine, StreamParams
+from specstream_core.errors import SpecstreamError
 from specstream_core.model.chat import encode_prompt
 from specstream_core.training.data import IGNORE
 from specstream_core.training.config import TrainConfig
@@ -145,6 +146,24 @@ def test_cli_uses_the_stream_sets_recommended_tree(tmp_path, capsys):
         assert (meta["topk"], meta["node_budget"], meta["lookup"]) == (topk, budget, lookup)
     fresh = Engine(tiny_model("llama", seed=3), None, StreamParams.fresh(tiny_model("llama", seed=3), gamma=3))
     assert fresh.decode_config().tree_topk == (1, 1, 1)  # no recommendation: a chain, the cheapest tree on a CPU
+
+
+def test_api_decodes_with_the_stream_sets_recommended_draft_unless_told(tmp_path):
+    """DecodeConfig(mode="ss") leaves the draft to the stream set: engine.generate/start/generate_batch use its
+    recorded (fastest measured) tree, budget and lookup; a setting the caller gives wins."""
+    model = tiny_model("llama", seed=3, max_position_embeddings=64)
+    StreamParams.fresh(model, gamma=3, n_stream_layers=2).save(
+        tmp_path / "streams", extra={"decode": {"topk": [2, 1], "node_budget": 5, "lookup": 2}})
+    engine = Engine(model, None, StreamParams.load(str(tmp_path / "streams"), model))
+    ids = [5, 6, 7, 5, 6]
+    for cfg, want in ((DecodeConfig(mode="ss", max_new_tokens=3), ((2, 1), 0.0, 5, 2)),
+                      (DecodeConfig(mode="ss", max_new_tokens=3, tree_topk=(3, 2, 1), lookup=0), ((3, 2, 1), 0.0, 5, 0))):
+        for dec in (engine.start(ids, cfg), engine.start_batch([ids, ids[:3]], cfg)):
+            assert (dec.cfg.tree_topk, dec.cfg.prune_threshold, dec.cfg.node_budget, dec.cfg.lookup) == want
+        assert engine.generate(ids, cfg).token_ids == engine.generate(ids, engine.settle(cfg)).token_ids
+    assert DecodeConfig().tree_topk is None and engine.decode_config().node_budget == 5
+    with pytest.raises(SpecstreamError, match="node budget"):
+        DecodeConfig(node_budget=0)
 
 
 def test_lab_defaults_to_the_stream_sets_recommended_tree(tmp_path):

@@ -9,7 +9,7 @@ import os
 from dataclasses import replace
 
 from specstream_core.bench.runner import engine_method, hf_method
-from specstream_core.decoding.config import DecodeConfig
+from specstream_core.decoding.config import NODE_BUDGET
 from specstream_core.decoding.loop import default_drafter
 
 ABLATIONS = ("gamma", "topk", "ns", "prune", "lookup", "draft")
@@ -36,7 +36,7 @@ def ablation_methods(names_needed, engine, ctx, plan_, load_engine) -> list:
     the tree, drafts) on `engine`, bench's first precision; transformers' baseline on ctx["hf_model"]
     where bench runs it in fp32 beside the engine (`bench._hf_model`)."""
     # the tree ablations vary the streams' own tree: no prompt lookup, no node cap it would need
-    ss_cfg, max_new = replace(ctx["ss_cfg"], lookup=0, node_budget=DecodeConfig.node_budget), ctx["max_new"]
+    ss_cfg, max_new = replace(ctx["ss_cfg"], lookup=0, node_budget=NODE_BUDGET), ctx["max_new"]
     out = [engine_method("ar", engine, ctx["ar_cfg"])]
     if plan_["baseline"] == "hf-greedy":
         out.append(hf_method("hf-greedy", ctx.get("hf_model") or engine.model, max_new))

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from dataclasses import replace
 
 from specstream_core.decoding.config import DecodeConfig, parse_topk
 from specstream_core.errors import SpecstreamError
@@ -74,14 +73,6 @@ def build_config(args) -> DecodeConfig:
                         stop_strings=tuple(args.stop), trace=bool(getattr(args, "trace", None)),
                         attention_layers=layers, no_repeat_ngram_size=args.no_repeat_ngram_size,
                         repetition_penalty=args.repetition_penalty)
-
-
-def with_recommended(cfg: DecodeConfig, args, engine) -> DecodeConfig:
-    """Fill the draft settings the user did not give with the stream set's recommendation."""
-    given = {"tree_topk": args.topk, "prune_threshold": args.prune_threshold, "node_budget": args.node_budget,
-             "lookup": args.lookup}
-    rec = {k: v for k, v in engine.recommended_decode().items() if given.get(k) is None}
-    return replace(cfg, **rec) if rec else cfg
 
 
 def check_model_arguments(args) -> None:

@@ -3,7 +3,7 @@ The loop itself is `loop.py`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specstream_core.decoding.verify import SamplingConfig
 from specstream_core.errors import SpecstreamError
@@ -11,6 +11,10 @@ from specstream_core.errors import SpecstreamError
 MAX_NEW_TOKENS = 4096
 MAX_SEED = 2**63 - 1
 MAX_LOOKUP = 32
+NODE_BUDGET = 64  # most tree nodes per step where neither the caller nor the stream set says
+# The draft settings: None means "the stream set's recommendation" (the fastest measured on its model,
+# `Engine.recommended_decode`), filled in by `Engine.settle` before a decoding starts.
+DRAFT_FIELDS = ("tree_topk", "prune_threshold", "node_budget", "lookup")
 
 
 @dataclass(frozen=True)
@@ -21,10 +25,11 @@ class DecodeConfig:
     top_k: int = 0
     top_p: float = 1.0
     seed: int | None = None
-    tree_topk: tuple[int, ...] = (4, 3, 2, 1)  # candidates per depth (stream j gives depth j)
-    prune_threshold: float = 0.0  # drop subtrees whose transition probability is below this
-    node_budget: int = 64  # most tree nodes per step (root included)
-    lookup: int = 0  # most prompt-lookup tokens grafted onto the streams' tree (0 = streams only)
+    # the draft (None: the stream set's recommendation, see DRAFT_FIELDS)
+    tree_topk: tuple[int, ...] | None = None  # candidates per depth (stream j gives depth j)
+    prune_threshold: float | None = None  # drop subtrees whose transition probability is below this
+    node_budget: int | None = None  # most tree nodes per step (root included)
+    lookup: int | None = None  # most prompt-lookup tokens grafted onto the streams' tree (0 = streams only)
     stop_strings: tuple[str, ...] = ()
     stop_on_eos: bool = True
     trace: bool = False
@@ -45,14 +50,7 @@ class DecodeConfig:
             raise SpecstreamError(f"top_k must be >= 0, got {self.top_k}")
         if not 0.0 < self.top_p <= 1.0:
             raise SpecstreamError(f"top_p must be in (0, 1], got {self.top_p}")
-        if not self.tree_topk or any(k < 1 or k > 16 for k in self.tree_topk):
-            raise SpecstreamError(f"per-depth top-k values must be between 1 and 16, got {list(self.tree_topk)}")
-        if not 0.0 <= self.prune_threshold < 1.0:
-            raise SpecstreamError(f"prune threshold must be in [0, 1), got {self.prune_threshold}")
-        if not 1 <= self.node_budget <= 512:
-            raise SpecstreamError(f"node budget must be between 1 and 512, got {self.node_budget}")
-        if isinstance(self.lookup, bool) or not isinstance(self.lookup, int) or not 0 <= self.lookup <= MAX_LOOKUP:
-            raise SpecstreamError(f"lookup must be an integer between 0 (off) and {MAX_LOOKUP}, got {self.lookup!r}")
+        self._check_draft()
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
                                       or not 0 <= self.seed <= MAX_SEED):
             # torch seeds are 64-bit; batch row i uses seed + i, so leave headroom below 2**64
@@ -68,6 +66,24 @@ class DecodeConfig:
                 or not 0.0 < self.repetition_penalty <= 100.0:
             raise SpecstreamError(f"repetition_penalty must be in (0, 100] (1 = off, > 1 penalizes repeats), "
                                   f"got {self.repetition_penalty!r}")
+
+    def _check_draft(self) -> None:
+        if self.tree_topk is not None and (not self.tree_topk or any(k < 1 or k > 16 for k in self.tree_topk)):
+            raise SpecstreamError(f"per-depth top-k values must be between 1 and 16, got {list(self.tree_topk)}")
+        if self.prune_threshold is not None and not 0.0 <= self.prune_threshold < 1.0:
+            raise SpecstreamError(f"prune threshold must be in [0, 1), got {self.prune_threshold}")
+        if self.node_budget is not None and not 1 <= self.node_budget <= 512:
+            raise SpecstreamError(f"node budget must be between 1 and 512, got {self.node_budget}")
+        if self.lookup is not None and (isinstance(self.lookup, bool) or not isinstance(self.lookup, int)
+                                        or not 0 <= self.lookup <= MAX_LOOKUP):
+            raise SpecstreamError(f"lookup must be an integer between 0 (off) and {MAX_LOOKUP}, got {self.lookup!r}")
+
+    def settled(self, recommended: dict) -> "DecodeConfig":
+        """This config with every draft setting left None taken from `recommended` (DecodeConfig fields),
+        else from the fallbacks: a 4-deep chain, no pruning, NODE_BUDGET nodes, no prompt lookup."""
+        fallback = {"tree_topk": (1, 1, 1, 1), "prune_threshold": 0.0, "node_budget": NODE_BUDGET, "lookup": 0}
+        fill = {k: recommended.get(k, fallback[k]) for k in DRAFT_FIELDS if getattr(self, k) is None}
+        return replace(self, **fill) if fill else self
 
     @property
     def sampling(self) -> SamplingConfig:

@@ -171,10 +171,14 @@ class Engine:
             out["lookup"] = int(stored["lookup"])
         return out
 
+    def settle(self, cfg: DecodeConfig) -> DecodeConfig:
+        """cfg with the draft settings it leaves None (the default) taken from this stream set's
+        recommendation: `DecodeConfig(mode="ss")` decodes with the fastest measured draft."""
+        return cfg.settled(self.recommended_decode())
+
     def decode_config(self, **settings) -> DecodeConfig:
         """A DecodeConfig with this stream set's recommended draft settings; `settings` override them."""
-        return DecodeConfig(**{**self.recommended_decode(), **settings})
-
+        return self.settle(DecodeConfig(**settings))
 
     def start(self, prompt: str | list[int], cfg: DecodeConfig, drafter: Drafter | None = None) -> loop.SingleDecoding:
         """A step-wise decoding of one prompt (`.step()` per forward pass, `.run()` to finish): the loop

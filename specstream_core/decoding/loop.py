@@ -335,6 +335,7 @@ def prepare_prompts(engine, prompts, cfg: DecodeConfig) -> list[list[int]]:
 
 
 def start(engine, prompt, cfg: DecodeConfig, drafter: Drafter | None = None) -> SingleDecoding:
+    cfg = engine.settle(cfg)  # draft settings left None: the stream set's recommendation
     ids = prompt_ids(engine, prompt, cfg)
     if cfg.mode == "ar" or drafter is None:
         drafter = default_drafter(engine, cfg)
@@ -349,6 +350,7 @@ def start_batch(engine, prompts, cfg: DecodeConfig, share_prefix: bool | None = 
     is captured), True = required (error unless all prompts are the same), False = off.
     drafter_factory: row index -> its drafter (ss only; default: the engine's streams).
     """
+    cfg = engine.settle(cfg)  # draft settings left None: the stream set's recommendation
     ids = prepare_prompts(engine, prompts, cfg)
     same = len(ids) > 1 and all(p == ids[0] for p in ids)
     capturing = cfg.trace and bool(cfg.attention_layers)

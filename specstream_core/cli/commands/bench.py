@@ -23,7 +23,7 @@ import warnings
 from dataclasses import asdict
 
 from specstream_core.model import defaults
-from specstream_core.decoding.config import DecodeConfig, parse_topk
+from specstream_core.decoding.config import NODE_BUDGET, DecodeConfig, parse_topk
 from specstream_core.errors import SpecstreamError
 from specstream_core.model.loading import LoadConfig, load_model, resolve_precision
 from specstream_core.cli.args import recommended
@@ -190,7 +190,7 @@ def build_methods(names, engine, precision, ctx, shared_engine=None) -> list:
 
             heads = MedusaHeads.load(ctx["medusa_dir"], engine.model)
             topk = recommended_topk(ctx["medusa_dir"]) or ss_cfg.tree_topk
-            budget = DecodeConfig.node_budget  # the heads' own tree, not the streams' (lookup) budget
+            budget = NODE_BUDGET  # the heads' own tree, not the streams' (lookup) budget
             built.append(engine_method("medusa", engine, ss_cfg,
                                        lambda heads=heads, topk=topk: MedusaDrafter(heads, engine.logits, topk, budget),
                                        extra_params=heads.extra_parameter_count(), tree_nodes=tree_nodes(topk, budget)))
@@ -253,9 +253,9 @@ def _context(args, pl: dict) -> dict:
         if name in pl["methods"] and not have:
             print(f"skipping {name}: no {what}")
     rec = recommended(lossless)
-    topk = parse_topk(args.topk) if args.topk else tuple(rec.get("topk", (4, 3, 2, 1)))
+    topk = parse_topk(args.topk) if args.topk else tuple(rec.get("topk", (1, 1, 1, 1)))
     prune = args.prune_threshold if args.prune_threshold is not None else rec.get("prune_threshold", 0.0)
-    budget = args.node_budget if args.node_budget is not None else rec.get("node_budget", 64)
+    budget = args.node_budget if args.node_budget is not None else rec.get("node_budget", NODE_BUDGET)
     lookup = args.lookup if args.lookup is not None else rec.get("lookup", 0)
     max_new = pl["max_new"]
     ctx = {"max_new": max_new, "base": base, "device": args.device, "ablation_streams": args.ablation_streams,

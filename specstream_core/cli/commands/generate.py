@@ -8,7 +8,7 @@ import sys
 from specstream_core.errors import SpecstreamError
 from specstream_core.model.loading import NOT_EXACT_NOTE
 from specstream_core.cli.args import (add_decode_arguments, add_model_arguments, build_config, check_model_arguments,
-                                      check_output_file, load_engine, with_recommended)
+                                      check_output_file, load_engine)
 
 
 def add_arguments(p) -> None:
@@ -30,7 +30,7 @@ def run(args) -> int:
     if args.trace:
         check_output_file(args.trace, "--trace")  # before decoding: a bad path must not cost the output
     engine = load_engine(args, quiet=args.json)
-    cfg = with_recommended(cfg, args, engine)
+    cfg = engine.settle(cfg)
     result = engine.generate(args.prompt, cfg)
     if cfg.mode == "ss" and not engine.exact and not args.json:
         print("note: " + NOT_EXACT_NOTE.format(precision=engine.precision), file=sys.stderr)

@@ -16,7 +16,7 @@ import sys
 
 from specstream_core.io import pipeline, shard
 from specstream_core.cli.args import (add_decode_arguments, add_model_arguments, build_config, check_model_arguments,
-                                      load_engine, with_recommended)
+                                      load_engine)
 
 
 def add_arguments(p) -> None:
@@ -35,7 +35,7 @@ def run(args) -> int:
 
     def load():
         engine = load_engine(args, quiet=True)
-        recommended["cfg"] = with_recommended(cfg, args, engine)
+        recommended["cfg"] = engine.settle(cfg)
         return engine
 
     if shard.world().size > 1:  # under `accelerate launch` / torchrun: this rank's share, rank 0 merges
