@@ -12,12 +12,13 @@ from functools import lru_cache
 
 import torch
 
-from specstream_core.model import compat, hub, rowinv
+from specstream_core.model import compat, direct_layers, hub, masks, msa, rowinv
 from specstream_core.decoding import loop
 from specstream_core.decoding.config import DecodeConfig, Result
 from specstream_core.decoding.drafters import Drafter
 from specstream_core.model.chat import encode_prompt
 from specstream_core.errors import SpecstreamError
+from specstream_core.model.cache import KVCache
 from specstream_core.model.loading import LoadConfig, load_model, load_tokenizer
 from specstream_core.model.streams import StreamParams, read_stream_config, warn_fresh
 from specstream_core.model.loading import DEFAULT_PRECISION, check_architecture, is_exact
@@ -44,6 +45,7 @@ class Engine:
         self._lm_head = compat.lm_head(model)
         if self.row_exact:
             compat.use_row_exact_attention(model)
+            direct_layers.bind(compat.decoder_layers(model), lambda: _probe(self))
         self._causal_cache: dict[int, torch.Tensor] = {}
         self.token_text = lru_cache(maxsize=65536)(self._token_text)
 
@@ -207,6 +209,26 @@ class Engine:
         if not isinstance(n, int) or n < 1:
             raise SpecstreamError(f"n must be a positive integer, got {n!r}")
         return self.generate_batch([prompt] * n, cfg, share_prefix=n > 1)
+
+
+@torch.inference_mode()
+def _probe(engine: Engine) -> list[torch.Tensor]:
+    """A prompt, then a 3-node chain step carrying the streams (when there are any), as the loop runs
+    them: their outputs, for `direct_layers.bind` to compare with and without direct layer steps."""
+    model, device, streams = engine.model, engine.device, engine.streams
+    n = 8
+    ids = torch.arange(n + 3, device=device)[None] % model.config.vocab_size
+    cache = KVCache.for_model(model, batch=1, capacity=n + 3 * (1 + (streams.cfg.gamma if streams else 0)) + 4)
+    rows = streams.rows if streams is not None else None
+    with compat.row_exact_attention(rows, per_row=False, causal_prompt=True):
+        prompt = msa.forward(model, ids[:, :n], torch.arange(n, device=device)[None],
+                             masks.causal_visibility(n, 1, device), cache=cache)
+    cache.advance(n)
+    carriers = torch.arange(3, device=device)[None] if streams is not None else None
+    with compat.row_exact_attention(rows, per_row=True, kernel=engine.kernel_attention):
+        step = msa.forward(model, ids[:, n:], torch.arange(n, n + 3, device=device)[None],
+                           masks.causal_visibility(3, 1, device), streams=streams, carriers=carriers, cache=cache)
+    return [prompt.main, step.main] + ([step.streams] if step.streams is not None else [])
 
 
 def compat_check(model) -> None:

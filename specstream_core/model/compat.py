@@ -11,9 +11,12 @@ import threading
 from contextlib import contextmanager
 from typing import Callable, NamedTuple
 
+import copy
+
 import torch
 from torch import nn
-import copy
+
+from specstream_core.model import direct_layers
 
 # model_type -> family name shown to users. Each family is covered by the test suite.
 SUPPORTED_MODEL_TYPES = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral"}
@@ -50,7 +53,14 @@ def rotary(model: nn.Module, h: torch.Tensor, position_ids: torch.Tensor):
 
 
 def run_layer(layer: nn.Module, h: torch.Tensor, mask: torch.Tensor | None, pe, cache) -> torch.Tensor:
-    """One decoder layer. `mask` is an additive float mask [B, 1, q, keys] (keys = what the cache returns)."""
+    """One decoder layer. `mask` is an additive float mask [B, 1, q, keys] (keys = what the cache returns).
+    Where the layer has a direct step (`direct_layers`: bound on the row-invariant kernel, checked to give
+    the same result bit for bit), that step runs instead of the module dispatch."""
+    step = direct_layers.step_of(layer)
+    if step is not None:
+        out = step(h, mask, pe, cache)
+        if out is not None:
+            return out
     out = layer(h, attention_mask=mask, position_embeddings=pe, cache=cache)
     return out[0] if isinstance(out, tuple) else out
 

@@ -22,7 +22,7 @@ from dataclasses import asdict
 import torch
 from torch import nn
 
-from specstream_core.model import compat, hub, rowinv
+from specstream_core.model import compat, direct_layers, hub, rowinv
 from specstream_core.model.stream_config import (ADAPTER_TARGETS, CONFIG_NAME, FORMAT_VERSION, LORA_DIR, MAX_GAMMA,  # noqa: F401
                                                  WEIGHTS_NAME, StreamConfig, check_gamma, read_stream_config)
 from specstream_core.errors import SpecstreamError
@@ -130,6 +130,7 @@ class StreamParams(nn.Module):
         device = next(model.parameters()).device
         self.to(device)
         if self.cfg.adapter_rank and not self.adapters:
+            direct_layers.unbind(compat.decoder_layers(model))  # bound to the Linears the adapters now wrap
             layers = compat.decoder_layers(model)
             for li in range(self.cfg.birth_layer, self.cfg.num_layers):
                 for parent_name, parent in (("attn", layers[li].self_attn), ("mlp", layers[li].mlp)):
@@ -152,6 +153,7 @@ class StreamParams(nn.Module):
         model = self._attached_to
         if model is None:
             return
+        direct_layers.unbind(compat.decoder_layers(model))
         layers = compat.decoder_layers(model)
         for key, wrapper in self.adapters.items():
             li, parent_name, name = key.split("_", 2)

@@ -1,0 +1,139 @@
+"""Direct layer steps: a decoder layer's inference step without the module dispatch around it.
+
+A Llama-family decoder layer runs ~15 modules a step (two norms, the attention and its four
+projections, the MLP and its three, the activation) through `nn.Module.__call__`, transformers'
+keyword-argument decorators and its attention lookup. On the row-invariant kernel a one-row step of
+SmolLM2-135M spends ~3 ms of its ~11 in that Python alone (`pass-cost`'s "rest"; a prototype that
+skipped it: 11.2 → 7.7 ms a pass).
+
+A `DirectStep` calls the same modules' `forward` methods, transformers' own `apply_rotary_pos_emb` and
+the attention function the library would pick (`ALL_ATTENTION_FUNCTIONS` under the layer's
+`_attn_implementation`), in the order of transformers' `LlamaDecoderLayer.forward`, and nothing else:
+the same tensors come out. q/k/v and gate/up that are members of one fused int4 call
+(`int4.FusedInt4`) are one call. It is no copy of the modeling code to maintain: `bind` checks each
+model once, by running a prompt and a decoding step both ways and comparing the results bit for bit, and
+leaves the library's own modules in charge wherever they differ (another transformers version, another
+architecture) or wherever a step needs what only the modules do:
+- gradients (training), forward hooks (attention capture), a layer not bound;
+- anything but the engines on the row-invariant kernel (`Engine.row_exact`), which alone bind.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+import torch
+from torch import nn
+
+LAYERS = ("LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer")  # forward of Llama's form
+_ATTR = "_specstream_direct"
+
+
+def _fused_parts(mods: list[nn.Module]):
+    """The one fused int4 call (`int4.FusedInt4`) whose parts (`int4.Int4Part`) the modules are, in
+    order, or None."""
+    groups = [getattr(m, "fused", None) for m in mods]
+    if any(type(m).__name__ != "Int4Part" or not g for m, g in zip(mods, groups)):
+        return None
+    fused = groups[0][0]
+    if any(g[0] is not fused for g in groups) or [(m.start, m.end) for m in mods] != fused.slices:
+        return None
+    return fused
+
+
+class DirectStep:
+    """One decoder layer's inference step: `step(h, mask, pe, cache)` equals `compat.run_layer` on it."""
+
+    def __init__(self, layer: nn.Module):
+        attn, mlp = layer.self_attn, layer.mlp
+        self.layer, self.attn = layer, attn
+        self.norm1, self.norm2 = layer.input_layernorm.forward, layer.post_attention_layernorm.forward
+        self.head_dim, self.layer_idx, self.scaling = attn.head_dim, attn.layer_idx, attn.scaling
+        self.rope = sys.modules[type(attn).__module__].apply_rotary_pos_emb  # the library's own
+        self.qkv = _fused_parts([attn.q_proj, attn.k_proj, attn.v_proj])
+        self.projections = (attn.q_proj.forward, attn.k_proj.forward, attn.v_proj.forward)
+        self.o_proj = attn.o_proj.forward
+        self.gate_up = _fused_parts([mlp.gate_proj, mlp.up_proj])
+        self.gate, self.up, self.down, self.act = mlp.gate_proj.forward, mlp.up_proj.forward, mlp.down_proj.forward, mlp.act_fn
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+        self.functions = ALL_ATTENTION_FUNCTIONS
+
+    def usable(self) -> bool:
+        """The modules would add nothing: no gradients, no hooks (attention capture adds one)."""
+        return not (torch.is_grad_enabled() or self.attn._forward_hooks or self.layer._forward_hooks
+                    or self.layer._forward_pre_hooks)
+
+    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if self.qkv is None:
+            return tuple(p(x) for p in self.projections)
+        y = self.qkv.output(x)
+        return tuple(y[..., a:b] for a, b in self.qkv.slices)
+
+    def _mlp(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gate_up is None:
+            return self.down(self.act(self.gate(x)) * self.up(x))
+        y = self.gate_up.output(x)
+        (a, b), (c, d) = self.gate_up.slices
+        return self.down(self.act(y[..., a:b]) * y[..., c:d])
+
+    def __call__(self, h: torch.Tensor, mask, pe, cache) -> torch.Tensor | None:
+        """The layer's output, or None where its attention is one the library finds otherwise (eager)."""
+        attend = self.functions.get(self.attn.config._attn_implementation)
+        if attend is None:
+            return None
+        # transformers' LlamaDecoderLayer.forward → LlamaAttention.forward → LlamaMLP.forward, step by step
+        x = self.norm1(h)
+        shape = (*x.shape[:-1], -1, self.head_dim)
+        q, k, v = (t.view(shape).transpose(1, 2) for t in self._project(x))
+        q, k = self.rope(q, k, *pe)
+        if cache is not None:
+            k, v = cache.update(k, v, self.layer_idx)
+        out, _ = attend(self.attn, q, k, v, mask, dropout=0.0, scaling=self.scaling, position_ids=None, use_cache=False)
+        h = h + self.o_proj(out.reshape(*x.shape[:-1], -1).contiguous())
+        return h + self._mlp(self.norm2(h))
+
+
+def step_of(layer: nn.Module) -> DirectStep | None:
+    """The layer's bound direct step, when it may run now."""
+    step = getattr(layer, _ATTR, None)
+    return step if step is not None and step.usable() else None
+
+
+def unbind(layers) -> None:
+    for layer in layers:
+        layer.__dict__.pop(_ATTR, None)
+
+
+def bind(layers, check) -> bool:
+    """Give every decoder layer (a model's, all of Llama's form) a direct step, if `check()` finds the outputs
+    unchanged by them: check(run) -> the outputs of a fixed computation, where run() makes the layers
+    take their steps (it is called once with the direct steps and once without, and the two must be
+    equal bit for bit). Returns whether the steps stay bound."""
+    if not layers or any(type(layer).__name__ not in LAYERS or layer.self_attn.config._attn_implementation
+                         not in _functions() for layer in layers):
+        return False
+    try:
+        for layer in layers:
+            layer.__dict__[_ATTR] = DirectStep(layer)
+        direct = check()
+        unbind(layers)
+        library = check()
+        same = len(direct) == len(library) and all(torch.equal(a, b) for a, b in zip(direct, library))
+    except (AttributeError, TypeError, RuntimeError, ValueError) as exc:  # another layout: the modules run
+        unbind(layers)
+        warnings.warn(f"direct layer steps are off for this model ({type(exc).__name__}: {exc})", stacklevel=2)
+        return False
+    if same:
+        for layer in layers:
+            layer.__dict__[_ATTR] = DirectStep(layer)
+    else:
+        warnings.warn("direct layer steps are off for this model: they did not reproduce its layers bit for bit",
+                      stacklevel=2)
+    return same
+
+
+def _functions():
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    return ALL_ATTENTION_FUNCTIONS

@@ -1,0 +1,98 @@
+"""Direct layer steps (model/direct_layers.py): engines on the row-invariant kernel run each decoder layer
+as one function over its own modules, and that must change nothing, bit for bit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specstream_core import DecodeConfig, Engine, StreamParams
+from specstream_core.decoding.engine import _probe
+from specstream_core.model import compat, direct_layers, int4, rowinv
+from tiny_models import prompts, tiny_model
+
+needs_kernel = pytest.mark.skipif(not rowinv.available(), reason=f"kernel unavailable: {rowinv.unavailable_reason()}")
+
+
+def _engine(family: str, precision: str = "fp32") -> Engine:
+    model = tiny_model(family, seed=5, logit_scale=1.0, hidden=128, num_attention_heads=4, num_key_value_heads=2)
+    if precision == "int4":
+        int4.quantize_model(model, kernel=True)
+    else:
+        rowinv.install(model, "rowinv")
+    streams = StreamParams.fresh(model, gamma=3, n_stream_layers=2, adapter_rank=4, seed=1)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in streams.trainable_parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    return Engine(model, None, streams, precision=precision)
+
+
+def _bound(engine) -> int:
+    return sum(direct_layers.step_of(layer) is not None for layer in compat.decoder_layers(engine.model))
+
+
+def _decode(engine) -> list:
+    items = prompts(4, seed=6, max_len=40)
+    out = []
+    for mode, topk, lookup in (("ar", (1,), 0), ("ss", (1, 1, 1), 0), ("ss", (2, 2, 1), 0), ("ss", (1,), 3)):
+        cfg = DecodeConfig(mode=mode, max_new_tokens=12, stop_on_eos=False, tree_topk=topk, lookup=lookup)
+        out.append([engine.generate(ids, cfg).token_ids for ids in items])
+        out.append([r.token_ids for r in engine.generate_batch(items, cfg)])
+    return out
+
+
+@needs_kernel
+@pytest.mark.parametrize("family,precision", [("llama", "fp32"), ("qwen2", "fp32"), ("mistral", "fp32"),
+                                              ("llama", "int4")])
+def test_direct_steps_compute_what_the_modules_compute(family, precision):
+    """Bound on every layer (stream layers and their adapters too); a prompt and a speculative step give the
+    same tensors, and decodings the same tokens, with the steps and without them."""
+    engine = _engine(family, precision)
+    with torch.inference_mode():
+        assert _bound(engine) == engine.model.config.num_hidden_layers
+        direct = _probe(engine), _decode(engine)
+        direct_layers.unbind(compat.decoder_layers(engine.model))
+        assert _bound(engine) == 0
+        library = _probe(engine), _decode(engine)
+    assert all(torch.equal(a, b) for a, b in zip(direct[0], library[0]))
+    assert direct[1] == library[1]
+
+
+@needs_kernel
+def test_a_step_that_differs_is_never_bound(monkeypatch):
+    """The check at binding can fail: a step off by one rounding leaves the modules in charge, and says so."""
+    mlp = direct_layers.DirectStep._mlp
+    monkeypatch.setattr(direct_layers.DirectStep, "_mlp", lambda self, x: mlp(self, x) * (1 + 2 ** -20))
+    with pytest.warns(UserWarning, match="did not reproduce"):
+        engine = _engine("llama")
+    assert _bound(engine) == 0
+
+
+@needs_kernel
+def test_the_modules_run_where_a_step_would_skip_something():
+    """Gradients, forward hooks (attention capture), engines off the kernel, adapters attached later."""
+    engine = _engine("llama")
+    layer = compat.decoder_layers(engine.model)[-1]
+    with torch.no_grad():
+        assert direct_layers.step_of(layer) is not None
+        handle = layer.self_attn.register_forward_hook(lambda *a: None)
+        assert direct_layers.step_of(layer) is None
+        handle.remove()
+    assert direct_layers.step_of(layer) is None  # gradients on
+    ids = prompts(1, seed=6)[0]
+    cfg = DecodeConfig(mode="ss", max_new_tokens=6, stop_on_eos=False, tree_topk=(2, 1), trace=True,
+                       attention_layers=(3,))
+    trace = engine.generate(ids, cfg).trace
+    assert trace["steps"][1]["attention"]  # captured through the module's hook
+    engine.streams.detach()  # the adapters leave: the steps held them
+    with torch.no_grad():
+        assert _bound(engine) == 0
+    model = tiny_model("llama", seed=5)
+    rowinv.install(model, "rowinv")
+    bare = Engine(model, None, None)
+    with torch.no_grad():
+        assert _bound(bare) == model.config.num_hidden_layers
+        StreamParams.fresh(model, gamma=2, n_stream_layers=1, adapter_rank=4)  # wraps Linears the steps hold
+        assert _bound(bare) == 0
+        assert _bound(Engine(tiny_model("llama", seed=5), None, None)) == 0  # torch's Linears: nothing bound
