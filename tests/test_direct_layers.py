@@ -96,3 +96,24 @@ def test_the_modules_run_where_a_step_would_skip_something():
         StreamParams.fresh(model, gamma=2, n_stream_layers=1, adapter_rank=4)  # wraps Linears the steps hold
         assert _bound(bare) == 0
         assert _bound(Engine(tiny_model("llama", seed=5), None, None)) == 0  # torch's Linears: nothing bound
+
+
+@needs_kernel
+def test_rope_store_rotates_as_transformers_and_writes_the_cache_slots():
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+    from tiny_models import tiny_config
+
+    B, q, H, Hkv, D, cap, start = 2, 3, 4, 2, 32, 12, 5
+    g = torch.Generator().manual_seed(0)
+    qkv = torch.randn(B, q, (H + 2 * Hkv) * D, generator=g) * 3
+    positions = torch.randint(0, 200, (B, q), generator=g)
+    cos, sin = LlamaRotaryEmbedding(tiny_config("llama", hidden=H * D, num_attention_heads=H))(qkv, positions)
+    k_buf, v_buf = torch.zeros(B, Hkv, cap, D), torch.zeros(B, Hkv, cap, D)
+    got = rowinv.rope_store(qkv, H, Hkv, cos, sin, k_buf, v_buf, start)
+    split = qkv.split([H * D, Hkv * D, Hkv * D], dim=-1)
+    qs, ks, vs = (t.reshape(B, q, -1, D).transpose(1, 2) for t in split)
+    want_q, want_k = apply_rotary_pos_emb(qs, ks, cos, sin)
+    assert torch.equal(got.transpose(1, 2), want_q)
+    assert torch.equal(k_buf[:, :, start:start + q], want_k) and torch.equal(v_buf[:, :, start:start + q], vs)
+    assert not k_buf[:, :, :start].any() and not v_buf[:, :, start + q:].any()  # nothing else written

@@ -68,6 +68,18 @@ class KVCache:
             v_buf.transpose(1, 2)[rows, slots] = value_states.transpose(1, 2)
         return k_buf[:, :, :end], v_buf[:, :, :end]
 
+    def slots(self, layer_idx: int, q: int):
+        """Where `update` would write q rows of every sequence, for a caller that writes them itself
+        (`rowinv.rope_store`): (keys buffer, values buffer, first slot, end of the view attention reads), or
+        None when sequences differ in length (then only `update` writes)."""
+        start = self.lengths[0]
+        if any(n != start for n in self.lengths):
+            return None
+        end = start + q
+        if end > self.capacity:
+            raise RuntimeError(f"KV cache overflow: need {end} slots, have {self.capacity}")
+        return self.keys[layer_idx], self.values[layer_idx], start, end
+
     def _ragged_slots(self, q: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Row and slot indices of this step's writes ([B, 1], [B, q]); built once per step, not per layer."""
         key = (tuple(self.lengths), q)

@@ -16,12 +16,11 @@ import copy
 import torch
 from torch import nn
 
-from specstream_core.model import direct_layers
-
 # model_type -> family name shown to users. Each family is covered by the test suite.
 SUPPORTED_MODEL_TYPES = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral"}
 # RMSNorm classes whose forward is Llama's: weight * (x.float() * rsqrt(mean(x^2) + variance_epsilon))
 LLAMA_RMS_NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm")
+DIRECT_STEP = "_specstream_direct"  # the attribute under which direct_layers.bind keeps a layer's step
 
 
 def supported_names() -> str:
@@ -56,8 +55,8 @@ def run_layer(layer: nn.Module, h: torch.Tensor, mask: torch.Tensor | None, pe, 
     """One decoder layer. `mask` is an additive float mask [B, 1, q, keys] (keys = what the cache returns).
     Where the layer has a direct step (`direct_layers`: bound on the row-invariant kernel, checked to give
     the same result bit for bit), that step runs instead of the module dispatch."""
-    step = direct_layers.step_of(layer)
-    if step is not None:
+    step = layer.__dict__.get(DIRECT_STEP)
+    if step is not None and step.usable():
         out = step(h, mask, pe, cache)
         if out is not None:
             return out

@@ -26,8 +26,10 @@ import warnings
 import torch
 from torch import nn
 
+from specstream_core.model import compat, rowinv
+
 LAYERS = ("LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer")  # forward of Llama's form
-_ATTR = "_specstream_direct"
+_ATTR = compat.DIRECT_STEP
 
 
 def _fused_parts(mods: list[nn.Module]):
@@ -58,6 +60,11 @@ class DirectStep:
         self.gate, self.up, self.down, self.act = mlp.gate_proj.forward, mlp.up_proj.forward, mlp.down_proj.forward, mlp.act_fn
         from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
         self.functions = ALL_ATTENTION_FUNCTIONS
+        self.heads, self.kv_heads = attn.config.num_attention_heads, attn.config.num_key_value_heads
+        widths = [self.head_dim * n for n in (self.heads, self.kv_heads, self.kv_heads)]
+        # q/k/v in one int4 call whose rows RoPE and the cache write can take in one kernel call
+        self.stores = (self.qkv is not None and rowinv.available() and self.rope is _llama_rope()
+                       and [b - a for a, b in self.qkv.slices] == widths)
 
     def usable(self) -> bool:
         """The modules would add nothing: no gradients, no hooks (attention capture adds one)."""
@@ -69,6 +76,23 @@ class DirectStep:
             return tuple(p(x) for p in self.projections)
         y = self.qkv.output(x)
         return tuple(y[..., a:b] for a, b in self.qkv.slices)
+
+    def _store(self, x: torch.Tensor, pe, cache):
+        """q, k, v as the attention takes them, after one kernel call that rotates q and k and writes k and v
+        into the cache (`rowinv.rope_store`); None where the kernel cannot take this step."""
+        cos, sin = pe
+        where = getattr(cache, "slots", None)
+        if (where is None or x.dtype is not torch.float32 or cos.dtype is not torch.float32
+                or cos.shape[:2] != x.shape[:2] or not (cos.is_contiguous() and sin.is_contiguous())
+                or not rowinv.enabled()):
+            return None
+        where = where(self.layer_idx, x.shape[1])
+        y = self.qkv.output(x)
+        if where is None or not y.is_contiguous():
+            return None
+        k_buf, v_buf, start, end = where
+        q = rowinv.rope_store(y, self.heads, self.kv_heads, cos, sin, k_buf, v_buf, start)
+        return q.transpose(1, 2), k_buf[:, :, :end], v_buf[:, :, :end]
 
     def _mlp(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up is None:
@@ -84,11 +108,15 @@ class DirectStep:
             return None
         # transformers' LlamaDecoderLayer.forward → LlamaAttention.forward → LlamaMLP.forward, step by step
         x = self.norm1(h)
-        shape = (*x.shape[:-1], -1, self.head_dim)
-        q, k, v = (t.view(shape).transpose(1, 2) for t in self._project(x))
-        q, k = self.rope(q, k, *pe)
-        if cache is not None:
-            k, v = cache.update(k, v, self.layer_idx)
+        stored = self._store(x, pe, cache) if self.stores else None
+        if stored is not None:
+            q, k, v = stored
+        else:
+            shape = (*x.shape[:-1], -1, self.head_dim)
+            q, k, v = (t.view(shape).transpose(1, 2) for t in self._project(x))
+            q, k = self.rope(q, k, *pe)
+            if cache is not None:
+                k, v = cache.update(k, v, self.layer_idx)
         out, _ = attend(self.attn, q, k, v, mask, dropout=0.0, scaling=self.scaling, position_ids=None, use_cache=False)
         h = h + self.o_proj(out.reshape(*x.shape[:-1], -1).contiguous())
         return h + self._mlp(self.norm2(h))
@@ -131,6 +159,12 @@ def bind(layers, check) -> bool:
         warnings.warn("direct layer steps are off for this model: they did not reproduce its layers bit for bit",
                       stacklevel=2)
     return same
+
+
+def _llama_rope():
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    return apply_rotary_pos_emb
 
 
 def _functions():

@@ -426,5 +426,38 @@ void linear_q8(const float *x, int64_t M, int64_t K, const uint8_t *wq, const fl
   linear_q(q8_blocks, QG, 1, x, M, K, wq, d, N, y, threads);
 }
 
-int rowinv_abi(void) { return 7; }
+/* ---- RoPE and the cache write -------------------------------------------------------------------------
+ * A step's fused q/k/v rows [B, q, (H + 2 Hkv) D] (qkv, contiguous) out to where attention reads them:
+ * q rotated into q_out [B, q, H, D]; k rotated and v as they are into the cache's slots start .. start + q
+ * of each row (k_cache, v_cache: [B, Hkv, capacity, D] buffers, capacity `cap`). The rotation is
+ * transformers' apply_rotary_pos_emb in fp32, (x * cos) + (rotate_half(x) * sin) with
+ * rotate_half(x) = (-x2, x1): each product and the sum rounded on its own, so never contracted to an fma
+ * (fp-contract off), and bit for bit what its torch ops compute. cos, sin: [B, q, D]. */
+__attribute__((optimize("fp-contract=off")))
+static void rotate(const float *x, const float *c, const float *s, int64_t D, float *out) {
+  int64_t h = D / 2;
+  for (int64_t i = 0; i < h; i++) {
+    float a = x[i] * c[i], b = -x[i + h] * s[i];
+    float e = x[i + h] * c[i + h], f = x[i] * s[i + h];
+    out[i] = a + b;
+    out[i + h] = e + f;
+  }
+}
+
+void rope_store(const float *qkv, int64_t B, int64_t q, int64_t H, int64_t Hkv, int64_t D, const float *cos,
+                const float *sin, float *q_out, float *k_cache, float *v_cache, int64_t cap, int64_t start) {
+  int64_t width = (H + 2 * Hkv) * D;
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t t = 0; t < q; t++) {
+      const float *row = qkv + (b * q + t) * width, *c = cos + (b * q + t) * D, *s = sin + (b * q + t) * D;
+      for (int64_t j = 0; j < H; j++) rotate(row + j * D, c, s, D, q_out + ((b * q + t) * H + j) * D);
+      for (int64_t j = 0; j < Hkv; j++) {
+        int64_t slot = ((b * Hkv + j) * cap + start + t) * D;
+        rotate(row + (H + j) * D, c, s, D, k_cache + slot);
+        memcpy(v_cache + slot, row + (H + Hkv + j) * D, (size_t)D * sizeof(float));
+      }
+    }
+}
+
+int rowinv_abi(void) { return 8; }
 int rowinv_lanes(void) { return LANES; }
