@@ -334,14 +334,20 @@ void rmsnorm_f32(const float *x, int64_t rows, int64_t d, const float *w, float 
 #define QV (QG / LANES) /* vectors per group */
 #if defined(__AVX512F__)
 #define MBQ 6 /* 6 x 4 accumulators + 4 x 2 weights + 1 input: 33 of 32 registers, yet the fastest measured */
-static inline void unpack_q4(const uint8_t *b, vec q[QV]) {
-  __m128i raw = _mm_loadu_si128((const __m128i *)b), low = _mm_set1_epi8(0x0F);
-  q[0] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(raw, low)));
-  q[1] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), low)));
+/* A group's 16 possible weights fma(j, d, m), j = 0..15, in one register; each weight is then looked up by
+ * its nibble (vpermps reads the low 4 bits of each index: the low nibble needs no mask). The same values
+ * as fma(q, d, m) lane by lane, in 5 instructions a group instead of 9. */
+static inline void make_q4(const uint8_t *b, const float *dm, vec w[QV]) {
+  const vec iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  vec table = vfmadd(iota, vset1(dm[0]), vset1(dm[1]));
+  __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)b));
+  w[0] = _mm512_permutexvar_ps(bytes, table);
+  w[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), table);
 }
-static inline void unpack_q8(const uint8_t *b, vec q[QV]) {
-  q[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)b)));
-  q[1] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 16))));
+static inline void make_q8(const uint8_t *b, const float *d, vec w[QV]) {
+  vec dv = vset1(d[0]);
+  w[0] = vmul(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)b))), dv);
+  w[1] = vmul(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 16)))), dv);
 }
 #else
 #define MBQ 4 /* measured: 2 to 6 rows per block differ by a few percent either way on Zen 3 and Zen 4 */
@@ -356,6 +362,16 @@ static inline void unpack_q4(const uint8_t *b, vec q[QV]) { /* bytes 0..7, then 
 }
 static inline void unpack_q8(const uint8_t *b, vec q[QV]) {
   for (int c = 0; c < QV; c++) q[c] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b + 8 * c))));
+}
+static inline void make_q4(const uint8_t *b, const float *dm, vec w[QV]) {
+  unpack_q4(b, w);
+  vec dv = vset1(dm[0]), mv = vset1(dm[1]);
+  for (int c = 0; c < QV; c++) w[c] = vfmadd(w[c], dv, mv);
+}
+static inline void make_q8(const uint8_t *b, const float *d, vec w[QV]) {
+  unpack_q8(b, w);
+  vec dv = vset1(d[0]);
+  for (int c = 0; c < QV; c++) w[c] = vmul(w[c], dv);
 }
 #endif
 
@@ -372,12 +388,7 @@ static inline void unpack_q8(const uint8_t *b, vec q[QV]) {
     for (int64_t g = 0; g < G; g++) {                                                                  \
       const float *dg = ds + g * (S) * NB;                                                             \
       vec w[NB][QV];                                                                                   \
-      for (int j = 0; j < NB; j++) {                                                                   \
-        unpack_##T(wq + (g * NB + j) * (GB), w[j]);                                                    \
-        vec dv = vset1(dg[(S) * j]);                                                                   \
-        for (int c = 0; c < QV; c++)                                                                   \
-          w[j][c] = (S) == 2 ? vfmadd(w[j][c], dv, vset1(dg[(S) * j + 1])) : vmul(w[j][c], dv);        \
-      }                                                                                                \
+      for (int j = 0; j < NB; j++) make_##T(wq + (g * NB + j) * (GB), dg + (S) * j, w[j]);             \
       for (int i = 0; i < MM; i++) {                                                                   \
         const float *xp = x + i * K + g * QG;                                                          \
         for (int c = 0; c < QV; c++) {                                                                 \
