@@ -8,7 +8,7 @@ import torch
 
 from specstream_core import DecodeConfig, Engine, StreamParams
 from specstream_core.decoding.engine import _probe
-from specstream_core.model import compat, direct_layers, int4, rowinv
+from specstream_core.model import compat, direct_layers, int4, rowinv, rowinv_steps
 from tiny_models import prompts, tiny_model
 
 needs_kernel = pytest.mark.skipif(not rowinv.available(), reason=f"kernel unavailable: {rowinv.unavailable_reason()}")
@@ -45,13 +45,20 @@ def _decode(engine) -> list:
 @needs_kernel
 @pytest.mark.parametrize("family,precision", [("llama", "fp32"), ("qwen2", "fp32"), ("mistral", "fp32"),
                                               ("llama", "int4")])
-def test_direct_steps_compute_what_the_modules_compute(family, precision):
+def test_direct_steps_compute_what_the_modules_compute(family, precision, monkeypatch):
     """Bound on every layer (stream layers and their adapters too); a prompt and a speculative step give the
-    same tensors, and decodings the same tokens, with the steps and without them."""
+    same tensors, and decodings the same tokens, with the steps and without them. On int4, the layers without
+    adapters take a single sequence's steps in one kernel call (`rowinv_steps.layer_front_q4`)."""
     engine = _engine(family, precision)
+    calls = []
+    front = rowinv_steps.layer_front_q4
+    monkeypatch.setattr(rowinv_steps, "layer_front_q4", lambda *a, **k: calls.append(1) or front(*a, **k))
     with torch.inference_mode():
         assert _bound(engine) == engine.model.config.num_hidden_layers
+        steps = [layer.__dict__[compat.DIRECT_STEP] for layer in compat.decoder_layers(engine.model)]
+        assert [s.front is not None for s in steps] == [precision == "int4"] * 2 + [False] * 2
         direct = _probe(engine), _decode(engine)
+        assert bool(calls) == (precision == "int4")
         direct_layers.unbind(compat.decoder_layers(engine.model))
         assert _bound(engine) == 0
         library = _probe(engine), _decode(engine)
@@ -60,13 +67,20 @@ def test_direct_steps_compute_what_the_modules_compute(family, precision):
 
 
 @needs_kernel
-def test_a_step_that_differs_is_never_bound(monkeypatch):
-    """The check at binding can fail: a step off by one rounding leaves the modules in charge, and says so."""
-    mlp = direct_layers.DirectStep._mlp
-    monkeypatch.setattr(direct_layers.DirectStep, "_mlp", lambda self, x: mlp(self, x) * (1 + 2 ** -20))
+@pytest.mark.parametrize("precision", ["fp32", "int4"])
+def test_a_step_that_differs_is_never_bound(monkeypatch, precision):
+    """The check at binding can fail: a step off by one rounding (in the Python step, or in the one-call
+    layer of int4) leaves the modules in charge, and says so."""
+    if precision == "int4":
+        front = rowinv_steps.layer_front_q4
+        monkeypatch.setattr(rowinv_steps, "layer_front_q4", lambda *a: (lambda h2, gu: (h2, gu * (1 + 2 ** -20)))(*front(*a)))
+    else:
+        mlp = direct_layers.DirectStep._mlp
+        monkeypatch.setattr(direct_layers.DirectStep, "_mlp", lambda self, x: mlp(self, x) * (1 + 2 ** -20))
     with pytest.warns(UserWarning, match="did not reproduce"):
-        engine = _engine("llama")
-    assert _bound(engine) == 0
+        engine = _engine("llama", precision)
+    with torch.no_grad():
+        assert _bound(engine) == 0
 
 
 @needs_kernel
@@ -110,7 +124,7 @@ def test_rope_store_rotates_as_transformers_and_writes_the_cache_slots():
     positions = torch.randint(0, 200, (B, q), generator=g)
     cos, sin = LlamaRotaryEmbedding(tiny_config("llama", hidden=H * D, num_attention_heads=H))(qkv, positions)
     k_buf, v_buf = torch.zeros(B, Hkv, cap, D), torch.zeros(B, Hkv, cap, D)
-    got = rowinv.rope_store(qkv, H, Hkv, cos, sin, k_buf, v_buf, start)
+    got = rowinv_steps.rope_store(qkv, H, Hkv, cos, sin, k_buf, v_buf, start)
     split = qkv.split([H * D, Hkv * D, Hkv * D], dim=-1)
     qs, ks, vs = (t.reshape(B, q, -1, D).transpose(1, 2) for t in split)
     want_q, want_k = apply_rotary_pos_emb(qs, ks, cos, sin)

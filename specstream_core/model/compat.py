@@ -248,6 +248,17 @@ def _kernel_rows(attend: Callable, query, key, value, mask, scaling) -> torch.Te
     return torch.stack(outs) if len(outs) > 1 else outs[0][None]
 
 
+def kernel_step_keys(module: nn.Module, mask: torch.Tensor | None, B: int, q: int, keys: int):
+    """(the kernel's attention, [(spec, keys)] per row) where this attention module's call in the current
+    decoding step would go through the row-invariant kernel (`_row_exact_forward`), else None: a caller that
+    runs the kernel's attention itself then computes what the module would."""
+    scope: _RowExact | None = getattr(_scope, "row_exact", None)
+    if (scope is None or not scope.per_row or scope.kernel is None
+            or module.config._attn_implementation != ROW_EXACT_ATTENTION):
+        return None
+    return scope.kernel, _kernel_keys(mask, B, q, keys)
+
+
 def _row_exact_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """Attention in which each row of a decoding step is computed over exactly the keys it may see, by
     itself: so a main row computes what a plain one-row pass over the same cache computes, bit for bit,

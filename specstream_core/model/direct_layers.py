@@ -26,7 +26,7 @@ import warnings
 import torch
 from torch import nn
 
-from specstream_core.model import compat, rowinv
+from specstream_core.model import compat, rowinv, rowinv_steps
 
 LAYERS = ("LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer")  # forward of Llama's form
 _ATTR = compat.DIRECT_STEP
@@ -65,6 +65,21 @@ class DirectStep:
         # q/k/v in one int4 call whose rows RoPE and the cache write can take in one kernel call
         self.stores = (self.qkv is not None and rowinv.available() and self.rope is _llama_rope()
                        and [b - a for a, b in self.qkv.slices] == widths)
+        self.front = self._front_weights(layer) if self.stores else None
+
+    def _front_weights(self, layer: nn.Module):
+        """What `rowinv_steps.layer_front_q4` takes of this layer, where it can take the layer: 4-bit q/k/v, o and
+        gate/up without biases on the kernel, row-invariant norms with fp32 weights and one epsilon; else None."""
+        o, norms = layer.self_attn.o_proj, (layer.input_layernorm, layer.post_attention_layernorm)
+        linears = (self.qkv.linear, o, self.gate_up.linear if self.gate_up is not None else None)
+        if (any(type(m).__name__ != "Int4Linear" or m.bias is not None or not m.kernel for m in linears if m is not None)
+                or self.gate_up is None or self.head_dim > 512
+                or not all(isinstance(n, rowinv._RowInvariantNorm) and n.weight.dtype is torch.float32
+                           and n.weight.is_contiguous() for n in norms)
+                or norms[0].variance_epsilon != norms[1].variance_epsilon):
+            return None
+        return ((norms[0].weight, norms[1].weight), float(norms[0].variance_epsilon),
+                *((m.q4, m.dm, m.out_features) for m in linears))
 
     def usable(self) -> bool:
         """The modules would add nothing: no gradients, no hooks (attention capture adds one)."""
@@ -79,7 +94,7 @@ class DirectStep:
 
     def _store(self, x: torch.Tensor, pe, cache):
         """q, k, v as the attention takes them, after one kernel call that rotates q and k and writes k and v
-        into the cache (`rowinv.rope_store`); None where the kernel cannot take this step."""
+        into the cache (`rowinv_steps.rope_store`); None where the kernel cannot take this step."""
         cos, sin = pe
         where = getattr(cache, "slots", None)
         if (where is None or x.dtype is not torch.float32 or cos.dtype is not torch.float32
@@ -91,8 +106,26 @@ class DirectStep:
         if where is None or not y.is_contiguous():
             return None
         k_buf, v_buf, start, end = where
-        q = rowinv.rope_store(y, self.heads, self.kv_heads, cos, sin, k_buf, v_buf, start)
+        q = rowinv_steps.rope_store(y, self.heads, self.kv_heads, cos, sin, k_buf, v_buf, start)
         return q.transpose(1, 2), k_buf[:, :, :end], v_buf[:, :, :end]
+
+    def _front(self, h: torch.Tensor, mask, pe, cache):
+        """(h + attention, the gate/up output) of one sequence's decoding step through `rowinv_steps.layer_front_q4`,
+        where this step's attention goes through the kernel's (`compat.kernel_step_keys`); else None."""
+        cos, sin = pe
+        where = getattr(cache, "slots", None)
+        B, q, _ = h.shape
+        if (where is None or B != 1 or h.dtype is not torch.float32 or not h.is_contiguous()
+                or cos.dtype is not torch.float32 or cos.shape[:2] != h.shape[:2]
+                or not (cos.is_contiguous() and sin.is_contiguous()) or not rowinv.enabled()):
+            return None
+        where = where(self.layer_idx, q)
+        kernel = compat.kernel_step_keys(self.attn, mask, 1, q, where[3]) if where is not None else None
+        if kernel is None or kernel[0] is not rowinv.attend:
+            return None
+        norms, eps, qkv, o, gate_up = self.front
+        return rowinv_steps.layer_front_q4(h, norms, eps, qkv, self.heads, self.kv_heads, pe, where, kernel[1][0],
+                                     self.scaling, o, gate_up)
 
     def _mlp(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up is None:
@@ -107,6 +140,11 @@ class DirectStep:
         if attend is None:
             return None
         # transformers' LlamaDecoderLayer.forward → LlamaAttention.forward → LlamaMLP.forward, step by step
+        fronted = self._front(h, mask, pe, cache) if self.front is not None else None
+        if fronted is not None:  # the attention half in one kernel call; the MLP's activation on
+            h, y = fronted
+            (a, b), (c, d) = self.gate_up.slices
+            return h + self.down(self.act(y[..., a:b]) * y[..., c:d])
         x = self.norm1(h)
         stored = self._store(x, pe, cache) if self.stores else None
         if stored is not None:

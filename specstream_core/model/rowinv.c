@@ -470,5 +470,40 @@ void rope_store(const float *qkv, int64_t B, int64_t q, int64_t H, int64_t Hkv, 
     }
 }
 
-int rowinv_abi(void) { return 8; }
+/* ---- A decoding step's layer, up to its MLP's activation, on 4-bit Linears ------------------------------
+ * What a Llama-form decoder layer computes for one sequence's step (rows q) before the activation of its
+ * MLP, as its modules compute it on this kernel: the same calls in the same order, so the same numbers.
+ *   x = rmsnorm(h, w1); qkv = x Wqkv^T; q and k rotated, k and v stored in the cache (rope_store);
+ *   a = attention over the cache (attend_f32: spec/keys say what each row sees); h2 = h + a Wo^T;
+ *   gu = rmsnorm(h2, w2) Wgu^T.
+ * One call instead of ~25 Python-level operations. h [q, d] in; h2 [q, d], gu [q, n_gu] out. Returns 0, or
+ * -1 (no memory, a head over MAX_D). */
+int layer_front_q4(const float *h, int64_t q, int64_t d, const float *w1, const float *w2, float eps,
+                   const uint8_t *qkv_w, const float *qkv_dm, int64_t H, int64_t Hkv, int64_t D, const float *cos,
+                   const float *sin, float *k_cache, float *v_cache, int64_t cap, int64_t start, const int64_t *spec,
+                   const int64_t *keys, float scaling, const uint8_t *o_w, const float *o_dm, const uint8_t *gu_w,
+                   const float *gu_dm, int64_t n_gu, float *h2, float *gu, int threads) {
+  int64_t n_qkv = (H + 2 * Hkv) * D;
+  float *x = malloc((size_t)(q * d) * sizeof(float)), *qkv = malloc((size_t)(q * n_qkv) * sizeof(float));
+  float *qr = malloc((size_t)(q * H * D) * sizeof(float)), *a = malloc((size_t)(q * H * D) * sizeof(float));
+  float *o = malloc((size_t)(q * d) * sizeof(float));
+  int failed = !x || !qkv || !qr || !a || !o;
+  if (!failed) {
+    rmsnorm_f32(h, q, d, w1, eps, x);
+    linear_q4(x, q, d, qkv_w, qkv_dm, n_qkv, qkv, threads);
+    rope_store(qkv, 1, q, H, Hkv, D, cos, sin, qr, k_cache, v_cache, cap, start);
+    failed = attend_f32(qr, H * D, D, k_cache, D, cap * D, v_cache, D, cap * D, q, H, Hkv, D, spec, keys, scaling, a,
+                        threads);
+  }
+  if (!failed) {
+    linear_q4(a, q, H * D, o_w, o_dm, d, o, threads);
+    for (int64_t i = 0; i < q * d; i++) h2[i] = h[i] + o[i];
+    rmsnorm_f32(h2, q, d, w2, eps, x);
+    linear_q4(x, q, d, gu_w, gu_dm, n_gu, gu, threads);
+  }
+  free(x), free(qkv), free(qr), free(a), free(o);
+  return failed ? -1 : 0;
+}
+
+int rowinv_abi(void) { return 9; }
 int rowinv_lanes(void) { return LANES; }

@@ -120,6 +120,10 @@ def _load():
         fn.argtypes, fn.restype = [ptr, i64, i64, ptr, ptr, i64, ptr, ctypes.c_int], None
     lib.rope_store.argtypes = [ptr, i64, i64, i64, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, i64]
     lib.rope_store.restype = None
+    lib.layer_front_q4.argtypes = [ptr, i64, i64, ptr, ptr, ctypes.c_float, ptr, ptr, i64, i64, i64, ptr, ptr, ptr,
+                                   ptr, i64, i64, ptr, ptr, ctypes.c_float, ptr, ptr, ptr, ptr, i64, ptr, ptr,
+                                   ctypes.c_int]
+    lib.layer_front_q4.restype = ctypes.c_int
     lib.rowinv_lanes.restype = ctypes.c_int
     return lib, ""
 
@@ -276,21 +280,6 @@ class RowInvariantLinear(nn.Linear):
                 and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)) and w.is_contiguous()):
             return linear(x, w, None if b is None else b.detach())  # the kernel reads data pointers: no autograd
         return F.linear(x, w.to(x.dtype), b)  # bf16 weights under fp32 activations: widened
-
-
-def rope_store(qkv: torch.Tensor, heads: int, kv_heads: int, cos: torch.Tensor, sin: torch.Tensor,
-               k_buf: torch.Tensor, v_buf: torch.Tensor, start: int) -> torch.Tensor:
-    """A step's fused q/k/v rows (qkv [B, q, (heads + 2 kv_heads) D], fp32, contiguous) rotated as
-    transformers' apply_rotary_pos_emb rotates them (cos, sin [B, q, D], bit for bit), k and v written into
-    the cache buffers k_buf, v_buf [B, kv_heads, capacity, D] at slots start .. start + q. Returns the rotated
-    queries [B, q, heads, D]."""
-    lib = _lib or library()
-    B, q, width = qkv.shape
-    d = width // (heads + 2 * kv_heads)
-    out = torch.empty(B, q, heads, d)
-    lib.rope_store(qkv.data_ptr(), B, q, heads, kv_heads, d, cos.data_ptr(), sin.data_ptr(), out.data_ptr(),
-                   k_buf.data_ptr(), v_buf.data_ptr(), k_buf.shape[2], start)
-    return out
 
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -1,0 +1,48 @@
+"""The row-invariant kernel's fused steps (rowinv.c), for direct layer steps (`direct_layers`): a layer's RoPE
+and cache write in one call (`rope_store`), and a single sequence's decoding step through a Llama-form layer
+on 4-bit Linears up to its MLP's activation in one call (`layer_front_q4`). Each computes what the modules'
+own calls compute, bit for bit (tests/test_direct_layers.py)."""
+
+from __future__ import annotations
+
+import torch
+
+from specstream_core.model import rowinv
+
+
+def rope_store(qkv: torch.Tensor, heads: int, kv_heads: int, cos: torch.Tensor, sin: torch.Tensor,
+               k_buf: torch.Tensor, v_buf: torch.Tensor, start: int) -> torch.Tensor:
+    """A step's fused q/k/v rows (qkv [B, q, (heads + 2 kv_heads) D], fp32, contiguous) rotated as
+    transformers' apply_rotary_pos_emb rotates them (cos, sin [B, q, D], bit for bit), k and v written into
+    the cache buffers k_buf, v_buf [B, kv_heads, capacity, D] at slots start .. start + q. Returns the rotated
+    queries [B, q, heads, D]."""
+    lib = rowinv.library()
+    B, q, width = qkv.shape
+    d = width // (heads + 2 * kv_heads)
+    out = torch.empty(B, q, heads, d)
+    lib.rope_store(qkv.data_ptr(), B, q, heads, kv_heads, d, cos.data_ptr(), sin.data_ptr(), out.data_ptr(),
+                   k_buf.data_ptr(), v_buf.data_ptr(), k_buf.shape[2], start)
+    return out
+
+
+def layer_front_q4(h: torch.Tensor, norms: tuple[torch.Tensor, torch.Tensor], eps: float, qkv, heads: int,
+                   kv_heads: int, pe, cache_slots, attention: tuple[torch.Tensor, torch.Tensor], scaling: float, o,
+                   gate_up) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """One sequence's decoding step through a Llama-form layer up to its MLP's activation, in one kernel call
+    (rowinv.c's layer_front_q4: rmsnorm, the fused q/k/v call, `rope_store`, `attend`, o, the residual add,
+    rmsnorm, the fused gate/up call, each as the modules call them). h [1, q, d] fp32 contiguous; norms: the
+    two norms' fp32 weights; qkv, o, gate_up: 4-bit (q4, dm, out_features); pe: (cos, sin) [1, q, D];
+    cache_slots: `KVCache.slots`; attention: (spec, keys) as `attend` takes them. Returns (h2 = h + attention
+    output, gate/up output), or None where the kernel declined."""
+    lib = rowinv.library()
+    _, q, d = h.shape
+    head_dim = qkv[2] // (heads + 2 * kv_heads)
+    k_buf, v_buf, start, _ = cache_slots
+    h2, gu = torch.empty(1, q, d), torch.empty(1, q, gate_up[2])
+    (cos, sin), (spec, keys) = pe, attention
+    failed = lib.layer_front_q4(h.data_ptr(), q, d, norms[0].data_ptr(), norms[1].data_ptr(), eps, qkv[0].data_ptr(),
+                                qkv[1].data_ptr(), heads, kv_heads, head_dim, cos.data_ptr(), sin.data_ptr(),
+                                k_buf.data_ptr(), v_buf.data_ptr(), k_buf.shape[2], start, spec.data_ptr(),
+                                keys.data_ptr(), scaling, o[0].data_ptr(), o[1].data_ptr(), gate_up[0].data_ptr(),
+                                gate_up[1].data_ptr(), gate_up[2], h2.data_ptr(), gu.data_ptr(), torch.get_num_threads())
+    return None if failed else (h2, gu)
