@@ -2,7 +2,9 @@
 rest (norms, RoPE, activations, residual adds, the cache, Python: torch's per-op work in transformers'
 own modules, which no roofline counts).
 
-The kernel's entry points (`rowinv.linear`, `rowinv.linear_q4`, `rowinv.linear_q8`, `rowinv.attend`) are
+The kernel's entry points (`rowinv.linear`, `rowinv.linear_q4`, `rowinv.linear_q8`, `rowinv.attend`, and the
+one-call layer front of int4 decoding steps, `rowinv_steps.layer_front_q4`, counted with the Linears: its four
+Linears are most of it, its attention and norms inside it) are
 wrapped with timers for a few extra rounds after `pass-cost` has timed the passes unwrapped; each part is a median over those rounds. Set
 next to the roofline, this says what remains: Linears ÷ their share of the roofline is how close the
 weight reads come to this machine's bandwidth, and the rest is what no kernel call pays for.
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specstream_core.model import rowinv
+from specstream_core.model import rowinv, rowinv_steps
 
 
 @dataclass
@@ -41,14 +43,16 @@ def _timer(fn, spent: dict[str, float], part: str):
 @contextmanager
 def _timed(spent: dict[str, float]):
     """Inside, time spent in the kernel's Linears and attention adds up in `spent`."""
-    kept = {name: getattr(rowinv, name) for name in ("linear", "linear_q4", "linear_q8", "attend")}
-    for name, fn in kept.items():
-        setattr(rowinv, name, _timer(fn, spent, "attention" if name == "attend" else "linears"))
+    kept = [(module, name, getattr(module, name)) for module, names in
+            ((rowinv, ("linear", "linear_q4", "linear_q8", "attend")), (rowinv_steps, ("layer_front_q4",)))
+            for name in names]
+    for module, name, fn in kept:
+        setattr(module, name, _timer(fn, spent, "attention" if name == "attend" else "linears"))
     try:
         yield
     finally:
-        for name, fn in kept.items():
-            setattr(rowinv, name, fn)
+        for module, name, fn in kept:
+            setattr(module, name, fn)
 
 
 def measure_parts(kinds, rounds: int = 5) -> dict[str, Parts]:
