@@ -47,8 +47,9 @@ def _decode(engine) -> list:
                                               ("llama", "int4")])
 def test_direct_steps_compute_what_the_modules_compute(family, precision, monkeypatch):
     """Bound on every layer (stream layers and their adapters too); a prompt and a speculative step give the
-    same tensors, and decodings the same tokens, with the steps and without them. On int4, the layers without
-    adapters take a single sequence's steps in one kernel call (`rowinv_steps.layer_front_q4`)."""
+    same tensors, and decodings the same tokens, with the steps and without them. On int4 every layer, the
+    stream layers with their row adapters too, takes a single sequence's steps in one kernel call
+    (`rowinv_steps.layer_front_q4`)."""
     engine = _engine(family, precision)
     calls = []
     front = rowinv_steps.layer_front_q4
@@ -56,7 +57,7 @@ def test_direct_steps_compute_what_the_modules_compute(family, precision, monkey
     with torch.inference_mode():
         assert _bound(engine) == engine.model.config.num_hidden_layers
         steps = [layer.__dict__[compat.DIRECT_STEP] for layer in compat.decoder_layers(engine.model)]
-        assert [s.front is not None for s in steps] == [precision == "int4"] * 2 + [False] * 2
+        assert [s.front is not None for s in steps] == [precision == "int4"] * 4
         direct = _probe(engine), _decode(engine)
         assert bool(calls) == (precision == "int4")
         direct_layers.unbind(compat.decoder_layers(engine.model))

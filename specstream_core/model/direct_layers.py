@@ -65,21 +65,30 @@ class DirectStep:
         # q/k/v in one int4 call whose rows RoPE and the cache write can take in one kernel call
         self.stores = (self.qkv is not None and rowinv.available() and self.rope is _llama_rope()
                        and [b - a for a, b in self.qkv.slices] == widths)
-        self.front = self._front_weights(layer) if self.stores else None
+        self.front = self._front_weights(layer, widths) if rowinv.available() and self.rope is _llama_rope() else None
 
-    def _front_weights(self, layer: nn.Module):
-        """What `rowinv_steps.layer_front_q4` takes of this layer, where it can take the layer: 4-bit q/k/v, o and
-        gate/up without biases on the kernel, row-invariant norms with fp32 weights and one epsilon; else None."""
-        o, norms = layer.self_attn.o_proj, (layer.input_layernorm, layer.post_attention_layernorm)
-        linears = (self.qkv.linear, o, self.gate_up.linear if self.gate_up is not None else None)
-        if (any(type(m).__name__ != "Int4Linear" or m.bias is not None or not m.kernel for m in linears if m is not None)
-                or self.gate_up is None or self.head_dim > 512
+    def _front_weights(self, layer: nn.Module, widths: list[int]):
+        """What `rowinv_steps.layer_front_q4` takes of this layer, where it can take the layer: 4-bit q/k/v
+        (one fused call), o and gate/up (one fused call) without biases on the kernel, row-invariant norms with
+        fp32 weights and one epsilon, and either no stream-row adapters or all of q/k/v/o/gate/up's on the
+        kernel (`lora_weights`); else None."""
+        attn, mlp = layer.self_attn, layer.mlp
+        wrapped = [attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj]
+        bases = [getattr(m, "base", m) if type(m).__name__ == "StreamRowLoRA" else m for m in wrapped]
+        qkv, gate_up, o = _fused_parts(bases[:3]), _fused_parts(bases[4:]), bases[3]
+        norms = (layer.input_layernorm, layer.post_attention_layernorm)
+        if (qkv is None or gate_up is None or [b - a for a, b in qkv.slices] != widths or self.head_dim > 512
+                or any(type(m).__name__ != "Int4Linear" or m.bias is not None or not m.kernel
+                       for m in (qkv.linear, o, gate_up.linear))
                 or not all(isinstance(n, rowinv._RowInvariantNorm) and n.weight.dtype is torch.float32
                            and n.weight.is_contiguous() for n in norms)
                 or norms[0].variance_epsilon != norms[1].variance_epsilon):
             return None
+        adapters = lora_weights([m for m in wrapped if m is not getattr(m, "base", m)], len(wrapped))
+        if adapters is False:
+            return None
         return ((norms[0].weight, norms[1].weight), float(norms[0].variance_epsilon),
-                *((m.q4, m.dm, m.out_features) for m in linears))
+                *((m.q4, m.dm, m.out_features) for m in (qkv.linear, o, gate_up.linear)), adapters, gate_up.slices)
 
     def usable(self) -> bool:
         """The modules would add nothing: no gradients, no hooks (attention capture adds one)."""
@@ -123,9 +132,12 @@ class DirectStep:
         kernel = compat.kernel_step_keys(self.attn, mask, 1, q, where[3]) if where is not None else None
         if kernel is None or kernel[0] is not rowinv.attend:
             return None
-        norms, eps, qkv, o, gate_up = self.front
+        norms, eps, qkv, o, gate_up, adapters, _ = self.front
+        if adapters is not None:  # stream rows n_main.. get the row adapters' deltas (StreamRowLoRA)
+            n = adapters[2].n_main
+            adapters = (adapters[0], adapters[1], q if n is None else min(n, q))
         return rowinv_steps.layer_front_q4(h, norms, eps, qkv, self.heads, self.kv_heads, pe, where, kernel[1][0],
-                                     self.scaling, o, gate_up)
+                                           self.scaling, o, gate_up, adapters)
 
     def _mlp(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up is None:
@@ -143,7 +155,7 @@ class DirectStep:
         fronted = self._front(h, mask, pe, cache) if self.front is not None else None
         if fronted is not None:  # the attention half in one kernel call; the MLP's activation on
             h, y = fronted
-            (a, b), (c, d) = self.gate_up.slices
+            (a, b), (c, d) = self.front[-1]
             return h + self.down(self.act(y[..., a:b]) * y[..., c:d])
         x = self.norm1(h)
         stored = self._store(x, pe, cache) if self.stores else None
@@ -158,6 +170,22 @@ class DirectStep:
         out, _ = attend(self.attn, q, k, v, mask, dropout=0.0, scaling=self.scaling, position_ids=None, use_cache=False)
         h = h + self.o_proj(out.reshape(*x.shape[:-1], -1).contiguous())
         return h + self._mlp(self.norm2(h))
+
+
+def lora_weights(adapters: list[nn.Module], count: int):
+    """The stream-row adapters (`StreamRowLoRA`) of q, k, v, o, gate and up as `layer_front_q4` takes them:
+    (their A and B weights' addresses in that order, the rank, their row state), or None when the layer has
+    none, or False when they are not all there, on the kernel, of one rank and one row state."""
+    if not adapters:
+        return None
+    weights = [w for m in adapters for w in (m.lora_A, m.lora_B)]
+    rank = adapters[0].lora_A.out_features
+    if (len(adapters) != count or any(m.state is not adapters[0].state or m.lora_A.out_features != rank
+                                      for m in adapters)
+            or not all(isinstance(w, rowinv.RowInvariantLinear) and w.bias is None and w.weight.dtype is torch.float32
+                       and w.weight.is_contiguous() for w in weights)):
+        return False
+    return rowinv_steps.pointers([w.weight for w in weights]), rank, adapters[0].state
 
 
 def step_of(layer: nn.Module) -> DirectStep | None:

@@ -478,12 +478,32 @@ void rope_store(const float *qkv, int64_t B, int64_t q, int64_t H, int64_t Hkv, 
  *   gu = rmsnorm(h2, w2) Wgu^T.
  * One call instead of ~25 Python-level operations. h [q, d] in; h2 [q, d], gu [q, n_gu] out. Returns 0, or
  * -1 (no memory, a head over MAX_D). */
+/* Stream rows n .. q - 1 of y (row stride ld, N columns) += (x A^T) B^T of the same rows of x [q, K]: a row
+ * adapter as StreamRowLoRA computes it (linear_f32 twice, then the add), A [r, K], B [N, r]. */
+static int lora_add(const float *x, int64_t q, int64_t n, int64_t K, const float *A, const float *B, int64_t r,
+                    float *y, int64_t ld, int64_t N, int threads) {
+  int64_t m = q - n;
+  if (m <= 0) return 0;
+  float *t = malloc((size_t)(m * r) * sizeof(float)), *delta = malloc((size_t)(m * N) * sizeof(float));
+  if (t && delta) {
+    linear_f32(x + n * K, m, K, A, r, t, threads);
+    linear_f32(t, m, r, B, N, delta, threads);
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < N; j++) y[(n + i) * ld + j] += delta[i * N + j];
+  }
+  int failed = !t || !delta;
+  free(t), free(delta);
+  return failed ? -1 : 0;
+}
+
 int layer_front_q4(const float *h, int64_t q, int64_t d, const float *w1, const float *w2, float eps,
                    const uint8_t *qkv_w, const float *qkv_dm, int64_t H, int64_t Hkv, int64_t D, const float *cos,
                    const float *sin, float *k_cache, float *v_cache, int64_t cap, int64_t start, const int64_t *spec,
                    const int64_t *keys, float scaling, const uint8_t *o_w, const float *o_dm, const uint8_t *gu_w,
-                   const float *gu_dm, int64_t n_gu, float *h2, float *gu, int threads) {
-  int64_t n_qkv = (H + 2 * Hkv) * D;
+                   const float *gu_dm, int64_t n_gu, float *h2, float *gu, const float *const *lora, int64_t rank,
+                   int64_t n_main, int threads) {
+  int64_t n_qkv = (H + 2 * Hkv) * D, I = n_gu / 2;
+  if (!lora) n_main = q; /* no row adapters: nothing to add */
   float *x = malloc((size_t)(q * d) * sizeof(float)), *qkv = malloc((size_t)(q * n_qkv) * sizeof(float));
   float *qr = malloc((size_t)(q * H * D) * sizeof(float)), *a = malloc((size_t)(q * H * D) * sizeof(float));
   float *o = malloc((size_t)(q * d) * sizeof(float));
@@ -491,19 +511,31 @@ int layer_front_q4(const float *h, int64_t q, int64_t d, const float *w1, const 
   if (!failed) {
     rmsnorm_f32(h, q, d, w1, eps, x);
     linear_q4(x, q, d, qkv_w, qkv_dm, n_qkv, qkv, threads);
+    if (n_main < q) /* q, k, v adapters (lora: A, B of q, k, v, o, gate, up) */
+      failed = lora_add(x, q, n_main, d, lora[0], lora[1], rank, qkv, n_qkv, H * D, threads) ||
+               lora_add(x, q, n_main, d, lora[2], lora[3], rank, qkv + H * D, n_qkv, Hkv * D, threads) ||
+               lora_add(x, q, n_main, d, lora[4], lora[5], rank, qkv + (H + Hkv) * D, n_qkv, Hkv * D, threads);
+  }
+  if (!failed) {
     rope_store(qkv, 1, q, H, Hkv, D, cos, sin, qr, k_cache, v_cache, cap, start);
     failed = attend_f32(qr, H * D, D, k_cache, D, cap * D, v_cache, D, cap * D, q, H, Hkv, D, spec, keys, scaling, a,
                         threads);
   }
   if (!failed) {
     linear_q4(a, q, H * D, o_w, o_dm, d, o, threads);
+    if (n_main < q) failed = lora_add(a, q, n_main, H * D, lora[6], lora[7], rank, o, d, d, threads);
+  }
+  if (!failed) {
     for (int64_t i = 0; i < q * d; i++) h2[i] = h[i] + o[i];
     rmsnorm_f32(h2, q, d, w2, eps, x);
     linear_q4(x, q, d, gu_w, gu_dm, n_gu, gu, threads);
+    if (n_main < q)
+      failed = lora_add(x, q, n_main, d, lora[8], lora[9], rank, gu, n_gu, I, threads) ||
+               lora_add(x, q, n_main, d, lora[10], lora[11], rank, gu + I, n_gu, I, threads);
   }
   free(x), free(qkv), free(qr), free(a), free(o);
   return failed ? -1 : 0;
 }
 
-int rowinv_abi(void) { return 9; }
+int rowinv_abi(void) { return 10; }
 int rowinv_lanes(void) { return LANES; }

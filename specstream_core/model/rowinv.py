@@ -121,8 +121,8 @@ def _load():
     lib.rope_store.argtypes = [ptr, i64, i64, i64, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, i64]
     lib.rope_store.restype = None
     lib.layer_front_q4.argtypes = [ptr, i64, i64, ptr, ptr, ctypes.c_float, ptr, ptr, i64, i64, i64, ptr, ptr, ptr,
-                                   ptr, i64, i64, ptr, ptr, ctypes.c_float, ptr, ptr, ptr, ptr, i64, ptr, ptr,
-                                   ctypes.c_int]
+                                   ptr, i64, i64, ptr, ptr, ctypes.c_float, ptr, ptr, ptr, ptr, i64, ptr, ptr, ptr,
+                                   i64, i64, ctypes.c_int]
     lib.layer_front_q4.restype = ctypes.c_int
     lib.rowinv_lanes.restype = ctypes.c_int
     return lib, ""

@@ -5,9 +5,16 @@ own calls compute, bit for bit (tests/test_direct_layers.py)."""
 
 from __future__ import annotations
 
+import ctypes
+
 import torch
 
 from specstream_core.model import rowinv
+
+
+def pointers(tensors: list[torch.Tensor]):
+    """The tensors' data addresses as a C array (`const float *const *`), for weights that stay in place."""
+    return (ctypes.c_void_p * len(tensors))(*(t.data_ptr() for t in tensors))
 
 
 def rope_store(qkv: torch.Tensor, heads: int, kv_heads: int, cos: torch.Tensor, sin: torch.Tensor,
@@ -27,13 +34,15 @@ def rope_store(qkv: torch.Tensor, heads: int, kv_heads: int, cos: torch.Tensor, 
 
 def layer_front_q4(h: torch.Tensor, norms: tuple[torch.Tensor, torch.Tensor], eps: float, qkv, heads: int,
                    kv_heads: int, pe, cache_slots, attention: tuple[torch.Tensor, torch.Tensor], scaling: float, o,
-                   gate_up) -> tuple[torch.Tensor, torch.Tensor] | None:
+                   gate_up, adapters=None) -> tuple[torch.Tensor, torch.Tensor] | None:
     """One sequence's decoding step through a Llama-form layer up to its MLP's activation, in one kernel call
     (rowinv.c's layer_front_q4: rmsnorm, the fused q/k/v call, `rope_store`, `attend`, o, the residual add,
     rmsnorm, the fused gate/up call, each as the modules call them). h [1, q, d] fp32 contiguous; norms: the
     two norms' fp32 weights; qkv, o, gate_up: 4-bit (q4, dm, out_features); pe: (cos, sin) [1, q, D];
-    cache_slots: `KVCache.slots`; attention: (spec, keys) as `attend` takes them. Returns (h2 = h + attention
-    output, gate/up output), or None where the kernel declined."""
+    cache_slots: `KVCache.slots`; attention: (spec, keys) as `attend` takes them; adapters: None, or (`pointers`
+    of the stream-row adapters' A and B weights of q, k, v, o, gate, up; their rank; the first stream row):
+    rows from there on get each adapter's delta as StreamRowLoRA adds it. Returns (h2 = h + attention output,
+    gate/up output), or None where the kernel declined."""
     lib = rowinv.library()
     _, q, d = h.shape
     head_dim = qkv[2] // (heads + 2 * kv_heads)
@@ -44,5 +53,6 @@ def layer_front_q4(h: torch.Tensor, norms: tuple[torch.Tensor, torch.Tensor], ep
                                 qkv[1].data_ptr(), heads, kv_heads, head_dim, cos.data_ptr(), sin.data_ptr(),
                                 k_buf.data_ptr(), v_buf.data_ptr(), k_buf.shape[2], start, spec.data_ptr(),
                                 keys.data_ptr(), scaling, o[0].data_ptr(), o[1].data_ptr(), gate_up[0].data_ptr(),
-                                gate_up[1].data_ptr(), gate_up[2], h2.data_ptr(), gu.data_ptr(), torch.get_num_threads())
+                                gate_up[1].data_ptr(), gate_up[2], h2.data_ptr(), gu.data_ptr(),
+                                *(adapters if adapters is not None else (None, 0, q)), torch.get_num_threads())
     return None if failed else (h2, gu)
