@@ -16,7 +16,7 @@ from specstream_core.errors import SpecstreamError
 
 DEFAULT_PATH = os.path.join(defaults.ROOT, "docs", "bench", "latest.json")
 PASS_COST_PATH = os.path.join(defaults.ROOT, "docs", "bench", "pass-cost.json")
-PASS_COST_COMMAND = ("python -m specstream_core pass-cost --precisions bf16,fp32,int4 --threads 1 --repeats 20 "
+PASS_COST_COMMAND = ("python -m specstream_core pass-cost --precisions int4,bf16,fp32 --threads 1 --repeats 20 "
                      "--json docs/bench/pass-cost.json --markdown docs/bench/pass-cost.md --plots docs/bench/")
 COMMAND = ("python -m specstream_core bench --methods ar,hf-greedy,hf-pld,pld,medusa,ss-lossless --n 5 --max-new-tokens 64 "
            "--threads 1 --ablations gamma --ablation-categories 8 --ablation-n 1 --precisions fp32 "
