@@ -158,7 +158,7 @@ class DirectStep:
             return None
         # transformers' LlamaDecoderLayer.forward → LlamaAttention.forward → LlamaMLP.forward, step by step
         fronted = self._front(h, mask, pe, cache) if self.front is not None else None
-        if fronted is not None:  # the attention half in one kernel call; the MLP's activation on
+        if fronted is not None:  # up to the MLP's activation in one kernel call; the rest as the modules do it
             h, y = fronted
             (a, b), (c, d) = self.front[-1]
             return h + self.down(self.act(y[..., a:b]) * y[..., c:d])
