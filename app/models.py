@@ -2,7 +2,7 @@
 
 Visitors pick a model by name; paths and hub ids come only from the host:
   - the default model, SmolLM2-135M-Instruct (`specstream_core.model.default_model`), with the stream sets
-    in assets/smollm2/ when present;
+    in assets/smollm2/ when present, at the default precision and in fp32 (`fp32_twin`);
   - SPECSTREAM_MODELS: JSON, or a path to a JSON file, mapping name -> spec:
         {"tiny": {"base": "/models/tiny", "streams": "/models/tiny/streams", "precision": "fp32"},
          "qwen-nf4": {"base": "Qwen/Qwen2.5-0.5B", "streams": {"lossless": "/adapters/qwen-ll"},
@@ -24,7 +24,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from specstream_core.model import defaults
 from specstream_core.model.loading import DEFAULT_PRECISION
@@ -115,14 +115,24 @@ def bundled_spec() -> ModelSpec | None:
     return ModelSpec(default_model.NAME, base, streams)
 
 
+def fp32_twin(spec: ModelSpec) -> ModelSpec:
+    """The same model and streams in fp32, offered beside the default precision to show the method's
+    trade-off on a CPU: in fp32 a pass is bound by reading the weights and speculative streaming pays
+    (1.26× plain decoding on the default model), in int4 every row's fp32 multiply is the bound and the
+    same τ does not (0.92×; docs/BENCHMARKS.md, "Where speculative streaming pays")."""
+    return replace(spec, name=f"{spec.name} · fp32", precision="fp32")
+
+
 def available_specs(env=None) -> dict[str, ModelSpec]:
-    """Bundled model first, then the host's allow-list (SPECSTREAM_DEFAULT_MODEL may name another to put
+    """Bundled model first (and its fp32 twin), then the host's allow-list (SPECSTREAM_DEFAULT_MODEL may name another to put
     first). A broken allow-list is logged, not fatal."""
     env = os.environ if env is None else env
     specs = {}
     bundled = bundled_spec()
     if bundled is not None:
         specs[bundled.name] = bundled
+        twin = fp32_twin(bundled)
+        specs[twin.name] = twin
     try:
         specs.update(parse_specs(env.get("SPECSTREAM_MODELS", "")))
     except SpecstreamError as exc:

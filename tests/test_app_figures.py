@@ -370,6 +370,20 @@ def test_model_allow_list(lab_dir, tmp_path):
     assert "x" not in available_specs({"SPECSTREAM_MODELS": "{oops"})  # logged, not fatal
 
 
+def test_the_bundled_model_comes_with_an_fp32_twin(monkeypatch):
+    """The default model at its default precision first, then the same model and streams in fp32 (where
+    the method pays on a CPU), then the allow-list."""
+    from app import models
+
+    bundled = models.ModelSpec("Bundled", "/base", {"lossless": "/streams"})
+    monkeypatch.setattr(models, "bundled_spec", lambda: bundled)
+    specs = models.available_specs({"SPECSTREAM_MODELS": json.dumps({"x": {"base": "org/model"}})})
+    assert list(specs) == ["Bundled", "Bundled · fp32", "x"]
+    twin = specs["Bundled · fp32"]
+    assert (twin.base, twin.streams, twin.precision) == ("/base", {"lossless": "/streams"}, "fp32")
+    assert specs["Bundled"].precision == bundled.precision
+
+
 @pytest.mark.parametrize("entry,needle", [
     ({"streams": "/a"}, "needs a 'base'"),
     ({"base": "b", "streams": {"fast": "/a"}}, "streams must be"),
