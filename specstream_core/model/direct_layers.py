@@ -111,7 +111,7 @@ class DirectStep:
         into the cache (`rowinv_steps.rope_store`); None where the kernel cannot take this step."""
         cos, sin = pe
         where = getattr(cache, "slots", None)
-        if (where is None or x.dtype is not torch.float32 or cos.dtype is not torch.float32
+        if (where is None or not x.is_cpu or x.dtype is not torch.float32 or cos.dtype is not torch.float32
                 or cos.shape[:2] != x.shape[:2] or not (cos.is_contiguous() and sin.is_contiguous())
                 or not rowinv.enabled()):
             return None
@@ -129,7 +129,7 @@ class DirectStep:
         cos, sin = pe
         where = getattr(cache, "slots", None)
         B, q, _ = h.shape
-        if (where is None or B != 1 or h.dtype is not torch.float32 or not h.is_contiguous()
+        if (where is None or B != 1 or not h.is_cpu or h.dtype is not torch.float32 or not h.is_contiguous()
                 or cos.dtype is not torch.float32 or cos.shape[:2] != h.shape[:2]
                 or not (cos.is_contiguous() and sin.is_contiguous()) or not rowinv.enabled()):
             return None
