@@ -26,6 +26,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
+from specstream_core.decoding.config import NODE_BUDGET
 from specstream_core.model import defaults
 from specstream_core.model.loading import DEFAULT_PRECISION
 from specstream_core.errors import SpecstreamError
@@ -165,7 +166,7 @@ def recommended_for(spec: ModelSpec | None, mode: str) -> dict:
     """The draft settings the stream set records as fastest ({"topk", "prune_threshold", "node_budget",
     "lookup"});
     a chain as deep as the streams when it records none (the cheapest tree on a CPU)."""
-    out = {"topk": [1] * 4, "prune_threshold": 0.0, "node_budget": 64, "lookup": 0}
+    out = {"topk": [1] * 4, "prune_threshold": 0.0, "node_budget": NODE_BUDGET, "lookup": 0}
     if spec is None:
         return out
     directory = spec.streams.get(mode)

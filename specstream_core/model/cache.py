@@ -54,31 +54,34 @@ class KVCache:
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
         # key_states: [B, H_kv, q, D], already rotated
         q = key_states.shape[2]
-        end = self.max_length + q
-        if end > self.capacity:
-            raise RuntimeError(f"KV cache overflow: need {end} slots, have {self.capacity}")
+        where = self.slots(layer_idx, q)
+        if where is not None:  # every row after the same prefix: one slice write per tensor
+            k_buf, v_buf, start, end = where
+            k_buf[:, :, start:end] = key_states
+            v_buf[:, :, start:end] = value_states
+            return k_buf[:, :, :end], v_buf[:, :, :end]
+        end = self._end(q)
         k_buf, v_buf = self.keys[layer_idx], self.values[layer_idx]
-        if all(n == self.lengths[0] for n in self.lengths):
-            start = self.lengths[0]
-            k_buf[:, :, start:start + q] = key_states
-            v_buf[:, :, start:start + q] = value_states
-        else:  # ragged batch: each row writes after its own prefix, one indexed write per tensor
-            rows, slots = self._ragged_slots(q)  # [B, 1], [B, q]
-            k_buf.transpose(1, 2)[rows, slots] = key_states.transpose(1, 2)  # [B, q, H_kv, D] into [B, cap, H_kv, D]
-            v_buf.transpose(1, 2)[rows, slots] = value_states.transpose(1, 2)
+        rows, slots = self._ragged_slots(q)  # ragged batch: each row after its own prefix, [B, 1], [B, q]
+        k_buf.transpose(1, 2)[rows, slots] = key_states.transpose(1, 2)  # [B, q, H_kv, D] into [B, cap, H_kv, D]
+        v_buf.transpose(1, 2)[rows, slots] = value_states.transpose(1, 2)
         return k_buf[:, :, :end], v_buf[:, :, :end]
 
     def slots(self, layer_idx: int, q: int):
-        """Where `update` would write q rows of every sequence, for a caller that writes them itself
-        (`rowinv.rope_store`): (keys buffer, values buffer, first slot, end of the view attention reads), or
-        None when sequences differ in length (then only `update` writes)."""
+        """Where q new rows of every sequence go when all sequences share a length (`update`'s slice write,
+        or a caller that writes them itself: `rowinv_steps.rope_store`): (keys buffer, values buffer, first
+        slot, end of the view attention reads); None for a ragged batch."""
         start = self.lengths[0]
         if any(n != start for n in self.lengths):
             return None
-        end = start + q
+        return self.keys[layer_idx], self.values[layer_idx], start, self._end(q)
+
+    def _end(self, q: int) -> int:
+        """End of the view a step of q rows attends over: the longest prefix + q (checked against capacity)."""
+        end = self.max_length + q
         if end > self.capacity:
             raise RuntimeError(f"KV cache overflow: need {end} slots, have {self.capacity}")
-        return self.keys[layer_idx], self.values[layer_idx], start, end
+        return end
 
     def _ragged_slots(self, q: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Row and slot indices of this step's writes ([B, 1], [B, q]); built once per step, not per layer."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -49,6 +50,17 @@ def _fused_parts(mods: list[nn.Module]):
     return fused
 
 
+class _Front(NamedTuple):
+    """What `rowinv_steps.layer_front_q4` takes of one layer (`DirectStep._front_weights`)."""
+    norms: tuple[torch.Tensor, torch.Tensor]  # the two norms' fp32 weights
+    eps: float
+    qkv: tuple  # (q4, dm, out_features) of the fused q/k/v call
+    o: tuple  # ... of o
+    gate_up: tuple  # ... of the fused gate/up call
+    adapters: tuple | None  # `lora_weights`
+    slices: list  # gate's and up's columns of the gate/up output
+
+
 class DirectStep:
     """One decoder layer's inference step: `step(h, mask, pe, cache)` equals `compat.run_layer` on it."""
 
@@ -63,16 +75,19 @@ class DirectStep:
         self.o_proj = attn.o_proj.forward
         self.gate_up = _fused_parts([mlp.gate_proj, mlp.up_proj])
         self.gate, self.up, self.down, self.act = mlp.gate_proj.forward, mlp.up_proj.forward, mlp.down_proj.forward, mlp.act_fn
-        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-        self.functions = ALL_ATTENTION_FUNCTIONS
+        self.functions = _functions()
         self.heads, self.kv_heads = attn.config.num_attention_heads, attn.config.num_key_value_heads
-        widths = [self.head_dim * n for n in (self.heads, self.kv_heads, self.kv_heads)]
+        self.widths = [self.head_dim * n for n in (self.heads, self.kv_heads, self.kv_heads)]
+        kernel_rope = rowinv.available() and self.rope is _llama_rope()  # what rope_store computes
         # q/k/v in one int4 call whose rows RoPE and the cache write can take in one kernel call
-        self.stores = (self.qkv is not None and rowinv.available() and self.rope is _llama_rope()
-                       and [b - a for a, b in self.qkv.slices] == widths)
-        self.front = self._front_weights(layer, widths) if rowinv.available() and self.rope is _llama_rope() else None
+        self.stores = kernel_rope and self._stacked(self.qkv)
+        self.front = self._front_weights(layer) if kernel_rope else None
 
-    def _front_weights(self, layer: nn.Module, widths: list[int]):
+    def _stacked(self, qkv) -> bool:
+        """A fused q/k/v call whose rows are q's, k's and v's heads in order (what the kernel steps read)."""
+        return qkv is not None and [b - a for a, b in qkv.slices] == self.widths
+
+    def _front_weights(self, layer: nn.Module) -> "_Front | None":
         """What `rowinv_steps.layer_front_q4` takes of this layer, where it can take the layer: 4-bit q/k/v
         (one fused call), o and gate/up (one fused call) without biases on the kernel, row-invariant norms with
         fp32 weights and one epsilon, and either no stream-row adapters or all of q/k/v/o/gate/up's on the
@@ -82,7 +97,7 @@ class DirectStep:
         bases = [getattr(m, "base", m) if type(m).__name__ == "StreamRowLoRA" else m for m in wrapped]
         qkv, gate_up, o = _fused_parts(bases[:3]), _fused_parts(bases[4:]), bases[3]
         norms = (layer.input_layernorm, layer.post_attention_layernorm)
-        if (qkv is None or gate_up is None or [b - a for a, b in qkv.slices] != widths or self.head_dim > 512
+        if (not self._stacked(qkv) or gate_up is None or self.head_dim > 512
                 or any(type(m).__name__ != "Int4Linear" or m.bias is not None or not m.kernel
                        for m in (qkv.linear, o, gate_up.linear))
                 or not all(isinstance(n, rowinv._RowInvariantNorm) and n.weight.dtype is torch.float32
@@ -92,8 +107,9 @@ class DirectStep:
         adapters = lora_weights([m for m in wrapped if m is not getattr(m, "base", m)], len(wrapped))
         if adapters is False:
             return None
-        return ((norms[0].weight, norms[1].weight), float(norms[0].variance_epsilon),
-                *((m.q4, m.dm, m.out_features) for m in (qkv.linear, o, gate_up.linear)), adapters, gate_up.slices)
+        return _Front((norms[0].weight, norms[1].weight), float(norms[0].variance_epsilon),
+                      *((m.q4, m.dm, m.out_features) for m in (qkv.linear, o, gate_up.linear)), adapters,
+                      gate_up.slices)
 
     def usable(self) -> bool:
         """The modules would add nothing: no gradients, no hooks (attention capture adds one)."""
@@ -106,43 +122,43 @@ class DirectStep:
         y = self.qkv.output(x)
         return tuple(y[..., a:b] for a, b in self.qkv.slices)
 
-    def _store(self, x: torch.Tensor, pe, cache):
-        """q, k, v as the attention takes them, after one kernel call that rotates q and k and writes k and v
-        into the cache (`rowinv_steps.rope_store`); None where the kernel cannot take this step."""
+    def _slots(self, x: torch.Tensor, pe, cache):
+        """Where this step's k and v go in the cache (`KVCache.slots`), when the kernel steps can take it: fp32
+        CPU rows, fp32 RoPE tables for every row, a cache whose sequences share a length, the kernel on."""
         cos, sin = pe
-        where = getattr(cache, "slots", None)
-        if (where is None or not x.is_cpu or x.dtype is not torch.float32 or cos.dtype is not torch.float32
+        slots = getattr(cache, "slots", None)
+        if (slots is None or not x.is_cpu or x.dtype is not torch.float32 or cos.dtype is not torch.float32
                 or cos.shape[:2] != x.shape[:2] or not (cos.is_contiguous() and sin.is_contiguous())
                 or not rowinv.enabled()):
             return None
-        where = where(self.layer_idx, x.shape[1])
-        y = self.qkv.output(x)
-        if where is None or not y.is_contiguous():
+        return slots(self.layer_idx, x.shape[1])
+
+    def _store(self, x: torch.Tensor, pe, cache):
+        """q, k, v as the attention takes them, after one kernel call that rotates q and k and writes k and v
+        into the cache (`rowinv_steps.rope_store`); None where the kernel cannot take this step."""
+        where = self._slots(x, pe, cache)
+        if where is None:
             return None
         k_buf, v_buf, start, end = where
-        q = rowinv_steps.rope_store(y, self.heads, self.kv_heads, cos, sin, k_buf, v_buf, start)
+        q = rowinv_steps.rope_store(self.qkv.output(x).contiguous(), self.heads, self.kv_heads, *pe, k_buf, v_buf,
+                                    start)
         return q.transpose(1, 2), k_buf[:, :, :end], v_buf[:, :, :end]
 
     def _front(self, h: torch.Tensor, mask, pe, cache):
         """(h + attention, the gate/up output) of one sequence's decoding step through `rowinv_steps.layer_front_q4`,
         where this step's attention goes through the kernel's (`compat.kernel_step_keys`); else None."""
-        cos, sin = pe
-        where = getattr(cache, "slots", None)
         B, q, _ = h.shape
-        if (where is None or B != 1 or not h.is_cpu or h.dtype is not torch.float32 or not h.is_contiguous()
-                or cos.dtype is not torch.float32 or cos.shape[:2] != h.shape[:2]
-                or not (cos.is_contiguous() and sin.is_contiguous()) or not rowinv.enabled()):
-            return None
-        where = where(self.layer_idx, q)
+        where = self._slots(h, pe, cache) if B == 1 and h.is_contiguous() else None
         kernel = compat.kernel_step_keys(self.attn, mask, 1, q, where[3]) if where is not None else None
         if kernel is None or kernel[0] is not rowinv.attend:
             return None
-        norms, eps, qkv, o, gate_up, adapters, _ = self.front
+        f = self.front
+        adapters = f.adapters
         if adapters is not None:  # stream rows n_main.. get the row adapters' deltas (StreamRowLoRA)
             n = adapters[2].n_main
             adapters = (adapters[0], adapters[1], q if n is None else min(n, q))
-        return rowinv_steps.layer_front_q4(h, norms, eps, qkv, self.heads, self.kv_heads, pe, where, kernel[1][0],
-                                           self.scaling, o, gate_up, adapters)
+        return rowinv_steps.layer_front_q4(h, f.norms, f.eps, f.qkv, self.heads, self.kv_heads, pe, where, kernel[1][0],
+                                           self.scaling, f.o, f.gate_up, adapters)
 
     def _mlp(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up is None:
@@ -160,7 +176,7 @@ class DirectStep:
         fronted = self._front(h, mask, pe, cache) if self.front is not None else None
         if fronted is not None:  # up to the MLP's activation in one kernel call; the rest as the modules do it
             h, y = fronted
-            (a, b), (c, d) = self.front[-1]
+            (a, b), (c, d) = self.front.slices
             return h + self.down(self.act(y[..., a:b]) * y[..., c:d])
         x = self.norm1(h)
         stored = self._store(x, pe, cache) if self.stores else None
@@ -213,8 +229,9 @@ def bind(layers, check) -> bool:
                          not in _functions() for layer in layers):
         return False
     try:
-        for layer in layers:
-            layer.__dict__[_ATTR] = DirectStep(layer)
+        steps = [DirectStep(layer) for layer in layers]
+        for layer, step in zip(layers, steps):
+            layer.__dict__[_ATTR] = step
         direct = check()
         unbind(layers)
         library = check()
@@ -224,8 +241,8 @@ def bind(layers, check) -> bool:
         warnings.warn(f"direct layer steps are off for this model ({type(exc).__name__}: {exc})", stacklevel=2)
         return False
     if same:
-        for layer in layers:
-            layer.__dict__[_ATTR] = DirectStep(layer)
+        for layer, step in zip(layers, steps):
+            layer.__dict__[_ATTR] = step
     else:
         warnings.warn("direct layer steps are off for this model: they did not reproduce its layers bit for bit",
                       stacklevel=2)
