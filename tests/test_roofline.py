@@ -1,6 +1,7 @@
 """The roofline of a pass: bytes and flops counted from the model's shape, limits from a machine."""
 
-from specstream_core.bench.roofline import Machine, layer_parameters, measure_machine, pass_limit
+from specstream_core.bench.roofline import Machine, fma_gflops, layer_parameters, measure_machine, pass_limit
+from specstream_core.model import rowinv
 from tiny_models import tiny_config
 
 
@@ -28,3 +29,13 @@ def test_more_rows_cost_arithmetic_not_bytes_and_draft_vocab_cuts_head_flops():
 def test_measure_machine_gives_positive_rates():
     m = measure_machine(buffer_mb=8, matmul=128, repeats=2)
     assert m.bandwidth_gbs > 0 and m.peak_gflops > 0 and m.dtype == "float32"
+    assert m.peak_gflops == max(m.matmul_gflops, m.fma_gflops) and m.matmul_gflops > 0
+
+
+def test_the_arithmetic_roof_is_the_vector_units_fma_rate_where_the_kernel_builds():
+    if not rowinv.available():
+        assert fma_gflops(1, repeats=1, steps=1000) == 0.0
+        return
+    one = fma_gflops(1, repeats=3, steps=200_000)
+    # 12 chains x lanes x 2 flops a step: at least one vector FMA every 4 ns on any AVX2 core
+    assert one > 2 * rowinv.library().rowinv_lanes() * 0.25

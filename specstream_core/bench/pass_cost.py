@@ -219,13 +219,19 @@ def markdown(runs: list[dict]) -> str:
                          f"{roof_cells} |")
         machine = st.get("machine")
         if machine:
-            parts.append(f"\nRoofline: this machine read {machine['bandwidth_gbs']:.1f} GB/s and multiplied "
-                         f"{machine['peak_gflops']:.0f} GFLOP/s ({machine['dtype']}, {st['threads']} thread(s)); a pass "
-                         "reads every weight and the cached keys/values once, and multiplies each weight by every row "
-                         "that passes through it (bench/roofline.py).")
+            parts.append(f"\nRoofline: this machine read {machine['bandwidth_gbs']:.1f} GB/s and multiplies at most "
+                         f"{machine['peak_gflops']:.0f} GFLOP/s ({machine['dtype']}, {st['threads']} thread(s){_peaks(machine)});"
+                         " a pass reads every weight and the cached keys/values once, and multiplies each weight by "
+                         "every row that passes through it (bench/roofline.py).")
         parts.extend(_parts_table(run["passes"]))
         parts.append("")
     return "\n".join(parts)
+
+
+def _peaks(machine: dict) -> str:
+    """Which arithmetic roof the peak is: the vector units' FMA rate, torch's matmul, or both named."""
+    fma, mm = machine.get("fma_gflops", 0.0), machine.get("matmul_gflops", 0.0)
+    return f": the vector units' FMA rate; torch's matmul reaches {mm:.0f}" if fma and mm else ""
 
 
 def _parts_table(passes: list[dict]) -> list[str]:

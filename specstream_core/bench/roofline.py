@@ -18,10 +18,13 @@ roofline is what the method itself must pay.
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from dataclasses import asdict, dataclass
 
 import torch
+
+from specstream_core.model import rowinv
 
 
 # bytes read per weight of the decoder layers in each precision (bitsandbytes nf4: 4 bits plus one fp32
@@ -35,8 +38,10 @@ HEAD_BYTES_PER_WEIGHT = {"bf16": 2.0, "int4": 1.125}  # others: fp32
 @dataclass(frozen=True)
 class Machine:
     bandwidth_gbs: float  # streaming read bandwidth of one thread, GB/s
-    peak_gflops: float  # large-matmul throughput, GFLOP/s, in `dtype`
+    peak_gflops: float  # arithmetic roof, GFLOP/s, in `dtype`: the larger of the two below
     dtype: str = "float32"
+    matmul_gflops: float = 0.0  # what torch's large square matmul reaches
+    fma_gflops: float = 0.0  # what the vector units can do at most (rowinv.c's fma_burn), 0 without the kernel
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -79,8 +84,28 @@ def measure_machine(dtype: torch.dtype = torch.float32, buffer_mb: int = 256, ma
     a = torch.randn(matmul, matmul).to(dtype)
     b = torch.randn(matmul, matmul).to(dtype)
     seconds = _median_seconds(lambda: a @ b, repeats)
-    peak = 2 * matmul**3 / seconds / 1e9
-    return Machine(round(bandwidth, 2), round(peak, 1), str(dtype).replace("torch.", ""))
+    mm = 2 * matmul**3 / seconds / 1e9
+    fma = fma_gflops(torch.get_num_threads(), repeats) if dtype == torch.float32 else 0.0
+    return Machine(round(bandwidth, 2), round(max(mm, fma), 1), str(dtype).replace("torch.", ""), round(mm, 1),
+                   round(fma, 1))
+
+
+def fma_gflops(threads: int = 1, repeats: int = 7, steps: int = 4_000_000) -> float:
+    """float32 GFLOP/s of `threads` threads running independent vector FMAs at once (rowinv.c's `fma_burn`;
+    ctypes lets go of the GIL, so they run in parallel), or 0.0 where the kernel does not build. The roof a
+    kernel can reach; a library's matmul may stay well below it (MKL takes its AVX2 path on AMD CPUs)."""
+    lib = rowinv.library()
+    if lib is None:
+        return 0.0
+
+    def burn():
+        workers = [threading.Thread(target=lib.fma_burn, args=(steps,)) for _ in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    seconds = _median_seconds(burn, repeats)
+    return 2.0 * 12 * steps * lib.rowinv_lanes() * threads / seconds / 1e9
 
 
 def layer_parameters(config) -> int:

@@ -125,6 +125,7 @@ def _load():
                                    i64, i64, ctypes.c_int]
     lib.layer_front_q4.restype = ctypes.c_int
     lib.rowinv_lanes.restype = ctypes.c_int
+    lib.fma_burn.argtypes, lib.fma_burn.restype = [i64], ctypes.c_float
     return lib, ""
 
 

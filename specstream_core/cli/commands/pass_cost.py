@@ -77,8 +77,9 @@ def run(args) -> int:
     from specstream_core.bench.roofline import measure_machine
 
     machine = measure_machine()  # once, with the threads the passes use
-    print(f"this machine: {machine.bandwidth_gbs:.1f} GB/s read, {machine.peak_gflops:.0f} GFLOP/s matmul "
-          f"({torch.get_num_threads()} thread(s))", flush=True)
+    print(f"this machine: {machine.bandwidth_gbs:.1f} GB/s read, {machine.peak_gflops:.0f} GFLOP/s at most "
+          f"(vector FMAs {machine.fma_gflops:.0f}, torch's matmul {machine.matmul_gflops:.0f}; "
+          f"{torch.get_num_threads()} thread(s))", flush=True)
     runs = []
     for streams_arg in stream_dirs:
         base, streams = defaults.resolve(args.base, streams_arg)
