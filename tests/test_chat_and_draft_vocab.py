@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from specstream_core import DecodeConfig, Engine, StreamParams
+from specstream_core.decoding.drafters.base import StreamDrafter
 from specstream_core.errors import SpecstreamError
 from specstream_core.model.chat import encode_prompt
 from specstream_core.training.data import IGNORE
@@ -67,6 +68,15 @@ def test_draft_vocab_keeps_output_exact_and_only_drafts_inside_it():
     allowed = torch.zeros(128, dtype=torch.bool)
     allowed[vocab] = True
     assert torch.isinf(logits[:, ~allowed]).all() and torch.isfinite(logits[:, allowed]).all()
+    # the drafters rank the draft vocabulary's own scores: the same tokens and probabilities as over the vocabulary
+    h = torch.randn(3, 64)
+    scores, ids = engine.draft_scores(h)
+    assert scores.shape == (3, len(vocab)) and ids.tolist() == vocab
+    by_sub, by_full = StreamDrafter((3, 2, 1), 64), StreamDrafter((3, 2, 1), 64)
+    by_sub._observe_logits(scores, ids)
+    by_full._observe_logits(engine.draft_logits(h))
+    assert by_sub._top[0] == by_full._top[0]
+    assert torch.allclose(torch.tensor(sum(by_sub._top[1], [])), torch.tensor(sum(by_full._top[1], [])))
     for ids in prompts(6, seed=4):
         ref = hf_greedy(model, ids, 16)
         out = engine.generate(ids, DecodeConfig(mode="ss", max_new_tokens=16, stop_on_eos=False, tree_topk=(2, 2, 1)))

@@ -135,8 +135,10 @@ def pass_kinds(engine, context: int = 256, verify_rows=(2, 3, 5, 9)) -> tuple[li
                 out = msa.forward(engine.model, tokens, pos, visible, streams=streams if g else None,
                                   carriers=carriers, cache=cache, window=engine.window, num_streams=g or None)
             engine.logits(out.main[0]).argmax(dim=-1).tolist()  # verification rows, host sync as in decoding
-            if g:
-                engine.draft_logits(out.streams[0, k - 1]).argmax(dim=-1).tolist()  # one node's streams: the next draft
+            if g:  # one node's streams: the next draft, over the draft vocabulary as the drafters rank it
+                scores, ids = engine.draft_scores(out.streams[0, k - 1])
+                best = scores.argmax(dim=-1)
+                (best if ids is None else ids[best]).tolist()
             return out.rows_bottom, out.rows_top
         return run
 

@@ -141,6 +141,12 @@ class Engine:
             return self._lm_head(normed_hidden)
         return self.streams.draft_logits(self._lm_head, normed_hidden, self.model.config.vocab_size)
 
+    def draft_scores(self, normed_hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Stream rows' logits over the draft vocabulary and its token ids (None: the whole vocabulary)."""
+        if self.streams is None:
+            return self._lm_head(normed_hidden), None
+        return self.streams.draft_scores(self._lm_head, normed_hidden)
+
     def causal(self, n: int) -> torch.Tensor:
         if n not in self._causal_cache:
             self._causal_cache[n] = torch.tril(torch.ones(n, n, dtype=torch.bool, device=self.device))[None]

@@ -198,7 +198,7 @@ class Decoding:
 
     def _row_output(self, out: msa.ForwardOutput, b: int, carriers: list[int] | None = None) -> RowOutput:
         streams = out.streams[b] if out.streams is not None else None
-        return RowOutput(out.main[b], streams, carriers, self.engine.draft_logits)
+        return RowOutput(out.main[b], streams, carriers, self.engine.draft_scores)
 
     def _emit(self, row: Row, p: Pass) -> list[int]:
         """A prefill emits only its bonus; a tree pass the accepted drafts (the root was emitted by the

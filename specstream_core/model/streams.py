@@ -194,15 +194,22 @@ class StreamParams(nn.Module):
             self._draft_head = cached
         return cached[0]
 
+    def draft_scores(self, head: nn.Module, normed_hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Stream-row logits over the draft vocabulary ([..., K]) and its token ids ([K]; None: K is the
+        whole vocabulary, in order). What a drafter ranks: no need to spread them over the vocabulary."""
+        if self.draft_vocab is None:
+            return head(normed_hidden), None
+        sub_head = self.draft_head(head)
+        return sub_head(normed_hidden.to(_input_dtype(sub_head))), self.draft_vocab
+
     def draft_logits(self, head: nn.Module, normed_hidden: torch.Tensor, vocab_size: int) -> torch.Tensor:
         """Stream-row logits over the full vocabulary ([..., V]); tokens outside the draft vocabulary
         get -inf, so they are never drafted (and cost nothing to score)."""
-        if self.draft_vocab is None:
-            return head(normed_hidden)
-        sub_head = self.draft_head(head)
-        sub = sub_head(normed_hidden.to(_input_dtype(sub_head)))  # [..., K]
+        sub, ids = self.draft_scores(head, normed_hidden)
+        if ids is None:
+            return sub
         full = sub.new_full((*sub.shape[:-1], vocab_size), float("-inf"))
-        return full.scatter_(-1, self.draft_vocab.to(sub.device).expand_as(sub), sub)
+        return full.scatter_(-1, ids.to(sub.device).expand_as(sub), sub)
 
     def trainable_parameters(self):
         """Stream embeddings, row adapters' LoRA factors and the pruning head (never base weights)."""

@@ -24,7 +24,8 @@ class RowOutput:
     main: torch.Tensor  # [m, d] final-normed main rows
     streams: torch.Tensor | None  # [s, γ, d] final-normed stream rows of each carrier (None: no streams ran)
     carriers: list[int] | None  # main row of each carrier (None: every main row carries, in order)
-    draft_logits: Callable[[torch.Tensor], torch.Tensor]  # normed stream rows -> logits over the draft vocabulary
+    # normed stream rows -> (logits over the draft vocabulary, its token ids or None for the whole vocabulary)
+    draft_scores: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]]
 
     def stream_rows(self, node: int) -> torch.Tensor:
         """[γ, d] stream rows of `node`."""
@@ -64,12 +65,14 @@ class TopkDrafter(Drafter):
         self.max_nodes = min(budget, sum(widths))
         self._top: tuple[list[list[int]], list[list[float]]] = ([], [])
 
-    def _observe_logits(self, logits: torch.Tensor) -> None:
+    def _observe_logits(self, logits: torch.Tensor, ids: torch.Tensor | None = None) -> None:
+        """logits [depth, V'] over the token ids `ids` [V'] (None: the whole vocabulary, V' = V, in order)."""
         depth = len(self.topk)
-        probs = logits[:depth].float().softmax(dim=-1)  # [depth, V]
+        probs = logits[:depth].float().softmax(dim=-1)  # [depth, V']
         top = torch.topk(probs, max(self.topk), dim=-1)
+        tokens = top.indices if ids is None else ids.to(top.indices.device)[top.indices]
         # one host sync per step: the tree is built on the host
-        values, indices = top.values.tolist(), top.indices.tolist()
+        values, indices = top.values.tolist(), tokens.tolist()
         self._top = ([indices[j][:k] for j, k in enumerate(self.topk)],
                      [values[j][:k] for j, k in enumerate(self.topk)])
 
@@ -86,4 +89,4 @@ class StreamDrafter(TopkDrafter):
     def observe(self, out: RowOutput, node: int) -> None:
         if out.streams is None:  # an engine without stream parameters: nothing to draft from (root-only trees)
             return
-        self._observe_logits(out.draft_logits(out.stream_rows(node)))
+        self._observe_logits(*out.draft_scores(out.stream_rows(node)))
