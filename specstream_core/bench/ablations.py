@@ -17,10 +17,12 @@ TOPK_GRID = ((1, 1, 1, 1), (2, 1, 1, 1), (2, 2, 1, 1), (3, 2, 2, 1), (4, 3, 2, 1
 PRUNE_TREE = (3, 2, 2, 1)
 PRUNE_GRID = (0.0, 0.02, 0.05, 0.1, 0.2)
 LOOKUP_GRID = ((0, 64), (2, 3), (3, 4), (8, 64))  # (prompt-lookup tokens, node budget) on the recommended tree
-# whole drafts (tree per depth, prompt-lookup tokens, node budget), from one node to nine: the cheaper a wide
-# pass (the row-invariant kernel, bf16), the larger the draft that pays
-DRAFT_GRID = (((1,), 0, 64), ((1,), 2, 3), ((1, 1), 0, 64), ((1, 1), 2, 4), ((2, 1), 2, 5), ((1, 1, 1), 3, 6),
-              ((2, 1, 1), 3, 7), ((1, 1, 1, 1), 4, 8), ((2, 2, 1, 1), 4, 9))
+# whole drafts (tree per depth, prompt-lookup tokens, node budget), from one node to eight: the cheaper a wide
+# pass (the row-invariant kernel, bf16), the larger the draft that pays; one stream's top 2 or 3 (one stream row
+# a node) against two streams' top 1 (two); the nine-node 2,2,1,1 and seven-node 2,1,1 trees lost everywhere
+# measured (docs/bench/ablation-draft-int4y.md) and left the grid
+DRAFT_GRID = (((1,), 0, 64), ((1,), 2, 3), ((2,), 0, 64), ((2,), 2, 4), ((3,), 2, 5), ((1, 1), 0, 64),
+              ((1, 1), 2, 4), ((2, 1), 2, 5), ((1, 1, 1), 3, 6), ((1, 1, 1, 1), 4, 8))
 
 
 def tree_nodes(topk: tuple[int, ...], budget: int) -> int:
