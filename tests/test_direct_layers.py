@@ -19,7 +19,7 @@ def _engine(family: str, precision: str = "fp32") -> Engine:
     if precision == "int4":
         int4.quantize_model(model, kernel=True)
     else:
-        rowinv.install(model, "rowinv")
+        rowinv.install(model, "rowinv", weight_dtype=torch.bfloat16 if precision == "bf16" else torch.float32)
     streams = StreamParams.fresh(model, gamma=3, n_stream_layers=2, adapter_rank=4, seed=1)
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
@@ -44,22 +44,25 @@ def _decode(engine) -> list:
 
 @needs_kernel
 @pytest.mark.parametrize("family,precision", [("llama", "fp32"), ("qwen2", "fp32"), ("mistral", "fp32"),
-                                              ("llama", "int4")])
+                                              ("llama", "bf16"), ("llama", "int4")])
 def test_direct_steps_compute_what_the_modules_compute(family, precision, monkeypatch):
     """Bound on every layer (stream layers and their adapters too); a prompt and a speculative step give the
-    same tensors, and decodings the same tokens, with the steps and without them. On int4 every layer, the
-    stream layers with their row adapters too, takes a single sequence's steps in one kernel call
-    (`rowinv_steps.layer_front_q4`)."""
+    same tensors, and decodings the same tokens, with the steps and without them. On Llama (whose RoPE is
+    the one the kernel computes: transformers' Mistral and Qwen2 keep their own copies) every layer, the stream
+    layers with their row adapters too, takes a single sequence's steps in one kernel call
+    (`rowinv_steps.layer_front`): over fp32 or bf16 weights (q, k, v and gate, up one call each) or 4-bit ones
+    (q/k/v and gate/up fused)."""
     engine = _engine(family, precision)
     calls = []
-    front = rowinv_steps.layer_front_q4
-    monkeypatch.setattr(rowinv_steps, "layer_front_q4", lambda *a, **k: calls.append(1) or front(*a, **k))
+    front = rowinv_steps.layer_front
+    monkeypatch.setattr(rowinv_steps, "layer_front", lambda *a, **k: calls.append(1) or front(*a, **k))
+    fronted = family == "llama"
     with torch.inference_mode():
         assert _bound(engine) == engine.model.config.num_hidden_layers
         steps = [layer.__dict__[compat.DIRECT_STEP] for layer in compat.decoder_layers(engine.model)]
-        assert [s.front is not None for s in steps] == [precision == "int4"] * 4
+        assert [s.front is not None for s in steps] == [fronted] * 4
         direct = _probe(engine), _decode(engine)
-        assert bool(calls) == (precision == "int4")
+        assert bool(calls) == fronted
         direct_layers.unbind(compat.decoder_layers(engine.model))
         assert _bound(engine) == 0
         library = _probe(engine), _decode(engine)
@@ -68,13 +71,13 @@ def test_direct_steps_compute_what_the_modules_compute(family, precision, monkey
 
 
 @needs_kernel
-@pytest.mark.parametrize("precision", ["fp32", "int4"])
-def test_a_step_that_differs_is_never_bound(monkeypatch, precision):
+@pytest.mark.parametrize("precision,part", [("fp32", "mlp"), ("fp32", "front"), ("int4", "front")])
+def test_a_step_that_differs_is_never_bound(monkeypatch, precision, part):
     """The check at binding can fail: a step off by one rounding (in the Python step, or in the one-call
-    layer of int4) leaves the modules in charge, and says so."""
-    if precision == "int4":
-        front = rowinv_steps.layer_front_q4
-        monkeypatch.setattr(rowinv_steps, "layer_front_q4", lambda *a: (lambda h2, gu: (h2, gu * (1 + 2 ** -20)))(*front(*a)))
+    layer front) leaves the modules in charge, and says so."""
+    if part == "front":
+        front = rowinv_steps.layer_front
+        monkeypatch.setattr(rowinv_steps, "layer_front", lambda *a: (lambda h2, gu: (h2, gu * (1 + 2 ** -20)))(*front(*a)))
     else:
         mlp = direct_layers.DirectStep._mlp
         monkeypatch.setattr(direct_layers.DirectStep, "_mlp", lambda self, x: mlp(self, x) * (1 + 2 ** -20))

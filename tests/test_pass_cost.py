@@ -103,7 +103,7 @@ def test_where_the_time_goes_on_the_kernel(engine, tiny_dir):
         pytest.skip(f"kernel unavailable: {rowinv.unavailable_reason()}")
     costs = measure(engine, context=12, verify_rows=(4,), repeats=3, progress=False)
     for c in costs:
-        assert c.linears_ms > 0 and c.attention_ms > 0 and c.rest_ms >= 0
+        assert c.linears_ms > 0 and c.attention_ms >= 0 and c.rest_ms >= 0  # attention inside a layer front counts as Linears
         assert c.linears_ms + c.attention_ms + c.rest_ms < 20 * c.median_ms  # one pass's time, not a sum
     table = markdown([to_json("x", costs, {"context": 12, "device": "cpu", "threads": 1, "repeats": 3})])
     assert "Where the time goes" in table and "| ss γ=3 |" in table.split("Where the time goes")[1]

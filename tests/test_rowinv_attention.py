@@ -7,7 +7,7 @@ import torch
 from torch.nn import functional as F
 
 from specstream_core import DecodeConfig
-from specstream_core.model import rowinv
+from specstream_core.model import compat, rowinv
 from test_rowinv import _mismatches, _near_tie
 
 needs_kernel = pytest.mark.skipif(not rowinv.available(), reason=f"kernel unavailable: {rowinv.unavailable_reason()}")
@@ -91,8 +91,14 @@ def test_a_row_that_sees_no_key_gets_zeros_and_other_inputs_fall_back():
 def test_decoding_steps_attend_through_the_kernel_and_the_check_can_fail(monkeypatch):
     """Speculative and plain decoding steps run their attention on the kernel (the engine-level exactness
     tests in test_rowinv.py go through it); a kernel whose row result depended on the other rows of the
-    call (rounded to bf16 beside other rows) would make speculative output differ on near-ties."""
+    call (rounded to bf16 beside other rows) would make speculative output differ on near-ties. (With the
+    layers' one-call fronts off: they call the same attention from C, checked against this path bit for bit
+    in test_direct_layers.py.)"""
     engine = _near_tie("fp32")
+    for layer in compat.decoder_layers(engine.model):
+        step = layer.__dict__.get(compat.DIRECT_STEP)
+        if step is not None:
+            step.front = None
     attend, calls = rowinv.attend, []
     monkeypatch.setattr(rowinv, "attend", lambda *a: calls.append(a[0].shape[1]) or attend(*a))
     engine.generate([5, 6, 7, 8], DecodeConfig(mode="ss", max_new_tokens=8, stop_on_eos=False, tree_topk=(1, 1)))

@@ -3,7 +3,7 @@ rest (norms, RoPE, activations, residual adds, the cache, Python: torch's per-op
 own modules, which no roofline counts).
 
 The kernel's entry points (`rowinv.linear`, `rowinv.linear_q4`, `rowinv.linear_q8`, `rowinv.attend`, and the
-one-call layer front of int4 decoding steps, `rowinv_steps.layer_front_q4`, counted with the Linears: its four
+one-call layer front of decoding steps, `rowinv_steps.layer_front`, counted with the Linears: its four
 Linears are most of it, its attention and norms inside it) are
 wrapped with timers for a few extra rounds after `pass-cost` has timed the passes unwrapped; each part is a median over those rounds. Set
 next to the roofline, this says what remains: Linears ÷ their share of the roofline is how close the
@@ -44,7 +44,7 @@ def _timer(fn, spent: dict[str, float], part: str):
 def _timed(spent: dict[str, float]):
     """Inside, time spent in the kernel's Linears and attention adds up in `spent`."""
     kept = [(module, name, getattr(module, name)) for module, names in
-            ((rowinv, ("linear", "linear_q4", "linear_q8", "attend")), (rowinv_steps, ("layer_front_q4",)))
+            ((rowinv, ("linear", "linear_q4", "linear_q8", "attend")), (rowinv_steps, ("layer_front",)))
             for name in names]
     for module, name, fn in kept:
         setattr(module, name, _timer(fn, spent, "attention" if name == "attend" else "linears"))

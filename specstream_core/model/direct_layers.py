@@ -11,9 +11,9 @@ the attention function the library would pick (`ALL_ATTENTION_FUNCTIONS` under t
 `_attn_implementation`), in the order of transformers' `LlamaDecoderLayer.forward`, and nothing else:
 the same tensors come out. q/k/v and gate/up that are members of one fused int4 call
 (`int4.FusedInt4`) are one call; RoPE and the cache write after it are one kernel call
-(`rowinv_steps.rope_store`); and a single sequence's decoding step through a layer on 4-bit Linears,
-stream-row adapters included, is one kernel call up to its MLP's activation
-(`rowinv_steps.layer_front_q4`), the activation, down projection and residual staying the modules' own.
+(`rowinv_steps.rope_store`); and a single sequence's decoding step through a layer on the kernel's Linears
+(fp32, bf16 or 4-bit), stream-row adapters included, is one kernel call up to its MLP's activation
+(`rowinv_steps.layer_front`), the activation, down projection and residual staying the modules' own.
 On SmolLM2 in int4 a plain pass went from 14.6 to 8.9 ms (docs/BENCHMARKS.md, "The pass without its
 Python"). It is no copy of the modeling code to maintain: `bind` checks each
 model once, by running a prompt and a decoding step both ways and comparing the results bit for bit, and
@@ -51,14 +51,35 @@ def _fused_parts(mods: list[nn.Module]):
 
 
 class _Front(NamedTuple):
-    """What `rowinv_steps.layer_front_q4` takes of one layer (`DirectStep._front_weights`)."""
+    """What `rowinv_steps.layer_front` takes of one layer (`DirectStep._front_weights`)."""
     norms: tuple[torch.Tensor, torch.Tensor]  # the two norms' fp32 weights
     eps: float
-    qkv: tuple  # (q4, dm, out_features) of the fused q/k/v call
-    o: tuple  # ... of o
-    gate_up: tuple  # ... of the fused gate/up call
+    linears: rowinv_steps.FrontLinears  # q/k/v (fused or three), o, gate/up (fused or two)
     adapters: tuple | None  # `lora_weights`
     slices: list  # gate's and up's columns of the gate/up output
+
+
+def _kernel_part(module: nn.Module) -> tuple | None:
+    """A Linear as `layer_front` takes it, (kind, weight, scales or None, outputs), when its own forward is one
+    call of the kernel it names (no bias, a contiguous fp32 or bf16 weight, or 4-bit on the kernel); else None."""
+    if module.__class__.__name__ == "Int4Linear":
+        if module.bias is None and module.kernel:
+            return rowinv_steps.LIN_Q4, module.q4, module.dm, module.out_features
+        return None
+    if not isinstance(module, rowinv.RowInvariantLinear) or module.bias is not None:
+        return None
+    w = module.weight
+    kind = {torch.float32: rowinv_steps.LIN_F32, torch.bfloat16: rowinv_steps.LIN_BF16}.get(w.dtype)
+    return (kind, w, None, w.shape[0]) if kind is not None and w.is_contiguous() and w.is_cpu else None
+
+
+def _parts(modules: list[nn.Module], fused) -> list[tuple] | None:
+    """The call(s) that compute `modules`' outputs side by side: their fused int4 call, or one call each."""
+    if fused is not None:
+        part = _kernel_part(fused.linear)
+        return None if part is None else [part]
+    parts = [_kernel_part(m) for m in modules]
+    return None if any(p is None for p in parts) else parts
 
 
 class DirectStep:
@@ -88,18 +109,21 @@ class DirectStep:
         return qkv is not None and [b - a for a, b in qkv.slices] == self.widths
 
     def _front_weights(self, layer: nn.Module) -> "_Front | None":
-        """What `rowinv_steps.layer_front_q4` takes of this layer, where it can take the layer: 4-bit q/k/v
-        (one fused call), o and gate/up (one fused call) without biases on the kernel, row-invariant norms with
-        fp32 weights and one epsilon, and either no stream-row adapters or all of q/k/v/o/gate/up's on the
-        kernel (`lora_weights`); else None."""
+        """What `rowinv_steps.layer_front` takes of this layer, where it can take the layer: q/k/v, o and
+        gate/up without biases on the kernel (fp32 or bf16 weights, or 4-bit; q/k/v and gate/up one fused int4
+        call each or one call per Linear, with q's, k's and v's heads in order), row-invariant norms with fp32
+        weights and one epsilon, and either no stream-row adapters or all of q/k/v/o/gate/up's on the kernel
+        (`lora_weights`); else None."""
         attn, mlp = layer.self_attn, layer.mlp
         wrapped = [attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj]
         bases = [getattr(m, "base", m) if type(m).__name__ == "StreamRowLoRA" else m for m in wrapped]
-        qkv, gate_up, o = _fused_parts(bases[:3]), _fused_parts(bases[4:]), bases[3]
+        qkv_fused, gate_up_fused = _fused_parts(bases[:3]), _fused_parts(bases[4:])
+        qkv, o, gate_up = _parts(bases[:3], qkv_fused), _kernel_part(bases[3]), _parts(bases[4:], gate_up_fused)
         norms = (layer.input_layernorm, layer.post_attention_layernorm)
-        if (not self._stacked(qkv) or gate_up is None or self.head_dim > 512
-                or any(type(m).__name__ != "Int4Linear" or m.bias is not None or not m.kernel
-                       for m in (qkv.linear, o, gate_up.linear))
+        if (qkv is None or o is None or gate_up is None or self.head_dim > 512
+                or (qkv_fused is not None and not self._stacked(qkv_fused))
+                or (qkv_fused is None and [p[3] for p in qkv] != self.widths)
+                or (gate_up_fused is None and gate_up[0][3] != gate_up[1][3])
                 or not all(isinstance(n, rowinv._RowInvariantNorm) and n.weight.dtype is torch.float32
                            and n.weight.is_contiguous() for n in norms)
                 or norms[0].variance_epsilon != norms[1].variance_epsilon):
@@ -107,9 +131,10 @@ class DirectStep:
         adapters = lora_weights([m for m in wrapped if m is not getattr(m, "base", m)], len(wrapped))
         if adapters is False:
             return None
+        width = gate_up[0][3] if gate_up_fused is None else None
+        slices = gate_up_fused.slices if gate_up_fused is not None else [(0, width), (width, 2 * width)]
         return _Front((norms[0].weight, norms[1].weight), float(norms[0].variance_epsilon),
-                      *((m.q4, m.dm, m.out_features) for m in (qkv.linear, o, gate_up.linear)), adapters,
-                      gate_up.slices)
+                      rowinv_steps.FrontLinears(qkv, o, gate_up), adapters, slices)
 
     def usable(self) -> bool:
         """The modules would add nothing: no gradients, no hooks (attention capture adds one)."""
@@ -145,7 +170,7 @@ class DirectStep:
         return q.transpose(1, 2), k_buf[:, :, :end], v_buf[:, :, :end]
 
     def _front(self, h: torch.Tensor, mask, pe, cache):
-        """(h + attention, the gate/up output) of one sequence's decoding step through `rowinv_steps.layer_front_q4`,
+        """(h + attention, the gate/up output) of one sequence's decoding step through `rowinv_steps.layer_front`,
         where this step's attention goes through the kernel's (`compat.kernel_step_keys`); else None."""
         B, q, _ = h.shape
         where = self._slots(h, pe, cache) if B == 1 and h.is_contiguous() else None
@@ -157,8 +182,8 @@ class DirectStep:
         if adapters is not None:  # stream rows n_main.. get the row adapters' deltas (StreamRowLoRA)
             n = adapters[2].n_main
             adapters = (adapters[0], adapters[1], q if n is None else min(n, q))
-        return rowinv_steps.layer_front_q4(h, f.norms, f.eps, f.qkv, self.heads, self.kv_heads, pe, where, kernel[1][0],
-                                           self.scaling, f.o, f.gate_up, adapters)
+        return rowinv_steps.layer_front(h, f.norms, f.eps, f.linears, self.heads, self.kv_heads, pe, where, kernel[1][0],
+                                        self.scaling, adapters)
 
     def _mlp(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up is None:
@@ -194,7 +219,7 @@ class DirectStep:
 
 
 def lora_weights(adapters: list[nn.Module], count: int):
-    """The stream-row adapters (`StreamRowLoRA`) of q, k, v, o, gate and up as `layer_front_q4` takes them:
+    """The stream-row adapters (`StreamRowLoRA`) of q, k, v, o, gate and up as `layer_front` takes them:
     (their A and B weights' addresses in that order, the rank, their row state), or None when the layer has
     none, or False when they are not all there, on the kernel, of one rank and one row state."""
     if not adapters:

@@ -122,18 +122,23 @@ static inline __m128 total4(vec a, vec b, vec c, vec d) { /* lane j: the sum of 
   static const NAME##_fn NAME##_blocks[MB + 1] = {0, NAME##_1, NAME##_2, NAME##_3};
 #endif
 
+/* NAME##_ld writes row m of y at y + m * ldy (ldy >= N: a slice of a wider output); NAME is ldy = N. */
 #define DEFINE_KERNEL(NAME, WT, LOAD)                                                                  \
   DEFINE_BLOCKS(NAME, WT, LOAD)                                                                        \
-  void NAME(const float *x, int64_t M, int64_t K, const WT *W, int64_t N, float *y, int threads) {    \
+  static void NAME##_ld(const float *x, int64_t M, int64_t K, const WT *W, int64_t N, float *y, int64_t ldy, \
+                        int threads) {                                                                 \
     int64_t blocks = (N + NB - 1) / NB;                                                                \
     _Pragma("omp parallel for schedule(static) num_threads(threads)")                                  \
     for (int64_t b = 0; b < blocks; b++) {                                                             \
       int64_t n0 = b * NB, nn = N - n0 < NB ? N - n0 : NB;                                             \
       for (int64_t m0 = 0; m0 < M; m0 += MB) {                                                         \
         int64_t mm = M - m0 < MB ? M - m0 : MB;                                                        \
-        NAME##_blocks[mm](x + m0 * K, K, W, n0, nn, y + m0 * N, N);                                   \
+        NAME##_blocks[mm](x + m0 * K, K, W, n0, nn, y + m0 * ldy, ldy);                               \
       }                                                                                                \
     }                                                                                                  \
+  }                                                                                                    \
+  void NAME(const float *x, int64_t M, int64_t K, const WT *W, int64_t N, float *y, int threads) {    \
+    NAME##_ld(x, M, K, W, N, y, N, threads);                                                           \
   }
 
 DEFINE_KERNEL(linear_f32, float, load_f32)
@@ -420,26 +425,37 @@ DEFINE_QBLOCKS(q8, QG, 1)
  * scales (and low ends), Np = N rounded up to a multiple of 4 (padding rows are computed, not stored). K a
  * multiple of 32. */
 static void linear_q(const q_fn *blocks, int64_t GB, int64_t S, const float *x, int64_t M, int64_t K,
-                    const uint8_t *wq, const float *ds, int64_t N, float *y, int threads) {
+                    const uint8_t *wq, const float *ds, int64_t N, float *y, int64_t ldy, int threads) {
   int64_t G = K / QG, nblocks = (N + NB - 1) / NB;
   _Pragma("omp parallel for schedule(static) num_threads(threads)")
   for (int64_t b = 0; b < nblocks; b++) {
     int64_t n0 = b * NB, nn = N - n0 < NB ? N - n0 : NB;
     for (int64_t m0 = 0; m0 < M; m0 += MBQ) {
       int64_t mm = M - m0 < MBQ ? M - m0 : MBQ;
-      blocks[mm](x + m0 * K, K, wq + n0 * G * GB, ds + b * G * NB * S, G, y + m0 * N + n0, N, nn);
+      blocks[mm](x + m0 * K, K, wq + n0 * G * GB, ds + b * G * NB * S, G, y + m0 * ldy + n0, ldy, nn);
     }
   }
 }
 
 void linear_q4(const float *x, int64_t M, int64_t K, const uint8_t *wq, const float *dm, int64_t N, float *y,
                int threads) {
-  linear_q(q4_blocks, QG / 2, 2, x, M, K, wq, dm, N, y, threads);
+  linear_q(q4_blocks, QG / 2, 2, x, M, K, wq, dm, N, y, N, threads);
 }
 
 void linear_q8(const float *x, int64_t M, int64_t K, const uint8_t *wq, const float *d, int64_t N, float *y,
                int threads) {
-  linear_q(q8_blocks, QG, 1, x, M, K, wq, d, N, y, threads);
+  linear_q(q8_blocks, QG, 1, x, M, K, wq, d, N, y, N, threads);
+}
+
+/* One Linear of a layer as the layer-front call takes it: its kind (LIN_F32, LIN_BF16: weight [N, K]; LIN_Q4:
+ * `linear_q4`'s nibbles and scales), its N outputs written at y + m * ldy. The same calls, so the same sums,
+ * as the module's own forward makes (linear_f32, linear_bf16, linear_q4). */
+enum { LIN_F32 = 0, LIN_BF16 = 1, LIN_Q4 = 2 };
+static void lin(int kind, const void *w, const float *dm, const float *x, int64_t M, int64_t K, int64_t N, float *y,
+                int64_t ldy, int threads) {
+  if (kind == LIN_F32) linear_f32_ld(x, M, K, (const float *)w, N, y, ldy, threads);
+  else if (kind == LIN_BF16) linear_bf16_ld(x, M, K, (const uint16_t *)w, N, y, ldy, threads);
+  else linear_q(q4_blocks, QG / 2, 2, x, M, K, (const uint8_t *)w, dm, N, y, ldy, threads);
 }
 
 /* ---- RoPE and the cache write -------------------------------------------------------------------------
@@ -475,7 +491,7 @@ void rope_store(const float *qkv, int64_t B, int64_t q, int64_t H, int64_t Hkv, 
     }
 }
 
-/* ---- A decoding step's layer, up to its MLP's activation, on 4-bit Linears ------------------------------
+/* ---- A decoding step's layer, up to its MLP's activation ------------------------------------------------
  * What a Llama-form decoder layer computes for one sequence's step (rows q) before the activation of its
  * MLP, as its modules compute it on this kernel: the same calls in the same order, so the same numbers.
  *   x = rmsnorm(h, w1); qkv = x Wqkv^T; q and k rotated, k and v stored in the cache (rope_store);
@@ -501,13 +517,18 @@ static int lora_add(const float *x, int64_t q, int64_t n, int64_t K, const float
   return failed ? -1 : 0;
 }
 
-int layer_front_q4(const float *h, int64_t q, int64_t d, const float *w1, const float *w2, float eps,
-                   const uint8_t *qkv_w, const float *qkv_dm, int64_t H, int64_t Hkv, int64_t D, const float *cos,
-                   const float *sin, float *k_cache, float *v_cache, int64_t cap, int64_t start, const int64_t *spec,
-                   const int64_t *keys, float scaling, const uint8_t *o_w, const float *o_dm, const uint8_t *gu_w,
-                   const float *gu_dm, int64_t n_gu, float *h2, float *gu, const float *const *lora, int64_t rank,
-                   int64_t n_main, int threads) {
-  int64_t n_qkv = (H + 2 * Hkv) * D, I = n_gu / 2;
+/* The layer's Linears, in order: n_qkv_parts writing q's, k's and v's columns of qkv side by side (one fused
+ * call, or q, k and v), o, then n_gu_parts writing gate's and up's columns of gu (one fused call, or gate and
+ * up): kind[i], w[i], dm[i] (LIN_Q4's scales, else NULL), n[i] outputs. lora: NULL, or the A and B weights of
+ * the q, k, v, o, gate and up row adapters (rank `rank`) that rows n_main.. get. */
+int layer_front(const float *h, int64_t q, int64_t d, const float *w1, const float *w2, float eps, int64_t n_qkv_parts,
+                int64_t n_gu_parts, const int *kind, const void *const *w, const float *const *dm, const int64_t *n,
+                int64_t H, int64_t Hkv, int64_t D, const float *cos, const float *sin, float *k_cache, float *v_cache,
+                int64_t cap, int64_t start, const int64_t *spec, const int64_t *keys, float scaling, float *h2,
+                float *gu, const float *const *lora, int64_t rank, int64_t n_main, int threads) {
+  int64_t n_qkv = (H + 2 * Hkv) * D, o_at = n_qkv_parts, n_gu = 0;
+  for (int64_t i = 0; i < n_gu_parts; i++) n_gu += n[o_at + 1 + i];
+  int64_t I = n_gu / 2;
   if (!lora) n_main = q; /* no row adapters: nothing to add */
   float *x = malloc((size_t)(q * d) * sizeof(float)), *qkv = malloc((size_t)(q * n_qkv) * sizeof(float));
   float *qr = malloc((size_t)(q * H * D) * sizeof(float)), *a = malloc((size_t)(q * H * D) * sizeof(float));
@@ -515,7 +536,8 @@ int layer_front_q4(const float *h, int64_t q, int64_t d, const float *w1, const 
   int failed = !x || !qkv || !qr || !a || !o;
   if (!failed) {
     rmsnorm_f32(h, q, d, w1, eps, x);
-    linear_q4(x, q, d, qkv_w, qkv_dm, n_qkv, qkv, threads);
+    for (int64_t i = 0, col = 0; i < n_qkv_parts; col += n[i], i++)
+      lin(kind[i], w[i], dm[i], x, q, d, n[i], qkv + col, n_qkv, threads);
     if (n_main < q) /* q, k, v adapters (lora: A, B of q, k, v, o, gate, up) */
       failed = lora_add(x, q, n_main, d, lora[0], lora[1], rank, qkv, n_qkv, H * D, threads) ||
                lora_add(x, q, n_main, d, lora[2], lora[3], rank, qkv + H * D, n_qkv, Hkv * D, threads) ||
@@ -527,13 +549,14 @@ int layer_front_q4(const float *h, int64_t q, int64_t d, const float *w1, const 
                         threads);
   }
   if (!failed) {
-    linear_q4(a, q, H * D, o_w, o_dm, d, o, threads);
+    lin(kind[o_at], w[o_at], dm[o_at], a, q, H * D, d, o, d, threads);
     if (n_main < q) failed = lora_add(a, q, n_main, H * D, lora[6], lora[7], rank, o, d, d, threads);
   }
   if (!failed) {
     for (int64_t i = 0; i < q * d; i++) h2[i] = h[i] + o[i];
     rmsnorm_f32(h2, q, d, w2, eps, x);
-    linear_q4(x, q, d, gu_w, gu_dm, n_gu, gu, threads);
+    for (int64_t i = 0, col = 0; i < n_gu_parts; col += n[o_at + 1 + i], i++)
+      lin(kind[o_at + 1 + i], w[o_at + 1 + i], dm[o_at + 1 + i], x, q, d, n[o_at + 1 + i], gu + col, n_gu, threads);
     if (n_main < q)
       failed = lora_add(x, q, n_main, d, lora[8], lora[9], rank, gu, n_gu, I, threads) ||
                lora_add(x, q, n_main, d, lora[10], lora[11], rank, gu + I, n_gu, I, threads);
@@ -557,5 +580,5 @@ float fma_burn(int64_t n) {
   return total;
 }
 
-int rowinv_abi(void) { return 10; }
+int rowinv_abi(void) { return 11; }
 int rowinv_lanes(void) { return LANES; }

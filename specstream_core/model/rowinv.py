@@ -120,10 +120,10 @@ def _load():
         fn.argtypes, fn.restype = [ptr, i64, i64, ptr, ptr, i64, ptr, ctypes.c_int], None
     lib.rope_store.argtypes = [ptr, i64, i64, i64, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, i64]
     lib.rope_store.restype = None
-    lib.layer_front_q4.argtypes = [ptr, i64, i64, ptr, ptr, ctypes.c_float, ptr, ptr, i64, i64, i64, ptr, ptr, ptr,
-                                   ptr, i64, i64, ptr, ptr, ctypes.c_float, ptr, ptr, ptr, ptr, i64, ptr, ptr, ptr,
-                                   i64, i64, ctypes.c_int]
-    lib.layer_front_q4.restype = ctypes.c_int
+    lib.layer_front.argtypes = [ptr, i64, i64, ptr, ptr, ctypes.c_float, i64, i64, ptr, ptr, ptr, ptr, i64, i64, i64,
+                                ptr, ptr, ptr, ptr, i64, i64, ptr, ptr, ctypes.c_float, ptr, ptr, ptr, i64, i64,
+                                ctypes.c_int]
+    lib.layer_front.restype = ctypes.c_int
     lib.rowinv_lanes.restype = ctypes.c_int
     lib.fma_burn.argtypes, lib.fma_burn.restype = [i64], ctypes.c_float
     return lib, ""
