@@ -76,6 +76,23 @@ def trace(race_view):
     return race_view[-1].trace
 
 
+def test_the_race_times_speculative_decoding_without_attention_capture(engine_and_lock, monkeypatch):
+    """Capturing attention hooks the layers (their slow path): the timed speculative run goes without it, and
+    an untimed rerun of the same decoding fills in the maps, step for step."""
+    from app.race import race
+
+    engine, lock = engine_and_lock
+    layers = tuple(range(engine.streams.cfg.birth_layer, engine.streams.cfg.num_layers))
+    starts, start = [], engine.start
+    monkeypatch.setattr(engine, "start", lambda prompt, cfg: starts.append(cfg) or start(prompt, cfg))
+    final = list(race(engine, PROMPT, DecodeConfig(max_new_tokens=12, tree_topk=(2, 1)), lock, min_interval=0.0,
+                      attention_layers=layers))[-1]
+    assert [(c.mode, tuple(c.attention_layers)) for c in starts] == [("ar", ()), ("ss", ()), ("ss", layers)]
+    steps = final.trace["steps"]
+    assert all(step["attention"] for step in steps[1:])
+    assert len(final.ss.pieces) == len(final.trace["output"]["token_ids"])
+
+
 @pytest.fixture(scope="module")
 def pruned_trace(engine_and_lock):
     engine, _ = engine_and_lock
