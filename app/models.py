@@ -26,7 +26,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
-from specstream_core.decoding.config import NODE_BUDGET
+from specstream_core.decoding.config import DRAFT_FALLBACK
 from specstream_core.model import defaults
 from specstream_core.model.loading import DEFAULT_PRECISION
 from specstream_core.errors import SpecstreamError
@@ -166,7 +166,8 @@ def recommended_for(spec: ModelSpec | None, mode: str) -> dict:
     """The draft settings the stream set records as fastest ({"topk", "prune_threshold", "node_budget",
     "lookup"});
     a chain as deep as the streams when it records none (the cheapest tree on a CPU)."""
-    out = {"topk": [1] * 4, "prune_threshold": 0.0, "node_budget": NODE_BUDGET, "lookup": 0}
+    out = {"topk": list(DRAFT_FALLBACK["tree_topk"]), **{k: DRAFT_FALLBACK[k] for k in ("prune_threshold", "node_budget",
+                                                                                   "lookup")}}
     if spec is None:
         return out
     directory = spec.streams.get(mode)

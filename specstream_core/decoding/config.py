@@ -15,6 +15,8 @@ NODE_BUDGET = 64  # most tree nodes per step where neither the caller nor the st
 # The draft settings: None means "the stream set's recommendation" (the fastest measured on its model,
 # `Engine.recommended_decode`), filled in by `Engine.settle` before a decoding starts.
 DRAFT_FIELDS = ("tree_topk", "prune_threshold", "node_budget", "lookup")
+# where the stream set records none: a 4-deep chain (the cheapest tree on a CPU), no pruning, no prompt lookup
+DRAFT_FALLBACK = {"tree_topk": (1, 1, 1, 1), "prune_threshold": 0.0, "node_budget": NODE_BUDGET, "lookup": 0}
 
 
 @dataclass(frozen=True)
@@ -80,9 +82,8 @@ class DecodeConfig:
 
     def settled(self, recommended: dict) -> "DecodeConfig":
         """This config with every draft setting left None taken from `recommended` (DecodeConfig fields),
-        else from the fallbacks: a 4-deep chain, no pruning, NODE_BUDGET nodes, no prompt lookup."""
-        fallback = {"tree_topk": (1, 1, 1, 1), "prune_threshold": 0.0, "node_budget": NODE_BUDGET, "lookup": 0}
-        fill = {k: recommended.get(k, fallback[k]) for k in DRAFT_FIELDS if getattr(self, k) is None}
+        else from DRAFT_FALLBACK."""
+        fill = {k: recommended.get(k, DRAFT_FALLBACK[k]) for k in DRAFT_FIELDS if getattr(self, k) is None}
         return replace(self, **fill) if fill else self
 
     @property

@@ -23,7 +23,7 @@ import warnings
 from dataclasses import asdict
 
 from specstream_core.model import defaults
-from specstream_core.decoding.config import NODE_BUDGET, DecodeConfig, parse_topk
+from specstream_core.decoding.config import DRAFT_FALLBACK, NODE_BUDGET, DecodeConfig, parse_topk
 from specstream_core.errors import SpecstreamError
 from specstream_core.model.loading import LoadConfig, load_model, resolve_precision
 from specstream_core.cli.args import recommended
@@ -253,10 +253,11 @@ def _context(args, pl: dict) -> dict:
         if name in pl["methods"] and not have:
             print(f"skipping {name}: no {what}")
     rec = recommended(lossless)
-    topk = parse_topk(args.topk) if args.topk else tuple(rec.get("topk", (1, 1, 1, 1)))
-    prune = args.prune_threshold if args.prune_threshold is not None else rec.get("prune_threshold", 0.0)
-    budget = args.node_budget if args.node_budget is not None else rec.get("node_budget", NODE_BUDGET)
-    lookup = args.lookup if args.lookup is not None else rec.get("lookup", 0)
+    topk = parse_topk(args.topk) if args.topk else tuple(rec.get("topk", DRAFT_FALLBACK["tree_topk"]))
+    prune = (args.prune_threshold if args.prune_threshold is not None
+             else rec.get("prune_threshold", DRAFT_FALLBACK["prune_threshold"]))
+    budget = args.node_budget if args.node_budget is not None else rec.get("node_budget", DRAFT_FALLBACK["node_budget"])
+    lookup = args.lookup if args.lookup is not None else rec.get("lookup", DRAFT_FALLBACK["lookup"])
     max_new = pl["max_new"]
     ctx = {"max_new": max_new, "base": base, "device": args.device, "ablation_streams": args.ablation_streams,
            "ss_cfg": DecodeConfig(mode="ss", max_new_tokens=max_new, tree_topk=topk, prune_threshold=prune,
