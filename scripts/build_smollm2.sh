@@ -52,14 +52,16 @@ if has lossless; then  # 3. lossless streams (base frozen; stream rows get rank-
   $PY -m specstream_core train --out "$OUT/streams-lossless" --mode lossless --lr "${LR:-3e-3}" --adapter-rank 32 \
       $COMMON ${INIT_FROM:+--init-from "$INIT_FROM"} $(resume_flag "$OUT/streams-lossless")
 fi
-if has shared; then  # 4. shared-mode streams: a LoRA on the top 4 (stream) layers shared by main and stream rows;
-  # the lower 26 layers stay frozen, so their output is computed once per sequence (as for lossless).
-  # Not shipped yet: the first run (lr 2e-3, 700 steps, 47 min, streams warm-started from the lossless set)
-  # kept teacher-forced agreement with the base at 0.88 on the eval split but made free generation
-  # degenerate ("1. **1011101111..."); the base's task score must hold before a set ships
+if has shared; then  # 4. shared-mode streams: a LoRA on the top 4 (stream) layers shared by main and stream rows,
+  # beside the streams' own row adapters (warm-started from the lossless set: training starts where it stands);
+  # the main rows learn the base's whole next-token distribution (KL), the LoRA at a tenth of the streams' rate.
+  # The lower 26 layers stay frozen, so their output is computed once per sequence (as for lossless).
+  # The first run (greedy-token main loss, no row adapters, one rate of 2e-3) kept teacher-forced agreement
+  # with the base at 0.88 but made free generation degenerate ("1. **1011101111..."): not shipped
   stamp "shared streams"
-  $PY -m specstream_core train --out "$OUT/streams-shared" --mode shared --lr "${LR:-2e-3}" --lora-rank 16 --lora-layers 4 \
-      $COMMON ${INIT_FROM:+--init-from "$INIT_FROM"} $(resume_flag "$OUT/streams-shared")
+  $PY -m specstream_core train --out "$OUT/streams-shared" --mode shared --lr "${LR:-1e-3}" --lora-lr "${LORA_LR:-1e-4}" \
+      --lora-rank 16 --lora-layers 4 --adapter-rank 32 --main-target kl \
+      $COMMON --init-from "${INIT_FROM:-$OUT/streams-lossless}" $(resume_flag "$OUT/streams-shared")
 fi
 if has medusa; then  # 5. Medusa-style heads on the same answers (a benchmark baseline)
   stamp "medusa heads"

@@ -57,12 +57,36 @@ def test_shared_lora_on_top_layers_only_trains_them(tmp_path):
     assert cfg.frozen_bottom and not replace(cfg, lora_layers=0).frozen_bottom
     data = periodic_data()
     summary = train(model, cfg, data, str(tmp_path), eval_data=data, progress=False, log=lambda *a: None)
-    losses = [h["loss"] for h in summary["history"]]
+    losses = [sum(h[f"s{j}"] for j in (1, 2, 3)) for h in summary["history"]]  # the main term starts at 0 (KL)
     assert sum(losses[-3:]) / 3 < 0.92 * sum(losses[:3]) / 3, losses
     adapted = {int(k.split("layers.")[1].split(".")[0]) for k, _ in model.named_parameters() if "lora_" in k}
     assert adapted == {n - 2, n - 1}
     config = json.loads((tmp_path / "lora" / "adapter_config.json").read_text())
     assert config["layers_to_transform"] == [n - 2, n - 1]
+
+
+def test_shared_main_rows_are_anchored_to_the_base_distribution(tmp_path):
+    """main_target="kl": before training the adapted model is the base (LoRA B = 0), so the main term is 0;
+    trained with a separate LoRA learning rate, the term stays small and the LoRA does move."""
+    from specstream_core.training.objectives import StreamObjective
+    from specstream_core.training.streams import build_streams, param_groups
+
+    model = tiny_model("llama", seed=0)
+    cfg = TrainConfig(mode="shared", gamma=2, n_stream_layers=2, lora_rank=4, lora_layers=2, steps=30, batch_size=8,
+                      seq_len=64, lr=5e-3, lora_lr=1e-3, warmup=5, precision="fp32", checkpoint_every=0)
+    peft_model, streams = build_streams(model, cfg)
+    ids, weight = periodic_data(n=8)
+    _, parts = StreamObjective(peft_model, streams, cfg)(ids, weight)
+    assert float(parts["main"]) == pytest.approx(0.0, abs=1e-6)
+    assert [g["lr"] for g in param_groups(peft_model, streams, cfg)] == [5e-3, 1e-3]
+    with pytest.raises(SpecstreamError, match="main-target"):
+        replace(cfg, main_target="soft")
+    model = tiny_model("llama", seed=0)
+    summary = train(model, cfg, periodic_data(), str(tmp_path), progress=False, log=lambda *a: None)
+    lora_b = [p for n, p in model.named_parameters() if "lora_B" in n]
+    assert lora_b and any(float(p.detach().abs().max()) > 0 for p in lora_b), "the LoRA never moved"
+    mains = [h["main"] for h in summary["history"] if "main" in h]
+    assert mains and 0 < max(mains) < 1.0, mains
 
 
 def test_trained_streams_reload_decode_exactly(tmp_path):
@@ -80,6 +104,33 @@ def test_trained_streams_reload_decode_exactly(tmp_path):
     assert ss.token_ids == ar.token_ids
     metrics = evaluate_streams(fresh, streams, *data)
     assert len(metrics["stream_top1"]) == 3
+
+
+def test_shared_set_with_row_adapters_reloads_and_decodes_exactly(tmp_path):
+    """Shared mode keeps the streams' row adapters beside the LoRA: the LoRA is saved under its own module
+    names (not the adapters' `.base.`), merges into a fresh model, and speculative output equals plain."""
+    from safetensors.torch import load_file
+
+    from specstream_core.model.lora import apply_shared_lora
+
+    model = tiny_model("llama", seed=0, logit_scale=1.0)
+    cfg = TrainConfig(mode="shared", gamma=3, n_stream_layers=2, adapter_rank=4, lora_rank=4, lora_layers=2, steps=30,
+                      batch_size=8, seq_len=64, lr=5e-3, warmup=5, precision="fp32", checkpoint_every=0)
+    data = periodic_data()
+    train(model, cfg, data, str(tmp_path), progress=False, log=quiet)
+    keys = list(load_file(str(tmp_path / "lora" / "adapter_model.safetensors")))
+    assert keys and not any(".base." in k for k in keys), keys[:3]
+    fresh = apply_shared_lora(tiny_model("llama", seed=0, logit_scale=1.0), str(tmp_path))
+    streams = StreamParams.load(str(tmp_path), fresh)
+    assert streams.cfg.mode == "shared" and streams.adapters
+    engine = Engine(fresh, None, streams)
+    ids = data[0][0, :10].tolist()
+    ar = engine.generate(ids, DecodeConfig(mode="ar", max_new_tokens=20, stop_on_eos=False))
+    ss = engine.generate(ids, DecodeConfig(mode="ss", max_new_tokens=20, stop_on_eos=False))
+    assert ss.token_ids == ar.token_ids
+    with torch.no_grad():  # the merged LoRA is the trained one: logits moved away from the untouched base
+        assert not torch.allclose(fresh(torch.tensor([ids])).logits,
+                                  tiny_model("llama", seed=0, logit_scale=1.0)(torch.tensor([ids])).logits)
 
 
 RESUME_CFG = TrainConfig(mode="lossless", gamma=2, n_stream_layers=1, adapter_rank=2, steps=20, batch_size=4,

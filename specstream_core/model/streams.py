@@ -162,6 +162,24 @@ class StreamParams(nn.Module):
         self.adapters = nn.ModuleDict()
         self._attached_to = None
 
+    @contextmanager
+    def unwrapped(self):
+        """The model's own Linears back in place for a while, the row adapters kept: a shared-mode run's
+        peft LoRA is then saved and loaded under its own module names (`….q_proj.lora_A`, not `….base.…`)."""
+        model = self._attached_to
+        layers = compat.decoder_layers(model) if model is not None else []
+        places = []
+        for key, wrapper in self.adapters.items():
+            li, parent_name, name = key.split("_", 2)
+            parent = layers[int(li)].self_attn if parent_name == "attn" else layers[int(li)].mlp
+            places.append((parent, name, wrapper))
+            setattr(parent, name, wrapper.base)
+        try:
+            yield
+        finally:
+            for parent, name, wrapper in places:
+                setattr(parent, name, wrapper)
+
     # ---- the draft vocabulary -------------------------------------------------------------
     def set_draft_vocab(self, ids, vocab_size: int) -> None:
         ids = torch.as_tensor(ids, dtype=torch.long).flatten()

@@ -1,6 +1,9 @@
 """The Speculative Streaming objective (docs/METHOD.md §3) and the draft vocabulary's pieces.
 
     L = α0·CE(main_t → y_t) + Σ_j αj·CE(stream_{t,j} → y_{t+j}) + αp·CE(prune_t → y_t)
+
+In shared mode the main term can instead be KL(base ‖ adapted) over the whole next-token distribution
+(`main_target="kl"`): the LoRA then has to keep the base's every preference, not only its greedy token.
 """
 
 from __future__ import annotations
@@ -37,7 +40,12 @@ class StreamObjective(nn.Module):
         parts = {}
         loss = ids.new_zeros((), dtype=torch.float32)
         if self.cfg.mode == "shared" and self.cfg.alpha_main:
-            main = _ce(head, out.main, shifted_targets(ids, weight, 1))
+            targets = shifted_targets(ids, weight, 1)
+            if self.cfg.main_target == "kl":
+                base = self._base_main(ids, positions, visible, carriers, birth_hidden)
+                main = _kl_to_base(head, out.main, base, targets != IGNORE)
+            else:
+                main = _ce(head, out.main, targets)
             loss = loss + self.cfg.alpha_main * main
             parts["main"] = main.detach()
         for j in range(1, gamma + 1):
@@ -52,6 +60,25 @@ class StreamObjective(nn.Module):
             loss = loss + self.cfg.alpha_prune * lp
             parts["prune"] = lp.detach()
         return loss, parts
+
+
+    @torch.no_grad()
+    def _base_main(self, ids, positions, visible, carriers, birth_hidden):
+        """The main rows' final hidden states as the base gives them (the shared LoRA switched off)."""
+        with self.model.disable_adapter():
+            out = msa.forward(self.model, ids, positions, visible, streams=self.streams, carriers=carriers[:, :1],
+                              num_streams=1, frozen_bottom=True, birth_hidden=birth_hidden)
+        return out.main
+
+
+def _kl_to_base(head: nn.Module, hidden: torch.Tensor, base_hidden: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """KL(base ‖ adapted) of the next-token distributions on the rows that have a target, averaged."""
+    if not bool(valid.any()):
+        return hidden.sum() * 0.0
+    logp = F.log_softmax(head(hidden[valid]).float(), dim=-1)
+    with torch.no_grad():
+        base = F.log_softmax(head(base_hidden[valid]).float(), dim=-1)
+    return F.kl_div(logp, base, log_target=True, reduction="batchmean")
 
 
 def stream_carriers(weight: torch.Tensor, gamma: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -43,16 +43,17 @@ def _checkpoint_exists(ckpt: str) -> bool:
     return os.path.isfile(os.path.join(ckpt, CHECKPOINT_FILE)) or os.path.isfile(os.path.join(ckpt, "state.json"))
 
 
-def _lora_state(model) -> dict[str, torch.Tensor]:
+def _lora_state(model, streams) -> dict[str, torch.Tensor]:
     from peft import get_peft_model_state_dict
 
-    return {k: v.detach().cpu().clone() for k, v in get_peft_model_state_dict(model).items()}
+    with streams.unwrapped():  # the LoRA's own names, whatever row adapters wrap its Linears
+        return {k: v.detach().cpu().clone() for k, v in get_peft_model_state_dict(model).items()}
 
 
 def _save_checkpoint(ckpt, step, history, identity, model, streams, optimizer, scheduler, gen) -> None:
     state = {"version": CHECKPOINT_VERSION, "step": step, "history": history, "identity": identity,
              "streams": streams.state_tensors(),
-             "lora": _lora_state(model) if streams.cfg.mode == "shared" else {},
+             "lora": _lora_state(model, streams) if streams.cfg.mode == "shared" else {},
              "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "data_rng": gen.get_state()}
     checkpoint.save_atomic(state, os.path.join(ckpt, CHECKPOINT_FILE))
 
@@ -103,14 +104,15 @@ def _load_checkpoint(ckpt, identity, model, streams, optimizer, scheduler, gen, 
             f"settings or data): only tensor names and shapes can be checked")
     _check_tensors(ckpt, "stream", state["streams"], streams.state_tensors())
     if streams.cfg.mode == "shared":
-        _check_tensors(ckpt, "LoRA", state["lora"], _lora_state(model))
+        _check_tensors(ckpt, "LoRA", state["lora"], _lora_state(model, streams))
     with torch.no_grad():
         for name, target in streams.named_tensors().items():
             target.copy_(state["streams"][name])
     if streams.cfg.mode == "shared":
         from peft import set_peft_model_state_dict
 
-        set_peft_model_state_dict(model, state["lora"])
+        with streams.unwrapped():
+            set_peft_model_state_dict(model, state["lora"])
     try:
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])

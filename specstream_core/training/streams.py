@@ -56,7 +56,7 @@ def build_streams(model, cfg: TrainConfig, draft_vocab: list[int] | None = None)
                           layers_pattern="layers" if top else None)
         model = get_peft_model(model, lora)
     streams = StreamParams.fresh(model, gamma=cfg.gamma, n_stream_layers=cfg.n_stream_layers,
-                                 adapter_rank=cfg.adapter_rank if cfg.mode == "lossless" else 0,
+                                 adapter_rank=cfg.adapter_rank,
                                  prune_rank=cfg.prune_rank, mode=cfg.mode, seed=cfg.seed,
                                  draft_vocab=list(draft_vocab) if draft_vocab else None)
     if cfg.mode == "shared":
@@ -85,10 +85,22 @@ def warm_start(streams: StreamParams, directory: str) -> None:
 
 
 def trainable(model, streams: StreamParams) -> list[torch.Tensor]:
-    params = list(streams.trainable_parameters())
-    if streams.cfg.mode == "shared":
-        params += [p for n, p in model.named_parameters() if "lora_" in n]
-    return params
+    return [p for group in _groups(model, streams) for p in group]
+
+
+def _groups(model, streams: StreamParams) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """(the streams' parameters, the shared LoRA's): the row adapters are the streams' own, not the LoRA's."""
+    own = list(streams.trainable_parameters())
+    if streams.cfg.mode != "shared":
+        return own, []
+    seen = {id(p) for p in own}
+    return own, [p for n, p in model.named_parameters() if "lora_" in n and id(p) not in seen]
+
+
+def param_groups(model, streams: StreamParams, cfg: TrainConfig) -> list[dict]:
+    """The optimizer's groups: the streams at `lr`; a shared LoRA at `lora_lr` (when set)."""
+    own, lora = _groups(model, streams)
+    return [{"params": own, "lr": cfg.lr}] + ([{"params": lora, "lr": cfg.lora_lr or cfg.lr}] if lora else [])
 
 
 def train(model, cfg: TrainConfig, train_data: tuple[torch.Tensor, torch.Tensor], out_dir: str,
@@ -109,7 +121,7 @@ def train(model, cfg: TrainConfig, train_data: tuple[torch.Tensor, torch.Tensor]
         raise SpecstreamError(f"draft_vocab_size {cfg.draft_vocab_size} needs a draft vocabulary of that many ids")
     model, streams = build_streams(model, cfg, draft_vocab)
     params = trainable(model, streams)
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(param_groups(model, streams, cfg), weight_decay=0.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(cfg.warmup, cfg.steps))
     objective = StreamObjective(model, streams, cfg)
     objective, optimizer = accelerator.prepare(objective, optimizer)
@@ -164,7 +176,8 @@ def save(out_dir: str, model, streams: StreamParams, summary: dict, extra: dict 
     os.makedirs(out_dir, exist_ok=True)
     streams.save(out_dir, extra={"eval": summary.get("eval"), "steps": summary.get("steps"), **(extra or {})})
     if streams.cfg.mode == "shared":
-        model.save_pretrained(os.path.join(out_dir, LORA_DIR))
+        with streams.unwrapped():
+            model.save_pretrained(os.path.join(out_dir, LORA_DIR))
     with open(os.path.join(out_dir, "train_log.json"), "w") as f:
         json.dump(summary, f, indent=1)
 

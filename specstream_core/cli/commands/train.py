@@ -25,6 +25,10 @@ def add_arguments(p) -> None:
     p.add_argument("--lora-rank", type=int, default=16, help="shared LoRA rank (shared mode)")
     p.add_argument("--lora-layers", type=int, default=0, help="shared mode: LoRA on the top K layers only "
                    "(0 = every layer; K <= --n-stream-layers reuses the frozen lower layers' output, as lossless does)")
+    p.add_argument("--main-target", choices=("kl", "greedy"), default="kl",
+                   help="shared mode: the main rows learn the base's whole next-token distribution (kl) or only "
+                   "its greedy token")
+    p.add_argument("--lora-lr", type=float, default=0.0, help="shared mode: the LoRA's learning rate (0 = --lr)")
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--minutes", type=float, default=0.0, help="stop after this many minutes (0 = no limit)")
     p.add_argument("--batch-size", type=int, default=8)
@@ -62,7 +66,8 @@ def run(args) -> int:
                       lora_layers=args.lora_layers, steps=args.steps,
                       minutes=args.minutes, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
                       precision=args.precision, seed=args.seed, draft_vocab_size=args.draft_vocab,
-                      feature_cache_gb=args.feature_cache_gb, init_from=args.init_from)
+                      feature_cache_gb=args.feature_cache_gb, init_from=args.init_from,
+                      main_target=args.main_target, lora_lr=args.lora_lr)
     if args.resume:  # before loading and distilling anything
         require_checkpoint(args.out, cfg.checkpoint_every)
     base, _ = defaults.resolve(args.base, None)
