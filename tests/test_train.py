@@ -133,6 +133,30 @@ def test_shared_set_with_row_adapters_reloads_and_decodes_exactly(tmp_path):
                                   tiny_model("llama", seed=0, logit_scale=1.0)(torch.tensor([ids])).logits)
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "int4"])
+def test_a_shared_set_loads_at_each_cpu_precision_with_its_lora_merged_first(precision, tmp_path):
+    """Engine.load merges the LoRA into the fp32 weights before int4 or the CPU kernel take them: the model
+    differs from the base at that precision, and speculative output equals plain decoding."""
+    from tiny_models import save_tiny_model_dir
+
+    base = save_tiny_model_dir(tmp_path / "base")
+    from transformers import AutoModelForCausalLM
+
+    cfg = TrainConfig(mode="shared", gamma=3, n_stream_layers=2, adapter_rank=4, lora_rank=4, lora_layers=2, steps=10,
+                      batch_size=8, seq_len=64, lr=5e-3, warmup=5, precision="fp32", checkpoint_every=0)
+    data = periodic_data()
+    train(AutoModelForCausalLM.from_pretrained(base), cfg, data, str(tmp_path / "set"), progress=False, log=quiet)
+    engine = Engine.load(base, str(tmp_path / "set"), precision=precision)
+    plain = Engine.load(base, None, precision=precision, fresh_streams=False)
+    ids = data[0][0, :10].tolist()
+    with torch.no_grad():
+        moved = (engine.model(torch.tensor([ids])).logits - plain.model(torch.tensor([ids])).logits).abs().max()
+    assert float(moved) > 1e-2
+    ar = engine.generate(ids, DecodeConfig(mode="ar", max_new_tokens=16, stop_on_eos=False))
+    ss = engine.generate(ids, DecodeConfig(mode="ss", max_new_tokens=16, stop_on_eos=False))
+    assert ss.token_ids == ar.token_ids
+
+
 RESUME_CFG = TrainConfig(mode="lossless", gamma=2, n_stream_layers=1, adapter_rank=2, steps=20, batch_size=4,
                          seq_len=64, precision="fp32", checkpoint_every=10, warmup=30)  # warm-up > steps: the
 # learning rate of the first 10 steps does not depend on `steps`, so 10 steps + 10 resumed = 20 straight

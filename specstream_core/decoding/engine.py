@@ -22,7 +22,7 @@ from specstream_core.model.cache import KVCache
 from specstream_core.model.loading import LoadConfig, load_model, load_tokenizer
 from specstream_core.model.streams import StreamParams, read_stream_config, warn_fresh
 from specstream_core.model.loading import DEFAULT_PRECISION, check_architecture, is_exact
-from specstream_core.model.lora import apply_shared_lora
+from specstream_core.model.lora import apply_shared_lora  # noqa: F401 - re-exported (tests, users)
 
 
 class Engine:
@@ -64,13 +64,12 @@ class Engine:
         if streams_dir is not None:
             streams_dir = hub.local_dir(streams_dir)  # a hub repo id: its snapshot
             read_stream_config(streams_dir)  # fail on a bad adapter before loading a large model
-        load = LoadConfig(base, precision=precision, device=device, exact_nf4=exact_nf4,
+        load = LoadConfig(base, precision=precision, device=device, exact_nf4=exact_nf4, shared_lora=streams_dir,
                           **({"kernel": kernel} if kernel else {}))  # resolves "auto"
-        model = load_model(load)
+        model = load_model(load)  # a shared-mode set's LoRA merged into the weights before quantizing
         tokenizer = load_tokenizer(base)
         streams = None
         if streams_dir is not None:
-            model = apply_shared_lora(model, streams_dir)
             streams = StreamParams.load(streams_dir, model)
         elif fresh_streams:
             warn_fresh(gamma)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specstream_core.model.lora import apply_shared_lora
 from specstream_core.model import compat, int4, rowinv
 from specstream_core.errors import SpecstreamError
 from safetensors import SafetensorError
@@ -34,6 +35,7 @@ class LoadConfig:
     exact_nf4: bool = True  # CPU nf4: disable the bf16 fast path so tree and sequential logits agree
     # CPU fp32/bf16/int4 Linears: auto (the row-invariant kernel, model/rowinv.py, where it runs), rowinv, torch
     kernel: str = os.environ.get("SPECSTREAM_KERNEL", "auto")
+    shared_lora: str | None = None  # a shared-mode stream directory: its LoRA is merged before quantizing
 
     def __post_init__(self):
         if self.precision not in PRECISIONS:
@@ -151,22 +153,25 @@ def load_model(cfg: LoadConfig):
     if cfg.precision not in ("nf4", "int8"):
         model.to(cfg.device)
     model.eval()
+    if cfg.shared_lora:  # into the loaded weights, so that int4 and the CPU kernel take the adapted ones
+        model = apply_shared_lora(model, cfg.shared_lora)
     if cfg.precision == "nf4" and cfg.device == "cpu" and cfg.exact_nf4:
         make_nf4_exact(model)
     if cfg.precision == "int4":
-        to_int4(model, cfg.base, rowinv.kernel_for("int4", cfg.device, cfg.kernel))
+        to_int4(model, cfg.base, rowinv.kernel_for("int4", cfg.device, cfg.kernel), adapted=bool(cfg.shared_lora))
     elif rowinv.kernel_for(cfg.precision, cfg.device, cfg.kernel):
         rowinv.install(model, cfg.kernel, torch.bfloat16 if cfg.precision == "bf16" else torch.float32)
     return model
 
 
-def to_int4(model, base: str, kernel: bool) -> dict:
+def to_int4(model, base: str, kernel: bool, adapted: bool = False) -> dict:
     """4-bit decoder Linears and an 8-bit head (model/int4.py, model/int8_head.py), on the row-invariant
-    kernel or through torch; a GGUF-converted base keeps its file's own groups (its fp32 weights exactly)."""
+    kernel or through torch; a GGUF-converted base keeps its file's own groups (its fp32 weights exactly).
+    adapted: a shared-mode LoRA was merged, so the Linears it changed are quantized again (no warning)."""
     source = int4.gguf_source(base)
     groups = int4.gguf_groups(source, model) if source else {}
     report = int4.quantize_model(model, groups, kernel=kernel)
-    if source and report["from_file"] < report["layers"]:  # e.g. a reader that dequantizes another way
+    if source and report["from_file"] < report["layers"] and not adapted:  # e.g. a reader that dequantizes another way
         warnings.warn(f"int4: only {report['from_file']} of {report['layers']} Linears are {os.path.basename(source)}'s "
                       "own groups; the others were quantized again, so this int4 model is not the fp32 model exactly")
     model.config.specstream_int4 = report  # where the 4-bit groups came from, for traces and benchmarks
