@@ -1,7 +1,8 @@
 """The lab's Benchmarks panel: the latest `bench --json` results as a table and figures (pure: JSON in,
 Markdown / Plotly out; no model involved).
 
-The results file is SPECSTREAM_BENCH_JSON when set, else docs/bench/latest.json in the repository; the
+The results file is SPECSTREAM_BENCH_JSON when set, else docs/bench/peers-int4.json in the repository (every
+method at the default precision; docs/BENCHMARKS.md, "Every method at the default precision"); the
 pass-cost file (`pass-cost --json`) is SPECSTREAM_PASS_COST_JSON, else docs/bench/pass-cost.json.
 """
 
@@ -14,13 +15,13 @@ from specstream_core.bench.plots import (ablation_figure, ablation_params, basel
                                          method_summary, precisions, speedup_figure, tau_figure)
 from specstream_core.errors import SpecstreamError
 
-DEFAULT_PATH = os.path.join(defaults.ROOT, "docs", "bench", "latest.json")
+DEFAULT_PATH = os.path.join(defaults.ROOT, "docs", "bench", "peers-int4.json")
 PASS_COST_PATH = os.path.join(defaults.ROOT, "docs", "bench", "pass-cost.json")
 PASS_COST_COMMAND = ("python -m specstream_core pass-cost --precisions int4,bf16,fp32 --threads 1 --repeats 20 "
                      "--json docs/bench/pass-cost.json --markdown docs/bench/pass-cost.md --plots docs/bench/")
-COMMAND = ("python -m specstream_core bench --methods ar,hf-greedy,hf-pld,pld,medusa,ss-lossless --n 5 --max-new-tokens 64 "
-           "--threads 1 --ablations gamma --ablation-categories 8 --ablation-n 1 --precisions fp32 "
-           "--json docs/bench/latest.json --markdown docs/bench/latest.md --plots docs/bench/ --doc docs/BENCHMARKS.md")
+COMMAND = ("python -m specstream_core bench --methods hf-greedy,hf-pld,hf-assisted,pld,medusa,ss-lossless "
+           "--baseline hf-greedy --n 10 --max-new-tokens 64 --threads 1 --ablations none --precisions int4 "
+           "--json docs/bench/peers-int4.json --markdown docs/bench/peers-int4.md --plots docs/bench/peers-int4/")
 NONE_YET = ("No benchmark results yet. Run\n\n```bash\n" + COMMAND + "\n```\n\n"
             "and reload: the lab shows the latest results file ({path}).")
 
