@@ -209,6 +209,26 @@ def test_resume_continues_from_checkpoint_bit_identically(mode, tmp_path):
         assert (resumed / lora).read_bytes() == (straight / lora).read_bytes()
 
 
+def test_a_checkpoint_older_than_a_new_setting_resumes_when_the_setting_is_at_its_default(tmp_path):
+    """Settings added later (main_target, lora_lr) are absent from older checkpoints: at their defaults they
+    match (the older run had no other), changed they do not."""
+    from specstream_core.training import checkpoint
+
+    data = periodic_data()
+    train(tiny_model("llama", seed=0), replace(RESUME_CFG, steps=10), data, str(tmp_path), progress=False, log=quiet)
+    path = tmp_path / "checkpoint" / "checkpoint.pt"
+    state = read_checkpoint(tmp_path)
+    for key in ("main_target", "lora_lr"):
+        del state["identity"]["settings"][key]
+    checkpoint.save_atomic(state, str(path))
+    with pytest.raises(SpecstreamError, match="lora_lr"):
+        train(tiny_model("llama", seed=0), replace(RESUME_CFG, lora_lr=1e-3), data, str(tmp_path), resume=True,
+              progress=False, log=quiet)
+    summary = train(tiny_model("llama", seed=0), RESUME_CFG, data, str(tmp_path), resume=True, progress=False,
+                    log=quiet)
+    assert summary["steps"] == RESUME_CFG.steps
+
+
 def test_a_time_budget_stop_leaves_a_checkpoint_to_resume_from(tmp_path):
     data = periodic_data()
     summary = train(tiny_model("llama", seed=0), replace(RESUME_CFG, minutes=1e-9), data, str(tmp_path),

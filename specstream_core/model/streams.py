@@ -154,25 +154,29 @@ class StreamParams(nn.Module):
         if model is None:
             return
         direct_layers.unbind(compat.decoder_layers(model))
-        layers = compat.decoder_layers(model)
-        for key, wrapper in self.adapters.items():
-            li, parent_name, name = key.split("_", 2)
-            parent = layers[int(li)].self_attn if parent_name == "attn" else layers[int(li)].mlp
+        for parent, name, wrapper in self._adapter_places():
             setattr(parent, name, wrapper.base)
         self.adapters = nn.ModuleDict()
         self._attached_to = None
 
-    @contextmanager
-    def unwrapped(self):
-        """The model's own Linears back in place for a while, the row adapters kept: a shared-mode run's
-        peft LoRA is then saved and loaded under its own module names (`….q_proj.lora_A`, not `….base.…`)."""
-        model = self._attached_to
-        layers = compat.decoder_layers(model) if model is not None else []
+    def _adapter_places(self) -> list[tuple[nn.Module, str, StreamRowLoRA]]:
+        """(parent module, attribute, row adapter) of every adapter installed on the attached model."""
+        if self._attached_to is None:
+            return []
+        layers = compat.decoder_layers(self._attached_to)
         places = []
         for key, wrapper in self.adapters.items():
             li, parent_name, name = key.split("_", 2)
             parent = layers[int(li)].self_attn if parent_name == "attn" else layers[int(li)].mlp
             places.append((parent, name, wrapper))
+        return places
+
+    @contextmanager
+    def unwrapped(self):
+        """The model's own Linears back in place for a while, the row adapters kept: a shared-mode run's
+        peft LoRA is then saved and loaded under its own module names (`….q_proj.lora_A`, not `….base.…`)."""
+        places = self._adapter_places()
+        for parent, name, wrapper in places:
             setattr(parent, name, wrapper.base)
         try:
             yield

@@ -61,7 +61,6 @@ class StreamObjective(nn.Module):
             parts["prune"] = lp.detach()
         return loss, parts
 
-
     @torch.no_grad()
     def _base_main(self, ids, positions, visible, carriers, birth_hidden):
         """The main rows' final hidden states as the base gives them (the shared LoRA switched off)."""

@@ -21,6 +21,7 @@ CHECKPOINT_FILE = "checkpoint.pt"
 CHECKPOINT_VERSION = 2
 # settings a resumed run may change (more steps: the learning-rate schedule is stretched from there on)
 RESUME_MAY_CHANGE = ("steps", "minutes", "checkpoint_every", "log_every")
+_DEFAULTS = asdict(TrainConfig())
 
 
 def run_identity(model, cfg: TrainConfig, train_data) -> dict:
@@ -65,6 +66,8 @@ def _identity_differences(saved: dict, current: dict) -> list[str]:
                      f"{current['base_name'] or '?'!r} (fingerprint {current['base_model']})")
     old, new = saved.get("settings", {}), current["settings"]
     for key in sorted(set(old) | set(new)):
+        if key not in old and new.get(key) == _DEFAULTS.get(key):
+            continue  # a setting newer than the checkpoint, left at its default: the run it saved had no other
         if key not in RESUME_MAY_CHANGE and old.get(key) != new.get(key):
             diffs.append(f"{key} {old.get(key)!r} -> {new.get(key)!r}")
     if saved.get("data") != current["data"]:
