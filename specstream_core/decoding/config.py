@@ -19,6 +19,16 @@ DRAFT_FIELDS = ("tree_topk", "prune_threshold", "node_budget", "lookup")
 DRAFT_FALLBACK = {"tree_topk": (1, 1, 1, 1), "prune_threshold": 0.0, "node_budget": NODE_BUDGET, "lookup": 0}
 
 
+def decode_fields(stored: dict) -> dict:
+    """A stream set's recorded draft (its config's extra["decode"]: topk, prune_threshold, node_budget,
+    lookup) as DecodeConfig fields, for `DecodeConfig.settled`; what it does not record is left out."""
+    out = {"tree_topk": tuple(stored["topk"])} if stored.get("topk") else {}
+    for key, kind in (("prune_threshold", float), ("node_budget", int), ("lookup", int)):
+        if stored.get(key) is not None:
+            out[key] = kind(stored[key])
+    return out
+
+
 @dataclass(frozen=True)
 class DecodeConfig:
     mode: str = "ss"  # ar | ss

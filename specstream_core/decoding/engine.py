@@ -14,7 +14,7 @@ import torch
 
 from specstream_core.model import compat, direct_layers, hub, masks, msa, rowinv
 from specstream_core.decoding import loop
-from specstream_core.decoding.config import DecodeConfig, Result
+from specstream_core.decoding.config import DecodeConfig, Result, decode_fields
 from specstream_core.decoding.drafters import Drafter
 from specstream_core.model.chat import encode_prompt
 from specstream_core.errors import SpecstreamError
@@ -169,14 +169,7 @@ class Engine:
         if self.streams is None:
             return {}
         stored = (self.streams.cfg.extra or {}).get("decode") or {}
-        out = {"tree_topk": tuple(stored.get("topk") or (1,) * min(4, self.streams.cfg.gamma))}
-        if stored.get("prune_threshold") is not None:
-            out["prune_threshold"] = float(stored["prune_threshold"])
-        if stored.get("node_budget") is not None:
-            out["node_budget"] = int(stored["node_budget"])
-        if stored.get("lookup") is not None:
-            out["lookup"] = int(stored["lookup"])
-        return out
+        return {"tree_topk": (1,) * min(4, self.streams.cfg.gamma), **decode_fields(stored)}
 
     def settle(self, cfg: DecodeConfig) -> DecodeConfig:
         """cfg with the draft settings it leaves None (the default) taken from this stream set's

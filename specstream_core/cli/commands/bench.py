@@ -20,10 +20,10 @@ import math
 import os
 import time
 import warnings
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from specstream_core.model import defaults
-from specstream_core.decoding.config import DRAFT_FALLBACK, NODE_BUDGET, DecodeConfig, parse_topk
+from specstream_core.decoding.config import NODE_BUDGET, DecodeConfig, decode_fields, parse_topk
 from specstream_core.errors import SpecstreamError
 from specstream_core.model.loading import LoadConfig, load_model, resolve_precision
 from specstream_core.cli.args import recommended
@@ -221,7 +221,7 @@ def run(args) -> int:
     ctx = _context(args, pl)
     print(f"bench: {len(pl['categories'])} categories × {pl['n']} prompts × ≤{ctx['max_new']} tokens; precisions "
           f"{', '.join(pl['precisions'])}; ablations {', '.join(pl['ablations']) or 'none'}; ss tree "
-          f"{list(ctx['topk'])}, prune {ctx['prune']}, budget {ctx['budget']}; torch threads "
+          f"{list(ctx['ss_cfg'].tree_topk)}, prune {ctx['ss_cfg'].prune_threshold}, budget {ctx['ss_cfg'].node_budget}; torch threads "
           f"{torch.get_num_threads()}", flush=True)
     rows, ablation_rows = _measure(args, pl, ctx)
     summary = summarize(rows)
@@ -252,25 +252,15 @@ def _context(args, pl: dict) -> dict:
                              ("ss-shared", shared, "--shared-streams")):
         if name in pl["methods"] and not have:
             print(f"skipping {name}: no {what}")
-    rec = recommended(lossless)
-    topk = parse_topk(args.topk) if args.topk else tuple(rec.get("topk", DRAFT_FALLBACK["tree_topk"]))
-    prune = (args.prune_threshold if args.prune_threshold is not None
-             else rec.get("prune_threshold", DRAFT_FALLBACK["prune_threshold"]))
-    budget = args.node_budget if args.node_budget is not None else rec.get("node_budget", DRAFT_FALLBACK["node_budget"])
-    lookup = args.lookup if args.lookup is not None else rec.get("lookup", DRAFT_FALLBACK["lookup"])
     max_new = pl["max_new"]
+    given = DecodeConfig(mode="ss", max_new_tokens=max_new, tree_topk=parse_topk(args.topk) if args.topk else None,
+                         prune_threshold=args.prune_threshold, node_budget=args.node_budget, lookup=args.lookup)
+    ss_cfg = given.settled(decode_fields(recommended(lossless)))  # flags, else the stream set's draft, else fallbacks
     ctx = {"max_new": max_new, "base": base, "device": args.device, "ablation_streams": args.ablation_streams,
-           "ss_cfg": DecodeConfig(mode="ss", max_new_tokens=max_new, tree_topk=topk, prune_threshold=prune,
-                                  node_budget=budget, lookup=lookup),
-           "ar_cfg": DecodeConfig(mode="ar", max_new_tokens=max_new), "medusa_dir": medusa_dir, "shared_dir": shared,
-           "lossless_dir": lossless, "draft_dir": draft_dir, "topk": topk, "prune": prune, "budget": budget,
-           "lookup": lookup}
-    if shared:
-        srec = recommended(shared)
-        ctx["shared_cfg"] = DecodeConfig(mode="ss", max_new_tokens=max_new, tree_topk=tuple(srec.get("topk", topk)),
-                                         prune_threshold=srec.get("prune_threshold", prune),
-                                         node_budget=srec.get("node_budget", budget),
-                                         lookup=srec.get("lookup", 0))
+           "ss_cfg": ss_cfg, "ar_cfg": DecodeConfig(mode="ar", max_new_tokens=max_new), "medusa_dir": medusa_dir,
+           "shared_dir": shared, "lossless_dir": lossless, "draft_dir": draft_dir}
+    if shared:  # its own recorded draft; what it does not record as the lossless one's, without prompt lookup
+        ctx["shared_cfg"] = replace(ss_cfg, **{"lookup": 0, **decode_fields(recommended(shared))})
     if draft_dir and "hf-assisted" in pl["methods"]:
         from specstream_core.model.layer_draft import load_assistant
 
@@ -333,8 +323,8 @@ def _measure(args, pl: dict, ctx: dict) -> tuple[list, list]:
 
 def _settings(args, pl: dict, ctx: dict, wall: float, threads: int) -> dict:
     draft_dir, medusa_dir = ctx["draft_dir"], ctx["medusa_dir"]
-    return {"suite": args.suite, "chat": not args.raw, "topk": list(ctx["topk"]), "prune_threshold": ctx["prune"],
-            "node_budget": ctx["budget"], "lookup": ctx["lookup"], "n": pl["n"], "max_new_tokens": ctx["max_new"],
+    return {"suite": args.suite, "chat": not args.raw, "topk": list(ctx["ss_cfg"].tree_topk), "prune_threshold": ctx["ss_cfg"].prune_threshold,
+            "node_budget": ctx["ss_cfg"].node_budget, "lookup": ctx["ss_cfg"].lookup, "n": pl["n"], "max_new_tokens": ctx["max_new"],
             "precisions": pl["precisions"], "baseline": pl["baseline"], "categories": pl["categories"],
             "ablations": pl["ablations"], "ablation_categories": pl["categories"][: args.ablation_categories],
             "ablation_n": args.ablation_n, "device": args.device, "threads": threads, "wall_s": round(wall, 1),

@@ -9,7 +9,7 @@ import platform
 import warnings
 
 from specstream_core.model import defaults
-from specstream_core.decoding.config import DRAFT_FALLBACK, DecodeConfig, parse_topk
+from specstream_core.decoding.config import DRAFT_FALLBACK, DecodeConfig, decode_fields, parse_topk
 from specstream_core.errors import SpecstreamError
 from specstream_core.cli.args import recommended
 
@@ -78,10 +78,9 @@ def run(args) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         engine = Engine.load(base, streams)
-    rec = recommended(streams)
-    trees = ([parse_topk(t) for t in args.topk.split(";") if t.strip()] if args.topk
-             else [tuple(rec.get("topk", DRAFT_FALLBACK["tree_topk"]))])
-    budget, lookup = rec.get("node_budget", DRAFT_FALLBACK["node_budget"]), rec.get("lookup", DRAFT_FALLBACK["lookup"])
+    draft = {**DRAFT_FALLBACK, **decode_fields(recommended(streams))}  # the stream set's draft, else the fallbacks
+    trees = ([parse_topk(t) for t in args.topk.split(";") if t.strip()] if args.topk else [draft["tree_topk"]])
+    budget, lookup = draft["node_budget"], draft["lookup"]
     ss_cfg = DecodeConfig(mode="ss", max_new_tokens=max_new, tree_topk=trees[0], node_budget=budget, lookup=lookup)
     n_cats = 7
     examples = load_split("eval", n=-(-n_prompts // n_cats))[:n_prompts]  # categories interleaved
