@@ -18,7 +18,7 @@ needs_kernel = pytest.mark.skipif(not rowinv.available(), reason=f"kernel unavai
 
 @needs_kernel
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("n,k", [(96, 128), (7, 40), (1, 16), (33, 1000)])  # tails in both dimensions
+@pytest.mark.parametrize("n,k", [(96, 128), (7, 40), (1, 16), (33, 1000), (33, 1008)])  # tails in both dimensions
 def test_the_kernel_computes_x_w_t_and_each_row_alone(dtype, n, k):
     g = torch.Generator().manual_seed(n + k)
     w = torch.randn(n, k, generator=g).to(dtype)
@@ -38,6 +38,26 @@ def test_the_kernel_computes_x_w_t_and_each_row_alone(dtype, n, k):
         torch.set_num_threads(threads)
     assert torch.equal(rowinv.linear(x.reshape(13, 1, k).bfloat16(), w).float(),
                        rowinv.linear(x.bfloat16().float(), w).bfloat16().float().reshape(13, 1, n))
+    _blocked_equals_row_major(x, w)
+
+
+def _blocked_equals_row_major(x, w):
+    """The blocked layout (`rowinv.blocked`, what RowInvariantLinear reads) gives the row-major kernel's sums bit
+    for bit, each row alone; it exists where K is a multiple of the build's lanes."""
+    n, k = w.shape
+    y, wb = rowinv.linear(x, w), rowinv.blocked(w)
+    assert (wb is None) == bool(k % rowinv.library().rowinv_lanes())
+    if wb is None:
+        return
+    for m in range(1, x.shape[0] + 1):
+        assert torch.equal(rowinv.linear(x[:m], wb, None, n), y[:m])
+        assert torch.equal(rowinv.linear(x[m - 1:m], wb, None, n), y[m - 1:m])
+    module = rowinv.RowInvariantLinear(k, n, bias=False, dtype=w.dtype)
+    with torch.no_grad():
+        module.weight.copy_(w)
+        assert torch.equal(module(x), y)
+        module.weight.mul_(2)  # changed in place: the module's blocked copy follows
+        assert torch.equal(module(x), rowinv.linear(x, w * 2))
 
 
 @pytest.mark.skipif(not {"avx2", "fma"} <= rowinv._cpu_flags(), reason="this CPU lacks AVX2 + FMA")
@@ -57,6 +77,8 @@ def test_the_avx2_build_is_row_invariant_too(monkeypatch, tmp_path):
         for m in range(1, 8):
             assert torch.equal(rowinv.linear(x[:m], w), y[:m])
             assert torch.equal(rowinv.linear(x[m - 1:m], w), y[m - 1:m])
+        w2 = torch.randn(37, 208, generator=g).to(dtype)  # a multiple of 8 lanes: blocked
+        _blocked_equals_row_major(torch.randn(7, 208, generator=g), w2)
     layer = int4.Int4Linear(*int4.quantize_groups(torch.randn(37, 224, generator=g)), kernel=True)
     x = torch.randn(11, 224, generator=g)
     y = rowinv.linear_q4(x, layer.q4, layer.dm, 37)
@@ -232,8 +254,8 @@ def test_the_check_can_fail(monkeypatch):
     rows, as oneDNN's bf16 path does differently) makes speculative output differ on these near-ties."""
     engine = _near_tie("fp32")
     kernel = rowinv.linear
-    monkeypatch.setattr(rowinv, "linear", lambda x, w, b=None: (lambda y: y if x.reshape(-1, x.shape[-1]).shape[0] == 1
-                                                               else y.bfloat16().float())(kernel(x, w, b)))
+    monkeypatch.setattr(rowinv, "linear", lambda x, w, b=None, n=None: (
+        lambda y: y if x.reshape(-1, x.shape[-1]).shape[0] == 1 else y.bfloat16().float())(kernel(x, w, b, n)))
     assert _mismatches(engine, (1, 1, 1)) + _mismatches(engine, (2, 2, 1)) > 0
 
 

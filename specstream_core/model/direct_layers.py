@@ -69,8 +69,12 @@ def _kernel_part(module: nn.Module) -> tuple | None:
     if not isinstance(module, rowinv.RowInvariantLinear) or module.bias is not None:
         return None
     w = module.weight
-    kind = {torch.float32: rowinv_steps.LIN_F32, torch.bfloat16: rowinv_steps.LIN_BF16}.get(w.dtype)
-    return (kind, w, None, w.shape[0]) if kind is not None and w.is_contiguous() and w.is_cpu else None
+    if w.dtype not in (torch.float32, torch.bfloat16) or not w.is_contiguous() or not w.is_cpu:
+        return None
+    wb, f32 = module.blocked_weight(), w.dtype is torch.float32
+    if wb is not None:  # the weights the module's own forward reads (`RowInvariantLinear.blocked_weight`)
+        return (rowinv_steps.LIN_F32B if f32 else rowinv_steps.LIN_BF16B), wb, None, w.shape[0]
+    return (rowinv_steps.LIN_F32 if f32 else rowinv_steps.LIN_BF16), w, None, w.shape[0]
 
 
 def _parts(modules: list[nn.Module], fused) -> list[tuple] | None:

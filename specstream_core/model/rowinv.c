@@ -144,6 +144,81 @@ static inline __m128 total4(vec a, vec b, vec c, vec d) { /* lane j: the sum of 
 DEFINE_KERNEL(linear_f32, float, load_f32)
 DEFINE_KERNEL(linear_bf16, uint16_t, load_bf16)
 
+/* ---- blocked weights ------------------------------------------------------------------------------------
+ * The same products and sums as linear_f32 / linear_bf16 (bit for bit), on weights laid out in blocks:
+ * Wb[N' / 4][K / LANES][4][LANES] (N' = N rounded up to a multiple of 4; padding rows are computed, not stored;
+ * K a multiple of LANES), so a block's 4 output rows stream from memory as one sequential read instead of 4
+ * reads K apart, prefetched PF_BYTES ahead; the input rows are loaded once a step (KEEP: on AVX-512 gcc
+ * otherwise folds each into all 4 of its FMAs, 4 loads for 1). SmolLM2's 120 layer matrices in fp32, one
+ * thread, against the row-major kernel (A/B in one process): 1 row -13 %, 3 rows -14 %, 6 rows -20 %. */
+#define PF_BYTES 8192
+#if defined(__AVX512F__)
+#define KEEP(v) __asm__("" : "+v"(v))
+#else
+#define KEEP(v) ((void)0)
+#endif
+#define STEP_B(MM, WT, LOAD, k)                                                                        \
+  {                                                                                                    \
+    const WT *p = wb + (k) * NB;                                                                       \
+    vec a = LOAD(p, LANES), b = LOAD(p + LANES, LANES), c = LOAD(p + 2 * LANES, LANES),                \
+        d = LOAD(p + 3 * LANES, LANES);                                                                \
+    UNROLLED for (int f = 0; f < (int)(NB * LANES * sizeof(WT)); f += 64)                              \
+      _mm_prefetch((const char *)p + PF_BYTES + f, _MM_HINT_T0);                                       \
+    UNROLLED for (int i = 0; i < MM; i++) {                                                            \
+      vec xv = load_x(x + i * K + (k), LANES);                                                         \
+      KEEP(xv);                                                                                        \
+      acc[i][0] = vfmadd(xv, a, acc[i][0]);                                                            \
+      acc[i][1] = vfmadd(xv, b, acc[i][1]);                                                            \
+      acc[i][2] = vfmadd(xv, c, acc[i][2]);                                                            \
+      acc[i][3] = vfmadd(xv, d, acc[i][3]);                                                            \
+    }                                                                                                  \
+  }
+#define DEFINE_BLOCK_B(NAME, WT, LOAD, MM)                                                             \
+  static void NAME##_##MM(const float *x, int64_t K, const WT *wb, int64_t n0, int64_t nn, float *y,    \
+                          int64_t N) {                                                                 \
+    vec acc[MM][NB];                                                                                   \
+    UNROLLED for (int i = 0; i < MM; i++)                                                              \
+      UNROLLED for (int j = 0; j < NB; j++) acc[i][j] = vzero();                                       \
+    for (int64_t k = 0; k < K; k += LANES) STEP_B(MM, WT, LOAD, k)                                     \
+    UNROLLED for (int i = 0; i < MM; i++) {                                                            \
+      float out[NB];                                                                                   \
+      _mm_storeu_ps(out, total4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));                          \
+      memcpy(y + i * N + n0, out, (size_t)nn * sizeof(float));                                         \
+    }                                                                                                  \
+  }
+#if MB == 6
+#define DEFINE_BLOCKS_B(NAME, WT, LOAD)                                                                \
+  DEFINE_BLOCK_B(NAME, WT, LOAD, 1) DEFINE_BLOCK_B(NAME, WT, LOAD, 2) DEFINE_BLOCK_B(NAME, WT, LOAD, 3)      \
+  DEFINE_BLOCK_B(NAME, WT, LOAD, 4) DEFINE_BLOCK_B(NAME, WT, LOAD, 5) DEFINE_BLOCK_B(NAME, WT, LOAD, 6)      \
+  static void (*const NAME##_blocks[MB + 1])(const float *, int64_t, const WT *, int64_t, int64_t, float *, \
+                                             int64_t) = {0, NAME##_1, NAME##_2, NAME##_3, NAME##_4, NAME##_5, NAME##_6};
+#else
+#define DEFINE_BLOCKS_B(NAME, WT, LOAD)                                                                \
+  DEFINE_BLOCK_B(NAME, WT, LOAD, 1) DEFINE_BLOCK_B(NAME, WT, LOAD, 2) DEFINE_BLOCK_B(NAME, WT, LOAD, 3)      \
+  static void (*const NAME##_blocks[MB + 1])(const float *, int64_t, const WT *, int64_t, int64_t, float *, \
+                                             int64_t) = {0, NAME##_1, NAME##_2, NAME##_3};
+#endif
+#define DEFINE_KERNEL_B(NAME, WT, LOAD)                                                                \
+  DEFINE_BLOCKS_B(NAME, WT, LOAD)                                                                      \
+  static void NAME##_ld(const float *x, int64_t M, int64_t K, const WT *W, int64_t N, float *y, int64_t ldy, \
+                        int threads) {                                                                 \
+    int64_t blocks = (N + NB - 1) / NB;                                                                \
+    _Pragma("omp parallel for schedule(static) num_threads(threads)")                                  \
+    for (int64_t b = 0; b < blocks; b++) {                                                             \
+      int64_t n0 = b * NB, nn = N - n0 < NB ? N - n0 : NB;                                             \
+      for (int64_t m0 = 0; m0 < M; m0 += MB) {                                                         \
+        int64_t mm = M - m0 < MB ? M - m0 : MB;                                                        \
+        NAME##_blocks[mm](x + m0 * K, K, W + b * NB * K, n0, nn, y + m0 * ldy, ldy);                   \
+      }                                                                                                \
+    }                                                                                                  \
+  }                                                                                                    \
+  void NAME(const float *x, int64_t M, int64_t K, const WT *W, int64_t N, float *y, int threads) {    \
+    NAME##_ld(x, M, K, W, N, y, N, threads);                                                           \
+  }
+
+DEFINE_KERNEL_B(linear_f32b, float, load_f32)
+DEFINE_KERNEL_B(linear_bf16b, uint16_t, load_bf16)
+
 /* ---- row-exact attention ------------------------------------------------------------------------
  * out[i, h] = softmax(scaling * q[i, h] . k[j]) . v[j] over exactly the keys j row i may see, for query
  * rows i and query heads h (key/value head h / (Hq / Hkv): grouped-query attention without copies).
@@ -447,14 +522,17 @@ void linear_q8(const float *x, int64_t M, int64_t K, const uint8_t *wq, const fl
   linear_q(q8_blocks, QG, 1, x, M, K, wq, d, N, y, N, threads);
 }
 
-/* One Linear of a layer as the layer-front call takes it: its kind (LIN_F32, LIN_BF16: weight [N, K]; LIN_Q4:
- * `linear_q4`'s nibbles and scales), its N outputs written at y + m * ldy. The same calls, so the same sums,
- * as the module's own forward makes (linear_f32, linear_bf16, linear_q4). */
-enum { LIN_F32 = 0, LIN_BF16 = 1, LIN_Q4 = 2 };
+/* One Linear of a layer as the layer-front call takes it: its kind (LIN_F32, LIN_BF16: weight [N, K]; LIN_F32B,
+ * LIN_BF16B: the same weights blocked; LIN_Q4: `linear_q4`'s nibbles and scales), its N outputs written at
+ * y + m * ldy. The same calls, so the same sums, as the module's own forward makes (linear_f32, linear_bf16,
+ * linear_f32b, linear_bf16b, linear_q4). */
+enum { LIN_F32 = 0, LIN_BF16 = 1, LIN_Q4 = 2, LIN_F32B = 3, LIN_BF16B = 4 };
 static void lin(int kind, const void *w, const float *dm, const float *x, int64_t M, int64_t K, int64_t N, float *y,
                 int64_t ldy, int threads) {
   if (kind == LIN_F32) linear_f32_ld(x, M, K, (const float *)w, N, y, ldy, threads);
   else if (kind == LIN_BF16) linear_bf16_ld(x, M, K, (const uint16_t *)w, N, y, ldy, threads);
+  else if (kind == LIN_F32B) linear_f32b_ld(x, M, K, (const float *)w, N, y, ldy, threads);
+  else if (kind == LIN_BF16B) linear_bf16b_ld(x, M, K, (const uint16_t *)w, N, y, ldy, threads);
   else linear_q(q4_blocks, QG / 2, 2, x, M, K, (const uint8_t *)w, dm, N, y, ldy, threads);
 }
 
@@ -580,5 +658,5 @@ float fma_burn(int64_t n) {
   return total;
 }
 
-int rowinv_abi(void) { return 11; }
+int rowinv_abi(void) { return 12; }
 int rowinv_lanes(void) { return LANES; }

@@ -108,7 +108,7 @@ def _load():
         return None, f"the kernel did not build: {exc}"
     args = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
             ctypes.c_int]
-    for fn in (lib.linear_f32, lib.linear_bf16):
+    for fn in (lib.linear_f32, lib.linear_bf16, lib.linear_f32b, lib.linear_bf16b):
         fn.argtypes, fn.restype = args, None
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     lib.attend_f32.argtypes = [ptr, i64, i64, ptr, i64, i64, ptr, i64, i64, i64, i64, i64, i64, ptr, ptr,
@@ -176,7 +176,7 @@ def takes(x: torch.Tensor) -> bool:
     return x.is_cpu and enabled() and not (torch.is_grad_enabled() and x.requires_grad)
 
 
-# ---- the grouped-integer kernels' weight layout (linear_q4, linear_q8) ------------------------------------
+# ---- the blocked weight layout (linear_q4, linear_q8; linear_f32b, linear_bf16b) --------------------------
 OUT_BLOCK = 4  # output rows per kernel block (rowinv.c's NB)
 
 
@@ -195,6 +195,13 @@ def to_blocks(t: torch.Tensor, groups: int) -> torch.Tensor:
 def from_blocks(t: torch.Tensor, n: int) -> torch.Tensor:
     """The inverse of `to_blocks`: the first n rows, [n, groups * b]."""
     return t.transpose(1, 2).reshape(-1, t.shape[1] * t.shape[3])[:n]
+
+
+def blocked(weight: torch.Tensor) -> torch.Tensor | None:
+    """An fp32 or bf16 weight [N, K] as linear_f32b / linear_bf16b read it, `to_blocks` of LANES columns (one
+    sequential read a block); None where K is not a multiple of LANES."""
+    lanes = (_lib or library()).rowinv_lanes()
+    return None if weight.shape[1] % lanes else to_blocks(pad_rows(weight.detach()), weight.shape[1] // lanes)
 
 
 def _rows_and_out(x: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -228,14 +235,16 @@ def _linear_q(fn, x: torch.Tensor, wq: torch.Tensor, ds: torch.Tensor, n: int) -
     return y if x.dtype is torch.float32 else y.to(x.dtype)
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x W^T (+ b) through the kernel: x fp32 or bf16 [..., K], weight fp32 or bf16 [N, K], contiguous.
-    Sums in fp32; the result has x's dtype. (Called ~220 times a decoding pass: kept to a few
-    microseconds of Python, no reshapes.)"""
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, n: int | None = None) -> torch.Tensor:
+    """x W^T (+ b) through the kernel: x fp32 or bf16 [..., K], weight fp32 or bf16 [N, K], contiguous, or
+    `blocked` (then n = N). Sums in fp32, the same either way; the result has x's dtype. (Called ~220 times a
+    decoding pass: kept to a few microseconds of Python, no reshapes.)"""
     lib = _lib or library()
-    n, k = weight.shape
+    is_blocked = n is not None
+    n, k = (n, x.shape[-1]) if is_blocked else weight.shape
     rows, y = _rows_and_out(x, n)
-    fn = lib.linear_f32 if weight.dtype is torch.float32 else lib.linear_bf16
+    fn = ((lib.linear_f32b if is_blocked else lib.linear_f32) if weight.dtype is torch.float32
+          else (lib.linear_bf16b if is_blocked else lib.linear_bf16))
     fn(rows.data_ptr(), rows.numel() // k, k, weight.data_ptr(), n, y.data_ptr(), torch.get_num_threads())
     if bias is not None:
         y += bias
@@ -279,8 +288,18 @@ class RowInvariantLinear(nn.Linear):
         w, b = self.weight, self.bias
         if (x.is_cpu and w.dtype in _DTYPES and x.dtype in _DTYPES and not getattr(_local, "off", False)
                 and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)) and w.is_contiguous()):
-            return linear(x, w, None if b is None else b.detach())  # the kernel reads data pointers: no autograd
+            wb = self.blocked_weight()  # the kernel reads data pointers: no autograd
+            return linear(x, w if wb is None else wb, None if b is None else b.detach(), None if wb is None else w.shape[0])
         return F.linear(x, w.to(x.dtype), b)  # bf16 weights under fp32 activations: widened
+
+    def blocked_weight(self) -> torch.Tensor | None:
+        """The weight `blocked` (a copy: the kernel's fastest read), made on first use and again whenever the
+        weight is replaced or changed in place (its version counter: not through `.data` or in inference mode)."""
+        w = self.weight
+        key = (w.data_ptr(), None if w.is_inference() else w._version, w.dtype, tuple(w.shape))
+        if getattr(self, "_blocked_key", None) != key:
+            self._blocked, self._blocked_key = blocked(w), key
+        return self._blocked
 
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

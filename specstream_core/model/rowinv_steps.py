@@ -32,8 +32,8 @@ def rope_store(qkv: torch.Tensor, heads: int, kv_heads: int, cos: torch.Tensor, 
     return out
 
 
-# the kinds of Linear the layer front takes (rowinv.c's LIN_F32, LIN_BF16, LIN_Q4)
-LIN_F32, LIN_BF16, LIN_Q4 = 0, 1, 2
+# the kinds of Linear the layer front takes (rowinv.c's LIN_F32, LIN_BF16, LIN_Q4; LIN_F32B, LIN_BF16B: `rowinv.blocked`)
+LIN_F32, LIN_BF16, LIN_Q4, LIN_F32B, LIN_BF16B = 0, 1, 2, 3, 4
 
 
 class FrontLinears:
