@@ -119,8 +119,9 @@ def bundled_spec() -> ModelSpec | None:
 def fp32_twin(spec: ModelSpec) -> ModelSpec:
     """The same model and streams in fp32, offered beside the default precision to show the method's
     trade-off on a CPU: in fp32 a pass is bound by reading the weights and speculative streaming pays
-    (1.20× plain decoding on the default model), in int4 every row's fp32 multiply is the bound and the
-    same τ barely does (0.98× on one thread, 1.05× on two; docs/BENCHMARKS.md, "Sums that stay in registers")."""
+    (1.12–1.46× plain decoding per category on the default model, 2.81× transformers' fp32 greedy), in int4
+    every row's fp32 multiply is the bound and the same τ barely does (level with int4 plain decoding;
+    docs/BENCHMARKS.md, "Blocked fp32 and bf16 weights")."""
     return replace(spec, name=f"{spec.name} · fp32", precision="fp32")
 
 
