@@ -72,7 +72,7 @@ def _kernel_part(module: nn.Module) -> tuple | None:
     if w.dtype not in (torch.float32, torch.bfloat16) or not w.is_contiguous() or not w.is_cpu:
         return None
     wb, f32 = module.blocked_weight(), w.dtype is torch.float32
-    if wb is not None:  # the weights the module's own forward reads (`RowInvariantLinear.blocked_weight`)
+    if wb is not None:  # what the module's own forward reads (`RowInvariantLinear.blocked_weight`), as of binding
         return (rowinv_steps.LIN_F32B if f32 else rowinv_steps.LIN_BF16B), wb, None, w.shape[0]
     return (rowinv_steps.LIN_F32 if f32 else rowinv_steps.LIN_BF16), w, None, w.shape[0]
 
