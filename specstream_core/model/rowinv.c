@@ -90,18 +90,15 @@ static inline __m128 total4(vec a, vec b, vec c, vec d) { /* lane j: the sum of 
   }
 
 /* One block: MM input rows (a compile-time count, so the accumulators stay in registers) against nn <= 4
- * output rows starting at n0. Missing output rows read row n0 again and are not stored. */
-#define DEFINE_BLOCK(NAME, WT, LOAD, MM)                                                               \
+ * output rows starting at n0, whose weights start at W + n0 * K in either layout. LOOP(MM, WT, LOAD) runs
+ * the k loop of one weight layout over acc; the zeroed accumulators and the stored sums are the same. */
+#define DEFINE_BLOCK_OF(LOOP, NAME, WT, LOAD, MM)                                                      \
   static void NAME##_##MM(const float *x, int64_t K, const WT *W, int64_t n0, int64_t nn, float *y,     \
                           int64_t N) {                                                                 \
     vec acc[MM][NB];                                                                                   \
     UNROLLED for (int i = 0; i < MM; i++)                                                              \
       UNROLLED for (int j = 0; j < NB; j++) acc[i][j] = vzero();                                       \
-    const WT *w0 = W + n0 * K, *w1 = w0 + (nn > 1) * K, *w2 = w0 + (nn > 2) * 2 * K,                  \
-             *w3 = w0 + (nn > 3) * 3 * K;                                                              \
-    int64_t k = 0;                                                                                     \
-    for (; k + LANES <= K; k += LANES) STEP(MM, LOAD, k, LANES)                                        \
-    if (k < K) STEP(MM, LOAD, k, (int)(K - k))                                                         \
+    LOOP(MM, WT, LOAD)                                                                                 \
     UNROLLED for (int i = 0; i < MM; i++) {                                                            \
       float out[NB];                                                                                   \
       _mm_storeu_ps(out, total4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));                          \
@@ -109,22 +106,30 @@ static inline __m128 total4(vec a, vec b, vec c, vec d) { /* lane j: the sum of 
     }                                                                                                  \
   }
 
+/* Row-major weights: 4 reads K apart; missing output rows read row n0 again and are not stored. */
+#define ROW_MAJOR_LOOP(MM, WT, LOAD)                                                                   \
+  const WT *w0 = W + n0 * K, *w1 = w0 + (nn > 1) * K, *w2 = w0 + (nn > 2) * 2 * K,                    \
+           *w3 = w0 + (nn > 3) * 3 * K;                                                                \
+  int64_t k = 0;                                                                                       \
+  for (; k + LANES <= K; k += LANES) STEP(MM, LOAD, k, LANES)                                          \
+  if (k < K) STEP(MM, LOAD, k, (int)(K - k))
+
 #if MB == 6
-#define DEFINE_BLOCKS(NAME, WT, LOAD)                                                                  \
-  DEFINE_BLOCK(NAME, WT, LOAD, 1) DEFINE_BLOCK(NAME, WT, LOAD, 2) DEFINE_BLOCK(NAME, WT, LOAD, 3)      \
-  DEFINE_BLOCK(NAME, WT, LOAD, 4) DEFINE_BLOCK(NAME, WT, LOAD, 5) DEFINE_BLOCK(NAME, WT, LOAD, 6)      \
+#define DEFINE_BLOCKS(LOOP, NAME, WT, LOAD)                                                            \
+  DEFINE_BLOCK_OF(LOOP, NAME, WT, LOAD, 1) DEFINE_BLOCK_OF(LOOP, NAME, WT, LOAD, 2) DEFINE_BLOCK_OF(LOOP, NAME, WT, LOAD, 3) \
+  DEFINE_BLOCK_OF(LOOP, NAME, WT, LOAD, 4) DEFINE_BLOCK_OF(LOOP, NAME, WT, LOAD, 5) DEFINE_BLOCK_OF(LOOP, NAME, WT, LOAD, 6) \
   typedef void (*NAME##_fn)(const float *, int64_t, const WT *, int64_t, int64_t, float *, int64_t);  \
   static const NAME##_fn NAME##_blocks[MB + 1] = {0, NAME##_1, NAME##_2, NAME##_3, NAME##_4, NAME##_5, NAME##_6};
 #else
-#define DEFINE_BLOCKS(NAME, WT, LOAD)                                                                  \
-  DEFINE_BLOCK(NAME, WT, LOAD, 1) DEFINE_BLOCK(NAME, WT, LOAD, 2) DEFINE_BLOCK(NAME, WT, LOAD, 3)      \
+#define DEFINE_BLOCKS(LOOP, NAME, WT, LOAD)                                                            \
+  DEFINE_BLOCK_OF(LOOP, NAME, WT, LOAD, 1) DEFINE_BLOCK_OF(LOOP, NAME, WT, LOAD, 2) DEFINE_BLOCK_OF(LOOP, NAME, WT, LOAD, 3) \
   typedef void (*NAME##_fn)(const float *, int64_t, const WT *, int64_t, int64_t, float *, int64_t);  \
   static const NAME##_fn NAME##_blocks[MB + 1] = {0, NAME##_1, NAME##_2, NAME##_3};
 #endif
 
 /* NAME##_ld writes row m of y at y + m * ldy (ldy >= N: a slice of a wider output); NAME is ldy = N. */
-#define DEFINE_KERNEL(NAME, WT, LOAD)                                                                  \
-  DEFINE_BLOCKS(NAME, WT, LOAD)                                                                        \
+#define DEFINE_KERNEL(LOOP, NAME, WT, LOAD)                                                            \
+  DEFINE_BLOCKS(LOOP, NAME, WT, LOAD)                                                                  \
   static void NAME##_ld(const float *x, int64_t M, int64_t K, const WT *W, int64_t N, float *y, int64_t ldy, \
                         int threads) {                                                                 \
     int64_t blocks = (N + NB - 1) / NB;                                                                \
@@ -141,8 +146,8 @@ static inline __m128 total4(vec a, vec b, vec c, vec d) { /* lane j: the sum of 
     NAME##_ld(x, M, K, W, N, y, N, threads);                                                           \
   }
 
-DEFINE_KERNEL(linear_f32, float, load_f32)
-DEFINE_KERNEL(linear_bf16, uint16_t, load_bf16)
+DEFINE_KERNEL(ROW_MAJOR_LOOP, linear_f32, float, load_f32)
+DEFINE_KERNEL(ROW_MAJOR_LOOP, linear_bf16, uint16_t, load_bf16)
 
 /* ---- blocked weights ------------------------------------------------------------------------------------
  * The same products and sums as linear_f32 / linear_bf16 (bit for bit), on weights laid out in blocks:
@@ -173,51 +178,13 @@ DEFINE_KERNEL(linear_bf16, uint16_t, load_bf16)
       acc[i][3] = vfmadd(xv, d, acc[i][3]);                                                            \
     }                                                                                                  \
   }
-#define DEFINE_BLOCK_B(NAME, WT, LOAD, MM)                                                             \
-  static void NAME##_##MM(const float *x, int64_t K, const WT *wb, int64_t n0, int64_t nn, float *y,    \
-                          int64_t N) {                                                                 \
-    vec acc[MM][NB];                                                                                   \
-    UNROLLED for (int i = 0; i < MM; i++)                                                              \
-      UNROLLED for (int j = 0; j < NB; j++) acc[i][j] = vzero();                                       \
-    for (int64_t k = 0; k < K; k += LANES) STEP_B(MM, WT, LOAD, k)                                     \
-    UNROLLED for (int i = 0; i < MM; i++) {                                                            \
-      float out[NB];                                                                                   \
-      _mm_storeu_ps(out, total4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));                          \
-      memcpy(y + i * N + n0, out, (size_t)nn * sizeof(float));                                         \
-    }                                                                                                  \
-  }
-#if MB == 6
-#define DEFINE_BLOCKS_B(NAME, WT, LOAD)                                                                \
-  DEFINE_BLOCK_B(NAME, WT, LOAD, 1) DEFINE_BLOCK_B(NAME, WT, LOAD, 2) DEFINE_BLOCK_B(NAME, WT, LOAD, 3)      \
-  DEFINE_BLOCK_B(NAME, WT, LOAD, 4) DEFINE_BLOCK_B(NAME, WT, LOAD, 5) DEFINE_BLOCK_B(NAME, WT, LOAD, 6)      \
-  static void (*const NAME##_blocks[MB + 1])(const float *, int64_t, const WT *, int64_t, int64_t, float *, \
-                                             int64_t) = {0, NAME##_1, NAME##_2, NAME##_3, NAME##_4, NAME##_5, NAME##_6};
-#else
-#define DEFINE_BLOCKS_B(NAME, WT, LOAD)                                                                \
-  DEFINE_BLOCK_B(NAME, WT, LOAD, 1) DEFINE_BLOCK_B(NAME, WT, LOAD, 2) DEFINE_BLOCK_B(NAME, WT, LOAD, 3)      \
-  static void (*const NAME##_blocks[MB + 1])(const float *, int64_t, const WT *, int64_t, int64_t, float *, \
-                                             int64_t) = {0, NAME##_1, NAME##_2, NAME##_3};
-#endif
-#define DEFINE_KERNEL_B(NAME, WT, LOAD)                                                                \
-  DEFINE_BLOCKS_B(NAME, WT, LOAD)                                                                      \
-  static void NAME##_ld(const float *x, int64_t M, int64_t K, const WT *W, int64_t N, float *y, int64_t ldy, \
-                        int threads) {                                                                 \
-    int64_t blocks = (N + NB - 1) / NB;                                                                \
-    _Pragma("omp parallel for schedule(static) num_threads(threads)")                                  \
-    for (int64_t b = 0; b < blocks; b++) {                                                             \
-      int64_t n0 = b * NB, nn = N - n0 < NB ? N - n0 : NB;                                             \
-      for (int64_t m0 = 0; m0 < M; m0 += MB) {                                                         \
-        int64_t mm = M - m0 < MB ? M - m0 : MB;                                                        \
-        NAME##_blocks[mm](x + m0 * K, K, W + b * NB * K, n0, nn, y + m0 * ldy, ldy);                   \
-      }                                                                                                \
-    }                                                                                                  \
-  }                                                                                                    \
-  void NAME(const float *x, int64_t M, int64_t K, const WT *W, int64_t N, float *y, int threads) {    \
-    NAME##_ld(x, M, K, W, N, y, N, threads);                                                           \
-  }
+/* Blocked weights: block n0 / 4 starts at W + n0 * K, one sequential read (K a multiple of LANES). */
+#define BLOCKED_LOOP(MM, WT, LOAD)                                                                     \
+  const WT *wb = W + n0 * K;                                                                           \
+  for (int64_t k = 0; k < K; k += LANES) STEP_B(MM, WT, LOAD, k)
 
-DEFINE_KERNEL_B(linear_f32b, float, load_f32)
-DEFINE_KERNEL_B(linear_bf16b, uint16_t, load_bf16)
+DEFINE_KERNEL(BLOCKED_LOOP, linear_f32b, float, load_f32)
+DEFINE_KERNEL(BLOCKED_LOOP, linear_bf16b, uint16_t, load_bf16)
 
 /* ---- row-exact attention ------------------------------------------------------------------------
  * out[i, h] = softmax(scaling * q[i, h] . k[j]) . v[j] over exactly the keys j row i may see, for query
