@@ -69,8 +69,11 @@ def explain_step(trace: dict, index: int) -> str:
                 cands.append(f"{_tok(n.get('text'))} ({n.get('prob', 0):.2f})")
         lines.append(f"   - stream {depth} → {', '.join(cands[:6])}{' …' if len(cands) > 6 else ''}")
     if copied:
-        lines.append(f"   - prompt lookup → {' '.join(_tok(n.get('text')) for n in copied[:8])}: the context "
-                     "repeated its last words, so what followed them there was copied onto the tree (◆ nodes; "
+        source = ("the context repeated its last words (or, where it did not, the model's own answers to "
+                  "training prompts in the stream set's n-gram store did)" if meta.get("ngrams")
+                  else "the context repeated its last words")
+        lines.append(f"   - prompt lookup → {' '.join(_tok(n.get('text')) for n in copied[:8])}: {source}, so "
+                     "what followed them there was copied onto the tree (◆ nodes; "
                      f"up to {meta.get('lookup', '?')} tokens, sharing the stream nodes it agrees with)")
     n_pruned = sum(1 for n in nodes if n.get("pruned"))
     prune = meta.get("prune_threshold", 0)

@@ -152,7 +152,7 @@ def _node_hover(node: dict, is_root: bool) -> str:
     if is_root:
         parts.append("root: the main stream's token, already verified")
     elif node.get("copied") is True:
-        parts.append("copied from the context (prompt lookup), not drafted by a stream")
+        parts.append("copied from the context (prompt lookup) or the n-gram store, not drafted by a stream")
     elif isinstance(prob, (int, float)):
         parts.append(f"stream probability p = {prob:.3f}")
     return "<br>".join(parts)

@@ -8,7 +8,7 @@
 # Settings (environment): PY, BUILD (work folder, default build/smollm2), THREADS (torch threads per job,
 # default 1: run it beside other work), DISTILL_N (train prompts to distill, default 6400),
 # TRAIN_MINUTES (per stream set, default 65), STEPS (default 450), STAGES (default "corpus distill lossless
-# traces card"; add "shared", "medusa" and "draft" for the other stream set, the heads and the assisted-generation draft), INIT_FROM (a trained
+# ngrams traces card"; add "shared", "medusa" and "draft" for the other stream set, the heads and the assisted-generation draft), INIT_FROM (a trained
 # lossless stream directory to continue from on new data: `train --init-from`; the shipped set was made so:
 # 500 steps on the first 1,104 answers, then INIT_FROM=<those streams> STEPS=1100 on all 6,400).
 # On a GPU the same commands run through accelerate (`accelerate launch -m specstream_core train ...`).
@@ -20,7 +20,7 @@ THREADS="${THREADS:-1}"
 DISTILL_N="${DISTILL_N:-6400}"
 TRAIN_MINUTES="${TRAIN_MINUTES:-65}"
 STEPS="${STEPS:-450}"
-STAGES="${STAGES:-corpus distill lossless traces card}"
+STAGES="${STAGES:-corpus distill lossless ngrams traces card}"
 OUT=assets/smollm2
 mkdir -p "$BUILD" "$OUT"
 has() { [[ " $STAGES " == *" $1 "* ]]; }
@@ -46,11 +46,15 @@ fi
 COMMON="--data $BUILD/train.jsonl --eval-data $BUILD/eval80.jsonl --distill --distilled-only
         --distill-cache $BUILD/answers.jsonl --distill-max-new-tokens 96 --draft-vocab 8192
         --gamma 4 --n-stream-layers 4 --batch-size 4 --seq-len 256 --threads $THREADS
-        --steps $STEPS --minutes $TRAIN_MINUTES --recommend-topk ${TOPK:-1} --recommend-budget ${BUDGET:-3} --recommend-lookup ${LOOKUP:-2}"
+        --steps $STEPS --minutes $TRAIN_MINUTES --recommend-topk ${TOPK:-1} --recommend-budget ${BUDGET:-4} --recommend-lookup ${LOOKUP:-3} --recommend-ngrams"
 if has lossless; then  # 3. lossless streams (base frozen; stream rows get rank-32 adapters)
   stamp "lossless streams"
   $PY -m specstream_core train --out "$OUT/streams-lossless" --mode lossless --lr "${LR:-3e-3}" --adapter-rank 32 \
       $COMMON ${INIT_FROM:+--init-from "$INIT_FROM"} $(resume_flag "$OUT/streams-lossless")
+fi
+if has ngrams; then  # 3b. the lossless set's n-gram store: the base's answers to the train prompts (~10 s)
+  stamp "n-gram store"
+  $PY -m specstream_core ngrams --answers "$BUILD/answers.jsonl" --out "$OUT/streams-lossless"
 fi
 if has shared; then  # 4. shared-mode streams: a LoRA on the top 4 (stream) layers shared by main and stream rows,
   # beside the streams' own row adapters (warm-started from the lossless set: training starts where it stands);

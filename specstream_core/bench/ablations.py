@@ -17,12 +17,13 @@ TOPK_GRID = ((1, 1, 1, 1), (2, 1, 1, 1), (2, 2, 1, 1), (3, 2, 2, 1), (4, 3, 2, 1
 PRUNE_TREE = (3, 2, 2, 1)
 PRUNE_GRID = (0.0, 0.02, 0.05, 0.1, 0.2)
 LOOKUP_GRID = ((0, 64), (2, 3), (3, 4), (8, 64))  # (prompt-lookup tokens, node budget) on the recommended tree
-# whole drafts (tree per depth, prompt-lookup tokens, node budget), from one node to eight: the cheaper a wide
-# pass (the row-invariant kernel, bf16), the larger the draft that pays; one stream's top 2 or 3 (one stream row
-# a node) against two streams' top 1 (two); the nine-node 2,2,1,1 and seven-node 2,1,1 trees lost everywhere
-# measured (docs/bench/ablation-draft-int4y.md) and left the grid
-DRAFT_GRID = (((1,), 0, 64), ((1,), 2, 3), ((2,), 0, 64), ((2,), 2, 4), ((3,), 2, 5), ((1, 1), 0, 64),
-              ((1, 1), 2, 4), ((2, 1), 2, 5), ((1, 1, 1), 3, 6), ((1, 1, 1, 1), 4, 8))
+# whole drafts (tree per depth, copied tokens, node budget, copy from the n-gram store), from one node to
+# eight: the cheaper a wide pass (the row-invariant kernel, bf16), the larger the draft that pays; one stream's
+# top 2 against two streams' top 1; the nine-node 2,2,1,1 and seven-node 2,1,1 trees lost everywhere
+# measured (docs/bench/ablation-draft-int4y.md) and left the grid, as did the 3,1 and 1,1,1,1 ones since
+DRAFT_GRID = (((1,), 0, 64, False), ((1,), 2, 3, False), ((1,), 2, 3, True), ((1,), 3, 4, False), ((1,), 3, 4, True),
+              ((1,), 4, 5, True), ((2,), 2, 4, True), ((1, 1), 0, 64, False), ((1, 1), 2, 4, True),
+              ((1, 1), 3, 5, True), ((2, 1), 2, 5, False), ((1, 1, 1), 3, 6, False))
 
 
 def tree_nodes(topk: tuple[int, ...], budget: int) -> int:
@@ -38,7 +39,7 @@ def ablation_methods(names_needed, engine, ctx, plan_, load_engine) -> list:
     the tree, drafts) on `engine`, bench's first precision; transformers' baseline on ctx["hf_model"]
     where bench runs it in fp32 beside the engine (`bench._hf_model`)."""
     # the tree ablations vary the streams' own tree: no prompt lookup, no node cap it would need
-    ss_cfg, max_new = replace(ctx["ss_cfg"], lookup=0, node_budget=NODE_BUDGET), ctx["max_new"]
+    ss_cfg, max_new = replace(ctx["ss_cfg"], lookup=0, node_budget=NODE_BUDGET, ngrams=False), ctx["max_new"]
     out = [engine_method("ar", engine, ctx["ar_cfg"])]
     if plan_["baseline"] == "hf-greedy":
         out.append(hf_method("hf-greedy", ctx.get("hf_model") or engine.model, max_new))
@@ -71,11 +72,12 @@ def ablation_methods(names_needed, engine, ctx, plan_, load_engine) -> list:
                                      value=f"{n} (budget {budget})",
                                      tree_nodes=default_drafter(engine, cfg).max_nodes))
     if "draft" in names_needed:
-        for topk, n, budget in DRAFT_GRID:
-            if len(topk) > gamma:
+        for topk, n, budget, ngrams in DRAFT_GRID:
+            if len(topk) > gamma or (ngrams and engine.ngrams is None):
                 continue
-            cfg = replace(ctx["ss_cfg"], tree_topk=topk, prune_threshold=0.0, lookup=n, node_budget=budget)
-            label = f"k={','.join(map(str, topk))} lookup={n} budget={budget}"
+            cfg = replace(ctx["ss_cfg"], tree_topk=topk, prune_threshold=0.0, lookup=n, node_budget=budget,
+                          ngrams=ngrams)
+            label = f"k={','.join(map(str, topk))} lookup={n} budget={budget}{' ngrams' if ngrams else ''}"
             out.append(engine_method(f"ss {label}", engine, cfg, extra_params=extra, ablation="draft", value=label,
                                      tree_nodes=default_drafter(engine, cfg).max_nodes))
     if "ns" in names_needed:

@@ -32,6 +32,8 @@ COMMANDS = {
                 "write the chat prompt corpus (8 categories; train, or the differently worded eval split) as JSONL"),
     "pass-cost": ("specstream_core.cli.commands.pass_cost",
                   "cost of a plain, a verification and a speculative pass here, and the τ each needs"),
+    "ngrams": ("specstream_core.cli.commands.ngrams",
+               "build a stream set's n-gram store (ngrams.npz) from the base's distilled answers"),
     "speed": ("specstream_core.cli.commands.speed",
               "tokens/s against transformers and llama.cpp, fp32, bf16 and int4, at 1 and 2 threads"),
 }

@@ -4,6 +4,7 @@ set's recommended decode settings."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import warnings
@@ -49,6 +50,9 @@ def add_decode_arguments(p) -> None:
     p.add_argument("--lookup", type=int, default=None,
                    help="graft up to this many prompt-lookup tokens (copied from where the context repeats) onto "
                         "the streams' tree; 0 = streams only (default: the stream set's)")
+    p.add_argument("--ngrams", action=argparse.BooleanOptionalAction, default=None,
+                   help="where the context has no copy longer than a token, copy from the stream set's n-gram store "
+                        "(its base's own answers; ngrams.npz) instead (default: the stream set's choice)")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--no-repeat-ngram-size", type=int, default=0,
                    help="never repeat an n-gram of this size already in prompt or output (0 = off; as transformers)")
@@ -66,7 +70,7 @@ def build_config(args) -> DecodeConfig:
             raise SpecstreamError(f"--attention-layers must be comma-separated integers, got {attention!r}") from None
     draft = {k: v for k, v in (("tree_topk", parse_topk(args.topk) if args.topk else None),
                                ("prune_threshold", args.prune_threshold), ("node_budget", args.node_budget),
-                               ("lookup", args.lookup))
+                               ("lookup", args.lookup), ("ngrams", getattr(args, "ngrams", None)))
              if v is not None}
     return DecodeConfig(mode=args.mode, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                         top_k=args.sample_top_k, top_p=args.top_p, seed=args.seed, **draft,

@@ -14,16 +14,17 @@ MAX_LOOKUP = 32
 NODE_BUDGET = 64  # most tree nodes per step where neither the caller nor the stream set says
 # The draft settings: None means "the stream set's recommendation" (the fastest measured on its model,
 # `Engine.recommended_decode`), filled in by `Engine.settle` before a decoding starts.
-DRAFT_FIELDS = ("tree_topk", "prune_threshold", "node_budget", "lookup")
+DRAFT_FIELDS = ("tree_topk", "prune_threshold", "node_budget", "lookup", "ngrams")
 # where the stream set records none: a 4-deep chain (the cheapest tree on a CPU), no pruning, no prompt lookup
-DRAFT_FALLBACK = {"tree_topk": (1, 1, 1, 1), "prune_threshold": 0.0, "node_budget": NODE_BUDGET, "lookup": 0}
+DRAFT_FALLBACK = {"tree_topk": (1, 1, 1, 1), "prune_threshold": 0.0, "node_budget": NODE_BUDGET, "lookup": 0,
+                  "ngrams": False}
 
 
 def decode_fields(stored: dict) -> dict:
     """A stream set's recorded draft (its config's extra["decode"]: topk, prune_threshold, node_budget,
-    lookup) as DecodeConfig fields, for `DecodeConfig.settled`; what it does not record is left out."""
+    lookup, ngrams) as DecodeConfig fields, for `DecodeConfig.settled`; what it does not record is left out."""
     out = {"tree_topk": tuple(stored["topk"])} if stored.get("topk") else {}
-    for key, kind in (("prune_threshold", float), ("node_budget", int), ("lookup", int)):
+    for key, kind in (("prune_threshold", float), ("node_budget", int), ("lookup", int), ("ngrams", bool)):
         if stored.get(key) is not None:
             out[key] = kind(stored[key])
     return out
@@ -42,6 +43,7 @@ class DecodeConfig:
     prune_threshold: float | None = None  # drop subtrees whose transition probability is below this
     node_budget: int | None = None  # most tree nodes per step (root included)
     lookup: int | None = None  # most prompt-lookup tokens grafted onto the streams' tree (0 = streams only)
+    ngrams: bool | None = None  # copy from the stream set's n-gram store where the context has no longer match
     stop_strings: tuple[str, ...] = ()
     stop_on_eos: bool = True
     trace: bool = False
@@ -89,6 +91,8 @@ class DecodeConfig:
         if self.lookup is not None and (isinstance(self.lookup, bool) or not isinstance(self.lookup, int)
                                         or not 0 <= self.lookup <= MAX_LOOKUP):
             raise SpecstreamError(f"lookup must be an integer between 0 (off) and {MAX_LOOKUP}, got {self.lookup!r}")
+        if self.ngrams is not None and not isinstance(self.ngrams, bool):
+            raise SpecstreamError(f"ngrams must be True, False or None (the stream set's choice), got {self.ngrams!r}")
 
     def settled(self, recommended: dict) -> "DecodeConfig":
         """This config with every draft setting left None taken from `recommended` (DecodeConfig fields),

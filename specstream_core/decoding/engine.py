@@ -16,6 +16,7 @@ from specstream_core.model import compat, direct_layers, hub, masks, msa, rowinv
 from specstream_core.decoding import loop
 from specstream_core.decoding.config import DecodeConfig, Result, decode_fields
 from specstream_core.decoding.drafters import Drafter
+from specstream_core.decoding.drafters.ngram_store import NgramStore
 from specstream_core.model.chat import encode_prompt
 from specstream_core.errors import SpecstreamError
 from specstream_core.model.cache import KVCache
@@ -27,12 +28,13 @@ from specstream_core.model.lora import apply_shared_lora  # noqa: F401 - re-expo
 
 class Engine:
     def __init__(self, model, tokenizer=None, streams: StreamParams | None = None, name: str = "model",
-                 precision: str = "fp32", chat: bool = True):
+                 precision: str = "fp32", chat: bool = True, ngrams: NgramStore | None = None):
         compat_check(model)
         self.chat = chat  # wrap text prompts in the tokenizer's chat template, when it has one
         self.model = model
         self.tokenizer = tokenizer
         self.streams = streams
+        self.ngrams = ngrams  # the stream set's n-gram store (drafters/ngram_store.py), if it has one
         self.name = name
         self.precision = precision
         self.device = next(model.parameters()).device
@@ -68,14 +70,17 @@ class Engine:
                           **({"kernel": kernel} if kernel else {}))  # resolves "auto"
         model = load_model(load)  # a shared-mode set's LoRA merged into the weights before quantizing
         tokenizer = load_tokenizer(base)
-        streams = None
+        streams = ngrams = None
         if streams_dir is not None:
             streams = StreamParams.load(streams_dir, model)
+            ngrams = NgramStore.load(streams_dir)
+            if ngrams is not None:
+                ngrams.check_vocab(model.config.vocab_size)
         elif fresh_streams:
             warn_fresh(gamma)
             streams = StreamParams.fresh(model, gamma=gamma, n_stream_layers=n_stream_layers)
         return cls(model, tokenizer, streams, name=os.path.basename(base.rstrip("/")) or base,
-                   precision=load.precision, chat=chat)
+                   precision=load.precision, chat=chat, ngrams=ngrams)
 
     @property
     def row_exact(self) -> bool:
@@ -157,7 +162,7 @@ class Engine:
                 "gamma": s.gamma if s else 0, "n_stream_layers": s.n_stream_layers if s else 0,
                 "num_layers": self.model.config.num_hidden_layers, "stream_mode": s.mode if s else None,
                 "topk": list(cfg.tree_topk), "prune_threshold": cfg.prune_threshold, "node_budget": cfg.node_budget,
-                "lookup": cfg.lookup, "temperature": cfg.temperature, "top_k": cfg.top_k, "top_p": cfg.top_p, "seed": cfg.seed,
+                "lookup": cfg.lookup, "ngrams": bool(cfg.ngrams), "temperature": cfg.temperature, "top_k": cfg.top_k, "top_p": cfg.top_p, "seed": cfg.seed,
                 "max_new_tokens": cfg.max_new_tokens, "no_repeat_ngram_size": cfg.no_repeat_ngram_size,
                 "repetition_penalty": cfg.repetition_penalty}
 
@@ -169,7 +174,10 @@ class Engine:
         if self.streams is None:
             return {}
         stored = (self.streams.cfg.extra or {}).get("decode") or {}
-        return {"tree_topk": (1,) * min(4, self.streams.cfg.gamma), **decode_fields(stored)}
+        fields = {"tree_topk": (1,) * min(4, self.streams.cfg.gamma), **decode_fields(stored)}
+        if self.ngrams is None:  # a stream set copied without its n-gram store still decodes, without it
+            fields.pop("ngrams", None)
+        return fields
 
     def settle(self, cfg: DecodeConfig) -> DecodeConfig:
         """cfg with the draft settings it leaves None (the default) taken from this stream set's

@@ -305,7 +305,11 @@ def default_drafter(engine, cfg: DecodeConfig) -> Drafter:
         raise SpecstreamError("speculative decoding needs stream parameters (or another drafter)")
     depth = min(len(cfg.tree_topk), engine.streams.cfg.gamma)
     if cfg.lookup:
-        return StreamLookupDrafter(cfg.tree_topk[:depth], cfg.node_budget, cfg.lookup)
+        if cfg.ngrams and engine.ngrams is None:
+            raise SpecstreamError("ngrams: this stream set has no n-gram store (ngrams.npz); build one with "
+                                  "`python -m specstream_core ngrams`, or decode with ngrams off")
+        return StreamLookupDrafter(cfg.tree_topk[:depth], cfg.node_budget, cfg.lookup,
+                                   store=engine.ngrams if cfg.ngrams else None)
     return StreamDrafter(cfg.tree_topk[:depth], cfg.node_budget)
 
 

@@ -252,6 +252,8 @@ def _meta(meta: dict) -> dict:
     for key, (lo, hi) in META_NUM.items():
         if meta.get(key) is not None:
             out[key] = _num(meta[key], lo, hi, f"meta.{key}")
+    if meta.get("ngrams") is not None:  # copies from the stream set's n-gram store
+        out["ngrams"] = _bool(meta["ngrams"], "meta.ngrams")
     if meta.get("seed") is not None:
         out["seed"] = _int(meta["seed"], 0, 2**64 - 1, "meta.seed")
     if meta.get("topk") is not None:

@@ -19,6 +19,7 @@ Appends take an exclusive lock on the file, so runs sharing one cache take turns
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -119,12 +120,16 @@ def _key(ids: list[int]) -> str:
 
 # ---- the cache file ---------------------------------------------------------------------------------
 def read_cache(path: str) -> dict[str, list[int]]:
-    """prompt key -> answer ids; a half-written last line (no newline: a killed run) is ignored."""
+    """prompt key -> answer ids; a half-written last line (no newline: a killed run) is ignored. A path
+    ending in .gz is read compressed (the shipped copy, assets/smollm2/distill/answers.jsonl.gz)."""
     cached: dict[str, list[int]] = {}
     if not os.path.isfile(path):
         return cached
-    with open(path, "rb") as f:
-        data = f.read()
+    try:
+        with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
+            data = f.read()
+    except (OSError, EOFError) as exc:
+        raise SpecstreamError(f"{path}: cannot read it ({exc})") from None
     lines = data.split(b"\n")
     tail = lines.pop()  # after the last newline: b"" when the file ends in one
     for n, raw in enumerate(lines + [tail], 1):

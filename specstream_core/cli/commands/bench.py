@@ -15,6 +15,7 @@ streams), per-depth top-k, Ns (with --ablation-streams), the pruning threshold a
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -61,6 +62,9 @@ def add_arguments(p) -> None:
     p.add_argument("--node-budget", type=int, default=None)
     p.add_argument("--lookup", type=int, default=None,
                    help="prompt-lookup tokens grafted onto the streams' tree (default: the streams' recommended)")
+    p.add_argument("--ngrams", action=argparse.BooleanOptionalAction, default=None,
+                   help="copy from the stream set's n-gram store where the context has no longer match "
+                        "(default: the streams' recommended)")
     p.add_argument("--precisions", default=None, help="comma-separated: fp32,nf4,int4,bf16 (default: the default precision "
                                                            "(int4 on the default model, bf16 on the CPU kernel for "
                                                            "others), fp32, nf4; --quick: fp32); ablations run on the "
@@ -254,7 +258,8 @@ def _context(args, pl: dict) -> dict:
             print(f"skipping {name}: no {what}")
     max_new = pl["max_new"]
     given = DecodeConfig(mode="ss", max_new_tokens=max_new, tree_topk=parse_topk(args.topk) if args.topk else None,
-                         prune_threshold=args.prune_threshold, node_budget=args.node_budget, lookup=args.lookup)
+                         prune_threshold=args.prune_threshold, node_budget=args.node_budget, lookup=args.lookup,
+                         ngrams=args.ngrams)
     ss_cfg = given.settled(decode_fields(recommended(lossless)))  # flags, else the stream set's draft, else fallbacks
     ctx = {"max_new": max_new, "base": base, "device": args.device, "ablation_streams": args.ablation_streams,
            "ss_cfg": ss_cfg, "ar_cfg": DecodeConfig(mode="ar", max_new_tokens=max_new), "medusa_dir": medusa_dir,
@@ -324,7 +329,8 @@ def _measure(args, pl: dict, ctx: dict) -> tuple[list, list]:
 def _settings(args, pl: dict, ctx: dict, wall: float, threads: int) -> dict:
     draft_dir, medusa_dir = ctx["draft_dir"], ctx["medusa_dir"]
     return {"suite": args.suite, "chat": not args.raw, "topk": list(ctx["ss_cfg"].tree_topk), "prune_threshold": ctx["ss_cfg"].prune_threshold,
-            "node_budget": ctx["ss_cfg"].node_budget, "lookup": ctx["ss_cfg"].lookup, "n": pl["n"], "max_new_tokens": ctx["max_new"],
+            "node_budget": ctx["ss_cfg"].node_budget, "lookup": ctx["ss_cfg"].lookup,
+            "ngrams": bool(ctx["ss_cfg"].ngrams), "n": pl["n"], "max_new_tokens": ctx["max_new"],
             "precisions": pl["precisions"], "baseline": pl["baseline"], "categories": pl["categories"],
             "ablations": pl["ablations"], "ablation_categories": pl["categories"][: args.ablation_categories],
             "ablation_n": args.ablation_n, "device": args.device, "threads": threads, "wall_s": round(wall, 1),

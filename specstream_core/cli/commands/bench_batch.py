@@ -81,7 +81,8 @@ def run(args) -> int:
     draft = {**DRAFT_FALLBACK, **decode_fields(recommended(streams))}  # the stream set's draft, else the fallbacks
     trees = ([parse_topk(t) for t in args.topk.split(";") if t.strip()] if args.topk else [draft["tree_topk"]])
     budget, lookup = draft["node_budget"], draft["lookup"]
-    ss_cfg = DecodeConfig(mode="ss", max_new_tokens=max_new, tree_topk=trees[0], node_budget=budget, lookup=lookup)
+    ss_cfg = DecodeConfig(mode="ss", max_new_tokens=max_new, tree_topk=trees[0], node_budget=budget, lookup=lookup,
+                          ngrams=bool(draft["ngrams"]) and engine.ngrams is not None)
     n_cats = 7
     examples = load_split("eval", n=-(-n_prompts // n_cats))[:n_prompts]  # categories interleaved
     prompts = [engine.encode(ex["prompt"], max_new) for ex in examples]

@@ -54,6 +54,8 @@ def add_arguments(p) -> None:
     p.add_argument("--recommend-budget", type=int, default=None, help="store a recommended node budget")
     p.add_argument("--recommend-lookup", type=int, default=None,
                    help="store a recommended number of prompt-lookup tokens grafted onto the tree (0 = off)")
+    p.add_argument("--recommend-ngrams", action="store_true",
+                   help="recommend copying from the set's n-gram store (build it with `ngrams --out` the same directory)")
 
 
 def run(args) -> int:
@@ -114,4 +116,6 @@ def _extra(args) -> dict:
         decode["node_budget"] = args.recommend_budget
     if args.recommend_lookup is not None:
         decode["lookup"] = args.recommend_lookup
+    if args.recommend_ngrams:
+        decode["ngrams"] = True
     return {**extra, "decode": decode} if decode else extra
