@@ -119,7 +119,7 @@ def bundled_spec() -> ModelSpec | None:
 def fp32_twin(spec: ModelSpec) -> ModelSpec:
     """The same model and streams in fp32, offered beside the default precision to show the method's
     trade-off on a CPU: in fp32 a pass is bound by reading the weights and speculative streaming pays
-    (1.12–1.46× plain decoding per category on the default model, 2.81× transformers' fp32 greedy), in int4
+    (1.13–1.63× plain decoding per category on the default model, 3.25× transformers' fp32 greedy), in int4
     every row's fp32 multiply is the bound and the same τ barely does (level with int4 plain decoding;
     docs/BENCHMARKS.md, "Blocked fp32 and bf16 weights")."""
     return replace(spec, name=f"{spec.name} · fp32", precision="fp32")
@@ -164,8 +164,8 @@ def spec_gamma(spec: ModelSpec, mode: str) -> int:
 
 
 def recommended_for(spec: ModelSpec | None, mode: str) -> dict:
-    """The draft settings the stream set records as fastest ({"topk", "prune_threshold", "node_budget",
-    "lookup"});
+    """The draft settings the stream set records as fastest at the spec's precision ({"topk",
+    "prune_threshold", "node_budget", "lookup"});
     a chain as deep as the streams when it records none (the cheapest tree on a CPU)."""
     out = {"topk": list(DRAFT_FALLBACK["tree_topk"]), **{k: DRAFT_FALLBACK[k] for k in ("prune_threshold", "node_budget",
                                                                                    "lookup")}}
@@ -179,6 +179,11 @@ def recommended_for(spec: ModelSpec | None, mode: str) -> dict:
             from specstream_core.model.streams import read_stream_config
 
             stored = (read_stream_config(directory).extra or {}).get("decode") or {}
+            from specstream_core.model.loading import resolve_precision
+
+            own = (stored.get("precisions") or {}).get(resolve_precision(spec.precision, spec.device or "cpu",
+                                                                        base=spec.base))
+            stored = {**stored, **own} if isinstance(own, dict) else stored  # the draft fastest at this precision
             for key in out:
                 if stored.get(key) is not None:
                     out[key] = stored[key]

@@ -189,6 +189,29 @@ def test_lab_defaults_to_the_stream_sets_recommended_tree(tmp_path):
     assert recommended_for(spec, "shared")["topk"] == [1, 1, 1]
 
 
+def test_a_precision_can_record_its_own_fastest_draft(tmp_path):
+    """The fastest draft depends on what a wider pass costs, so a stream set may record a precision's own
+    settings; the engine, bench's helper and the lab's sliders take them at that precision."""
+    from app.models import ModelSpec, recommended_for
+    from specstream_core.decoding.config import decode_fields
+
+    record = {"topk": [1], "node_budget": 4, "lookup": 3, "ngrams": True,
+              "precisions": {"fp32": {"node_budget": 3, "lookup": 2}, "int4": "not a dict: ignored"}}
+    assert decode_fields(record) == {"tree_topk": (1,), "node_budget": 4, "lookup": 3, "ngrams": True}
+    assert decode_fields(record, "fp32") == {"tree_topk": (1,), "node_budget": 3, "lookup": 2, "ngrams": True}
+    assert decode_fields(record, "int4") == decode_fields(record, "bf16") == decode_fields(record)
+    model = tiny_model("llama", seed=3, max_position_embeddings=64)
+    StreamParams.fresh(model, gamma=3, n_stream_layers=2).save(tmp_path / "streams", extra={"decode": record})
+    streams = StreamParams.load(str(tmp_path / "streams"), model)
+    cfg = Engine(model, None, streams).decode_config(mode="ss")  # an fp32 engine, without an n-gram store
+    assert (cfg.node_budget, cfg.lookup, cfg.ngrams) == (3, 2, False)
+    spec = ModelSpec("m", "base", {"lossless": str(tmp_path / "streams")}, "fp32")
+    assert recommended_for(spec, "lossless")["node_budget"] == 3
+    assert recommended_for(ModelSpec("m", "base", {"lossless": str(tmp_path / "streams")}, "bf16"),
+                           "lossless")["node_budget"] == 4
+    streams.detach()
+
+
 def test_one_example_per_row_keeps_each_answer_after_its_own_prompt():
     from specstream_core.training.data import one_per_row
 

@@ -20,9 +20,14 @@ DRAFT_FALLBACK = {"tree_topk": (1, 1, 1, 1), "prune_threshold": 0.0, "node_budge
                   "ngrams": False}
 
 
-def decode_fields(stored: dict) -> dict:
+def decode_fields(stored: dict, precision: str | None = None) -> dict:
     """A stream set's recorded draft (its config's extra["decode"]: topk, prune_threshold, node_budget,
-    lookup, ngrams) as DecodeConfig fields, for `DecodeConfig.settled`; what it does not record is left out."""
+    lookup, ngrams) as DecodeConfig fields, for `DecodeConfig.settled`; what it does not record is left out.
+    The fastest draft depends on what a wider pass costs, so a record may hold a precision's own settings
+    (extra["decode"]["precisions"][precision]), which override the general ones at that precision."""
+    own = (stored.get("precisions") or {}).get(precision) if precision else None
+    if isinstance(own, dict):
+        stored = {**stored, **own}
     out = {"tree_topk": tuple(stored["topk"])} if stored.get("topk") else {}
     for key, kind in (("prune_threshold", float), ("node_budget", int), ("lookup", int), ("ngrams", bool)):
         if stored.get(key) is not None:

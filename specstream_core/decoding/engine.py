@@ -168,13 +168,13 @@ class Engine:
 
     # ---- decoding ------------------------------------------------------------------------------
     def recommended_decode(self) -> dict:
-        """The draft settings the stream set records as fastest measured (tree, pruning, node budget,
-        prompt-lookup tokens), as DecodeConfig fields; a chain as deep as the streams when it records none (the cheapest tree
+        """The draft settings the stream set records as fastest measured at this engine's precision (tree,
+        pruning, node budget, prompt-lookup tokens, the n-gram store), as DecodeConfig fields; a chain as deep as the streams when it records none (the cheapest tree
         on a CPU)."""
         if self.streams is None:
             return {}
         stored = (self.streams.cfg.extra or {}).get("decode") or {}
-        fields = {"tree_topk": (1,) * min(4, self.streams.cfg.gamma), **decode_fields(stored)}
+        fields = {"tree_topk": (1,) * min(4, self.streams.cfg.gamma), **decode_fields(stored, self.precision)}
         if self.ngrams is None:  # a stream set copied without its n-gram store still decodes, without it
             fields.pop("ngrams", None)
         return fields

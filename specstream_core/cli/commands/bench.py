@@ -162,12 +162,18 @@ def _load_engine(base, streams_dir, precision, device, chat=True):
         return Engine.load(base, streams_dir, precision=precision, device=device, fresh_streams=False, chat=chat)
 
 
+def ss_config(ctx: dict, precision: str) -> DecodeConfig:
+    """Speculative streaming's draft at one precision: the flags, else the stream set's record for it."""
+    return ctx["ss_given"].settled(decode_fields(ctx["ss_stored"], precision))
+
+
 def build_methods(names, engine, precision, ctx, shared_engine=None) -> list:
     """Benchmark methods on one engine (one precision)."""
     from specstream_core.bench.runner import engine_method, hf_method
     from specstream_core.decoding.drafters import PromptLookupDrafter
 
-    max_new, ss_cfg, ar_cfg = ctx["max_new"], ctx["ss_cfg"], ctx["ar_cfg"]
+    max_new, ar_cfg = ctx["max_new"], ctx["ar_cfg"]
+    ss_cfg = ss_config(ctx, engine.precision)
     hf_model = ctx.get("hf_model") or engine.model  # transformers' side: fp32 beside bf16 weights (_hf_model)
     built = []
     for name in names:
@@ -260,9 +266,11 @@ def _context(args, pl: dict) -> dict:
     given = DecodeConfig(mode="ss", max_new_tokens=max_new, tree_topk=parse_topk(args.topk) if args.topk else None,
                          prune_threshold=args.prune_threshold, node_budget=args.node_budget, lookup=args.lookup,
                          ngrams=args.ngrams)
-    ss_cfg = given.settled(decode_fields(recommended(lossless)))  # flags, else the stream set's draft, else fallbacks
+    stored = recommended(lossless)
+    # flags, else the stream set's draft at the first precision (at each precision: ss_config), else fallbacks
+    ss_cfg = given.settled(decode_fields(stored, pl["precisions"][0]))
     ctx = {"max_new": max_new, "base": base, "device": args.device, "ablation_streams": args.ablation_streams,
-           "ss_cfg": ss_cfg, "ar_cfg": DecodeConfig(mode="ar", max_new_tokens=max_new), "medusa_dir": medusa_dir,
+           "ss_given": given, "ss_stored": stored, "ss_cfg": ss_cfg, "ar_cfg": DecodeConfig(mode="ar", max_new_tokens=max_new), "medusa_dir": medusa_dir,
            "shared_dir": shared, "lossless_dir": lossless, "draft_dir": draft_dir}
     if shared:  # its own recorded draft; what it does not record as the lossless one's, without prompt lookup
         ctx["shared_cfg"] = replace(ss_cfg, **{"lookup": 0, **decode_fields(recommended(shared))})

@@ -78,7 +78,7 @@ def run(args) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         engine = Engine.load(base, streams)
-    draft = {**DRAFT_FALLBACK, **decode_fields(recommended(streams))}  # the stream set's draft, else the fallbacks
+    draft = {**DRAFT_FALLBACK, **decode_fields(recommended(streams), engine.precision)}  # the set's draft here, else the fallbacks
     trees = ([parse_topk(t) for t in args.topk.split(";") if t.strip()] if args.topk else [draft["tree_topk"]])
     budget, lookup = draft["node_budget"], draft["lookup"]
     ss_cfg = DecodeConfig(mode="ss", max_new_tokens=max_new, tree_topk=trees[0], node_budget=budget, lookup=lookup,
