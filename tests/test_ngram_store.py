@@ -113,3 +113,33 @@ def test_store_copies_equal_transformers_generate_and_get_accepted(family):
         assert with_store < without, (with_store, without)
     finally:
         streams.detach()
+
+
+def test_the_ngrams_command_builds_a_store_from_a_distillation_cache(tmp_path, capsys):
+    import gzip
+    import json
+
+    from specstream_core import cli
+    from tiny_models import save_tiny_model_dir
+
+    base = save_tiny_model_dir(tmp_path / "base")
+    out = tmp_path / "streams"
+    out.mkdir()
+    records = [{"prompt_ids": [1, 3, 4], "answer_ids": [5, 6, 7, 8, 5, 6, 9]},
+               {"prompt_ids": [1, 4], "answer_ids": [5, 6, 7, 2]}]
+    cache = tmp_path / "answers.jsonl.gz"
+    with gzip.open(cache, "wt") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+    assert cli.main(["ngrams", "--answers", str(cache), "--out", str(out), "--base", base, "--raw"]) == 0
+    assert "2 answers (0 to eval prompts left out)" in capsys.readouterr().out
+    store = NgramStore.load(str(out))
+    assert store.next([5, 6]) == (7, 2) and store.next([8, 5, 6]) == (9, 3)
+    for argv, message in ((["--answers", str(tmp_path / "none.jsonl"), "--out", str(out)], "no such file"),
+                          (["--answers", str(cache), "--out", str(tmp_path / "nowhere")], "not a directory"),
+                          (["--answers", str(cache), "--out", str(out), "--max-n", "0"], "--max-n")):
+        assert cli.main(["ngrams", *argv, "--base", base]) == 2
+        assert message in capsys.readouterr().err
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("not json\n{}\n")
+    assert cli.main(["ngrams", "--answers", str(broken), "--out", str(out), "--base", base]) == 2
+    assert "not a self-distillation record" in capsys.readouterr().err
