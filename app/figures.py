@@ -131,7 +131,8 @@ def tree_figure(trace: dict, index: int) -> go.Figure:
     max_depth = max(depths) + 1
     n_pruned = sum(1 for n in nodes if n.get("pruned"))
     n_copied = sum(1 for n in nodes if n.get("copied") is True)
-    copied = f" ({n_copied} copied from the context: ◆)" if n_copied else ""
+    source = "the context or the n-gram store" if (trace.get("meta") or {}).get("ngrams") else "the context"
+    copied = f" ({n_copied} copied from {source}: ◆)" if n_copied else ""
     sub = (f"{len(nodes)} drafted nodes{copied} · {n_pruned} pruned · accepted {len(step['accepted']) - 1} "
            f"draft token(s) + 1 bonus")
     fig.update_layout(
