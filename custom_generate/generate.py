@@ -45,20 +45,26 @@ def _generation_config(model, generation_config, kwargs: dict):
 
 
 def _streams(model, streams, gamma: int, n_stream_layers: int | None, seed: int):
-    """(StreamParams attached to model, whether this call attached it and must detach it)."""
+    """(StreamParams attached to model, whether this call attached it and must detach it, the stream set's
+    n-gram store when a directory has one)."""
     if isinstance(streams, StreamParams):
         if streams._attached_to is not model:
             streams.attach(model)
-        return streams, False
+        return streams, False, None
     if streams is None:
-        return StreamParams.fresh(model, gamma=gamma, n_stream_layers=n_stream_layers, seed=seed), True
+        return StreamParams.fresh(model, gamma=gamma, n_stream_layers=n_stream_layers, seed=seed), True, None
     from specstream_core.model.hub import local_dir
 
     directory = local_dir(str(streams))
     if read_stream_config(directory).mode == "shared":
         raise ValueError("shared-mode streams change the base weights (their LoRA): load them with "
                          "specstream_core.Engine.load(base, streams) instead of custom_generate")
-    return StreamParams.load(directory, model), True
+    from specstream_core.decoding.drafters.ngram_store import NgramStore
+
+    store = NgramStore.load(directory)
+    if store is not None:
+        store.check_vocab(model.config.vocab_size)
+    return StreamParams.load(directory, model), True, store
 
 
 def _prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> list[list[int]]:
@@ -106,9 +112,10 @@ def generate(model, inputs: torch.Tensor | None = None, generation_config=None, 
              "node_budget": node_budget}
     settings.update({k: v for k, v in draft.items() if v is not None})
 
-    params, owned = _streams(model, streams, gamma, n_stream_layers, stream_seed)
+    params, owned, store = _streams(model, streams, gamma, n_stream_layers, stream_seed)
     try:
-        engine = Engine(model, kwargs.get("tokenizer"), params, name=getattr(model, "name_or_path", "model"))
+        engine = Engine(model, kwargs.get("tokenizer"), params, name=getattr(model, "name_or_path", "model"),
+                        ngrams=store)
         eos = gen.eos_token_id
         engine.eos_ids = set(eos if isinstance(eos, (list, tuple)) else ([eos] if eos is not None else []))
         cfg = engine.decode_config(**settings)
