@@ -178,15 +178,16 @@ def recommended_for(spec: ModelSpec | None, mode: str) -> dict:
         if directory is not None:
             from specstream_core.model.streams import read_stream_config
 
-            stored = (read_stream_config(directory).extra or {}).get("decode") or {}
+            from specstream_core.decoding.config import decode_fields
             from specstream_core.model.loading import resolve_precision
 
-            own = (stored.get("precisions") or {}).get(resolve_precision(spec.precision, spec.device or "cpu",
-                                                                        base=spec.base))
-            stored = {**stored, **own} if isinstance(own, dict) else stored  # the draft fastest at this precision
+            stored = (read_stream_config(directory).extra or {}).get("decode") or {}
+            # the draft fastest at this precision, as DecodeConfig fields
+            fields = decode_fields(stored, resolve_precision(spec.precision, spec.device or "cpu", base=spec.base))
             for key in out:
-                if stored.get(key) is not None:
-                    out[key] = stored[key]
+                field = "tree_topk" if key == "topk" else key
+                if field in fields:
+                    out[key] = list(fields[field]) if key == "topk" else fields[field]
     except (SpecstreamError, TypeError, ValueError):
         pass  # a broken stream folder is reported when it is loaded; keep the chain here
     return out

@@ -266,12 +266,10 @@ def _context(args, pl: dict) -> dict:
     given = DecodeConfig(mode="ss", max_new_tokens=max_new, tree_topk=parse_topk(args.topk) if args.topk else None,
                          prune_threshold=args.prune_threshold, node_budget=args.node_budget, lookup=args.lookup,
                          ngrams=args.ngrams)
-    stored = recommended(lossless)
-    # flags, else the stream set's draft at the first precision (at each precision: ss_config), else fallbacks
-    ss_cfg = given.settled(decode_fields(stored, pl["precisions"][0]))
     ctx = {"max_new": max_new, "base": base, "device": args.device, "ablation_streams": args.ablation_streams,
-           "ss_given": given, "ss_stored": stored, "ss_cfg": ss_cfg, "ar_cfg": DecodeConfig(mode="ar", max_new_tokens=max_new), "medusa_dir": medusa_dir,
+           "ss_given": given, "ss_stored": recommended(lossless), "ar_cfg": DecodeConfig(mode="ar", max_new_tokens=max_new), "medusa_dir": medusa_dir,
            "shared_dir": shared, "lossless_dir": lossless, "draft_dir": draft_dir}
+    ss_cfg = ctx["ss_cfg"] = ss_config(ctx, pl["precisions"][0])  # the first precision's: ablations, settings
     if shared:  # its own recorded draft; what it does not record as the lossless one's, without prompt lookup
         ctx["shared_cfg"] = replace(ss_cfg, **{"lookup": 0, **decode_fields(recommended(shared))})
     if draft_dir and "hf-assisted" in pl["methods"]:

@@ -32,7 +32,7 @@ class NgramStore:
     @classmethod
     def build(cls, sequences, vocab_size: int, max_n: int = 4) -> "NgramStore":
         """The most frequent next token of every n-gram (n = 1..max_n) in `sequences` (lists of token ids)."""
-        bits = max(1, int(vocab_size - 1).bit_length())
+        bits = _bits(vocab_size)
         max_n = max(1, min(max_n, 64 // bits))
         seqs = [np.asarray(s, dtype=np.int64) for s in sequences if len(s) > 1]
         if any(len(s) and (s.min() < 0 or s.max() >= vocab_size) for s in seqs):
@@ -117,9 +117,14 @@ class NgramStore:
 
     def check_vocab(self, vocab_size: int) -> None:
         if any(len(x) and int(x.max()) >= vocab_size for _, x, _ in self.tables.values()) \
-                or self.bits < int(vocab_size - 1).bit_length():
+                or self.bits < _bits(vocab_size):
             raise SpecstreamError(f"this n-gram store was built for another vocabulary than the model's "
                                   f"{vocab_size} tokens; rebuild it with `python -m specstream_core ngrams`")
+
+
+def _bits(vocab_size: int) -> int:
+    """Bits a token id of this vocabulary takes in a key."""
+    return max(1, int(vocab_size - 1).bit_length())
 
 
 def _pack_windows(s: np.ndarray, n: int, bits: int) -> np.ndarray:
