@@ -1,0 +1,49 @@
+"""Replaying a draft over an answer already decoded (`bench/draft_replay.py`) counts the passes decoding with it
+takes: the draft τ of `scripts/draft_sim.py` is the τ decoding would reach."""
+
+import pytest
+
+from specstream_core import DecodeConfig, Engine
+from specstream_core.bench.draft_replay import accepted, replay, stream_rows
+from specstream_core.decoding.drafters.ngram_store import NgramStore
+from specstream_core.decoding.loop import default_drafter
+from specstream_core.decoding.tree import chain, graft_chain
+from test_lossless import NEW, perturbed_streams
+from tiny_models import hf_greedy, prompts, tiny_model
+
+
+def test_acceptance_follows_the_longest_matching_path():
+    tree = graft_chain(chain(9, [1, 2]), [1, 3, 4], budget=8)  # 9 -> 1 -> {2, 3 -> 4}
+    assert accepted(tree, [1, 3, 4, 7]) == 3
+    assert accepted(tree, [1, 2, 5]) == 2
+    assert accepted(tree, [5, 1]) == 0
+    assert accepted(tree, []) == 0
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_replayed_passes_equal_decoding(family):
+    model = tiny_model(family, seed=3)
+    streams = perturbed_streams(model, seed=9)
+    try:
+        store = NgramStore.build([hf_greedy(model, ids, NEW) for ids in prompts(16, seed=11)], model.config.vocab_size)
+        engine = Engine(model, None, streams, ngrams=store)
+        base = dict(mode="ss", max_new_tokens=NEW, stop_on_eos=False)
+        drafts = [DecodeConfig(**base, tree_topk=(1,), lookup=3, node_budget=4, ngrams=True),
+                  DecodeConfig(**base, tree_topk=(1,), lookup=2, node_budget=3),
+                  DecodeConfig(**base, tree_topk=(2, 1), node_budget=5),
+                  DecodeConfig(**base, tree_topk=(1, 1, 1, 1), node_budget=5)]
+        plain = DecodeConfig(mode="ar", max_new_tokens=NEW, stop_on_eos=False)
+        total = [0, 0]
+        for ids in prompts(8, seed=7):
+            answer = engine.generate(ids, plain).token_ids
+            rows = stream_rows(engine, ids, answer)
+            for cfg in drafts:
+                passes, nodes = replay(engine, default_drafter(engine, cfg), ids, answer, rows)
+                real = engine.generate(ids, cfg)
+                assert real.token_ids == answer
+                assert passes == real.stats["forward_passes"], (family, ids, cfg)
+                assert nodes >= passes - 1  # every step drafts at least its root
+                total[0], total[1] = total[0] + passes, total[1] + len(answer)
+        assert total[0] < total[1]  # drafts were accepted: fewer passes than tokens
+    finally:
+        streams.detach()
