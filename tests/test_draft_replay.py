@@ -47,3 +47,58 @@ def test_replayed_passes_equal_decoding(family):
         assert total[0] < total[1]  # drafts were accepted: fewer passes than tokens
     finally:
         streams.detach()
+
+
+def test_the_draft_tau_command_replays_drafts_and_checks_them(tmp_path, capsys):
+    import json
+
+    from specstream_core import cli
+    from tiny_models import save_tiny_model_dir
+
+    base = save_tiny_model_dir(tmp_path / "base")
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("\n".join(json.dumps(r) for r in [
+        {"prompt": "abc abc ab", "category": "text"}, {"prompt": "w1 w2 w1", "category": "text"},
+        {"prompt": [1, 5, 6, 7, 5, 6], "category": "ids"}]) + "\n")
+    out = tmp_path / "tau.json"
+    rc = cli.main(["draft-tau", "--base", base, "--dtype", "fp32", "--prompts", str(prompts), "--max-new-tokens", "12",
+                   "--drafts", "streams,b3l2,default/k1", "--check", "3", "--json", str(out), "--no-progress"])
+    printed = capsys.readouterr().out
+    assert rc == 0, printed
+    result = json.loads(out.read_text())
+    assert result["prompts"] == 3 and set(result["tau"]["b3l2"]) == {"text", "ids"}
+    assert result["checked"] == {d: [3, 3] for d in ("streams", "b3l2", "default/k1")}
+    assert all(1.0 <= t <= 12 for d in result["tau"].values() for t in d.values())
+    assert "| b3l2 |" in printed and "top-1 accuracy by depth" in printed
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--drafts", "b3"], "draft 'b3'"),
+    (["--drafts", "streams/k0"], "top-k"),
+    (["--n", "0"], "--n"),
+    (["--check", "-1"], "--check"),
+])
+def test_the_draft_tau_command_rejects_bad_settings_in_one_line(tmp_path, capsys, args, message):
+    from specstream_core import cli
+    from tiny_models import save_tiny_model_dir
+
+    base = save_tiny_model_dir(tmp_path / "base")
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "abc"}\n')
+    rc = cli.main(["draft-tau", "--base", base, "--prompts", str(prompts), "--no-progress", *args])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert rc == 2 and len(errors) == 1 and message in errors[0], errors
+
+
+def test_a_bad_prompts_file_gets_one_clear_line(tmp_path, capsys):
+    from specstream_core import cli
+    from tiny_models import save_tiny_model_dir
+
+    base = save_tiny_model_dir(tmp_path / "base")
+    bad = tmp_path / "prompts.jsonl"
+    for payload, message in (('{"prompt": ""}\n', ":1: expected a non-empty"), ("not json\n", ":1: not valid JSON"),
+                             ("", "no prompts")):
+        bad.write_text(payload)
+        rc = cli.main(["draft-tau", "--base", base, "--prompts", str(bad), "--no-progress"])
+        errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+        assert rc == 2 and len(errors) == 1 and message in errors[0], errors

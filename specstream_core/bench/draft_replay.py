@@ -6,16 +6,23 @@ context. So once an answer is known, one teacher-forced pass in which every posi
 drafter over the answer, exactly as the loop does (`propose` before a pass, `observe` of the accepted
 node after it, greedy acceptance of the longest matching path plus the bonus token), and counts passes:
 a draft's τ on many prompts in seconds, where timing it (`bench`, `scripts/draft_ab.py`) takes minutes.
-It says nothing of what a pass costs. `scripts/draft_sim.py` runs it on the eval prompts;
-tests/test_draft_replay.py checks it against decoding.
+It says nothing of what a pass costs. `python -m specstream_core draft-tau` runs it on the chat corpus's
+eval prompts (`run`, drafts by name: `draft_config`); tests/test_draft_replay.py checks it against decoding.
 """
 
 from __future__ import annotations
 
+import collections
+import re
+from dataclasses import replace
+
 import torch
 
+from specstream_core.decoding.config import DecodeConfig
 from specstream_core.decoding.drafters import Drafter, RowOutput
+from specstream_core.decoding.loop import default_drafter
 from specstream_core.decoding.tree import Tree
+from specstream_core.errors import SpecstreamError
 from specstream_core.model import masks, msa
 
 
@@ -58,3 +65,90 @@ def replay(engine, drafter: Drafter, prompt: list[int], answer: list[int], rows:
         if i < len(answer) - 1:
             observe(i)
     return passes, nodes
+
+
+# ---- drafts by name, and a run over prompts ------------------------------------------------------------
+DRAFT = re.compile(r"^(?:b(\d+)l(\d+)(n?)|streams|default)(?:/k(\d+))?$")
+DRAFT_HELP = ("default (the stream set's recommended draft), b<nodes>l<copied tokens>[n] (one stream tree plus up to "
+              "that many tokens copied from the context, n: or from the n-gram store, within that many nodes), or "
+              "streams (the streams' tree alone); /k<top-k per depth> sets the streams' tree, e.g. b6l5n/k21")
+
+
+def parse_draft(name: str) -> re.Match:
+    """A draft name's parts (`DRAFT_HELP`), or one clear error."""
+    m = DRAFT.match(name)
+    if not m:
+        raise SpecstreamError(f"draft {name!r}: expected {DRAFT_HELP}")
+    if m[4] and any(c == "0" for c in m[4]):
+        raise SpecstreamError(f"draft {name!r}: every top-k must be at least 1")
+    return m
+
+
+def draft_config(engine, name: str, max_new_tokens: int) -> DecodeConfig:
+    """The decode config of a named draft (`DRAFT_HELP`); its drafter is `loop.default_drafter`'s."""
+    m = parse_draft(name)
+    cfg = engine.decode_config(mode="ss", max_new_tokens=max_new_tokens)
+    topk = tuple(int(c) for c in m[4]) if m[4] else cfg.tree_topk
+    if name.startswith("default"):
+        return replace(cfg, tree_topk=topk)
+    if name.startswith("streams"):
+        widths = [1]
+        for k in topk:
+            widths.append(widths[-1] * k)
+        return replace(cfg, tree_topk=topk, node_budget=sum(widths), lookup=0, ngrams=False)
+    return replace(cfg, node_budget=int(m[1]), lookup=int(m[2]), ngrams=bool(m[3]), tree_topk=topk)
+
+
+class Tally:
+    """Tokens, passes and draft nodes per (draft, category), the streams' top-1 hits per depth, and checks."""
+
+    def __init__(self, prompts: int):
+        self.prompts = prompts
+        self.counts = collections.defaultdict(lambda: [0, 0, 0])
+        self.hits = collections.Counter()  # depth j: hits; -j: chances
+        self.checked, self.agreed = collections.Counter(), collections.Counter()
+
+    def stream_hits(self, engine, rows: torch.Tensor, answer: list[int]) -> None:
+        """Row i's stream j guesses answer[i + j] (its main row guessed answer[i])."""
+        with torch.inference_mode():
+            scores, ids = engine.draft_scores(rows)
+            top1 = scores.argmax(-1) if ids is None else ids[scores.argmax(-1)]  # [len + 1, γ]
+        for j in range(1, top1.shape[1] + 1):
+            self.hits[j] += sum(int(top1[i, j - 1]) == answer[i + j] for i in range(len(answer) - j))
+            self.hits[-j] += max(0, len(answer) - j)
+
+    def summary(self, drafts: list[str], categories: list[str], gamma: int) -> dict:
+        tau = {d: {c: self.counts[(d, c)][0] / max(1, self.counts[(d, c)][1]) for c in categories} for d in drafts}
+        # decoding steps: passes less the prefills (one a prompt), which draft nothing
+        steps = {d: sum(self.counts[(d, c)][1] for c in categories) - self.prompts for d in drafts}
+        return {"prompts": self.prompts, "tau": tau,
+                "mean_tau": {d: sum(tau[d].values()) / len(categories) for d in drafts},
+                "nodes_per_step": {d: sum(self.counts[(d, c)][2] for c in categories) / max(1, steps[d]) for d in drafts},
+                "stream_top1": {j: self.hits[j] / max(1, self.hits[-j]) for j in range(1, gamma + 1)},
+                "checked": {d: [self.agreed[d], self.checked[d]] for d in drafts if self.checked[d]}}
+
+
+def run(engine, prompts: list[tuple[str, str | list[int]]], drafts: list[str], max_new_tokens: int, check: int = 0,
+        progress=None) -> dict:
+    """Decode each (category, prompt)'s greedy answer once, replay every named draft over it; `check` prompts are
+    also decoded with every draft, to count those whose passes differ from the replay's."""
+    cfgs = {d: draft_config(engine, d, max_new_tokens) for d in drafts}
+    plain = engine.decode_config(mode="ar", max_new_tokens=max_new_tokens)
+    tally = Tally(len(prompts))
+    for k, (category, text) in enumerate(prompts):
+        prompt = engine.encode(text, max_new_tokens) if isinstance(text, str) else list(text)
+        answer = engine.generate(prompt, plain).token_ids
+        rows = stream_rows(engine, prompt, answer)
+        tally.stream_hits(engine, rows, answer)
+        for d, cfg in cfgs.items():
+            passes, nodes = replay(engine, default_drafter(engine, cfg), prompt, answer, rows)
+            c = tally.counts[(d, category)]
+            c[0], c[1], c[2] = c[0] + len(answer), c[1] + passes, c[2] + nodes
+            if k < check:
+                real = engine.generate(prompt, cfg)
+                tally.checked[d] += 1
+                tally.agreed[d] += real.token_ids == answer and real.stats["forward_passes"] == passes
+        if progress:
+            progress(k + 1, len(prompts))
+    categories = list(dict.fromkeys(c for c, _ in prompts))
+    return tally.summary(drafts, categories, engine.streams.cfg.gamma)

@@ -34,6 +34,8 @@ COMMANDS = {
                   "cost of a plain, a verification and a speculative pass here, and the τ each needs"),
     "ngrams": ("specstream_core.cli.commands.ngrams",
                "build a stream set's n-gram store (ngrams.npz) from the base's distilled answers"),
+    "draft-tau": ("specstream_core.cli.commands.draft_tau",
+                  "the τ each draft reaches on the eval prompts, replayed over decoded answers instead of timed"),
     "speed": ("specstream_core.cli.commands.speed",
               "tokens/s against transformers and llama.cpp, fp32, bf16 and int4, at 1 and 2 threads"),
 }
