@@ -300,3 +300,30 @@ def test_init_from_continues_a_trained_stream_set(tmp_path):
     with pytest.raises(SpecstreamError, match="init-from"):
         train(tiny_model("llama", seed=0), replace(cfg, gamma=2, init_from=str(tmp_path / "a")), data,
               str(tmp_path / "d"), progress=False, log=quiet)
+
+
+def test_a_continued_set_keeps_the_recommended_draft_of_the_set_it_started_from(tmp_path):
+    """`train --init-from`: the new set records the old set's draft (per precision too) without the old
+    measurements, and --recommend-* flags still win."""
+    import argparse
+
+    from specstream_core.cli.commands.train import _extra
+    from specstream_core.model.streams import StreamParams
+
+    old = tmp_path / "old"
+    decode = {"topk": [1], "node_budget": 4, "lookup": 3, "ngrams": True, "measured": "1.35x on host A",
+              "command": "draft_ab", "previous": {"node_budget": 3},
+              "precisions": {"int4": {"node_budget": 3, "lookup": 2, "measured": "1.03x"}}}
+    StreamParams.fresh(tiny_model("llama", seed=0), gamma=2).save(str(old), extra={"decode": decode, "training": "500 steps"})
+    flags = dict(distill=True, recommend_topk=None, recommend_prune=None, recommend_budget=None, recommend_lookup=None,
+                 recommend_ngrams=False)
+    extra = _extra(argparse.Namespace(init_from=str(old), **flags))
+    assert extra["training_before"] == "500 steps"
+    kept = extra["decode"]
+    assert {k: kept[k] for k in ("topk", "node_budget", "lookup", "ngrams")} == {"topk": [1], "node_budget": 4,
+                                                                               "lookup": 3, "ngrams": True}
+    assert kept["precisions"] == {"int4": {"node_budget": 3, "lookup": 2}} and str(old) in kept["inherited_from"]
+    assert not {"measured", "command", "previous"} & set(kept)
+    flags["recommend_budget"] = 6
+    assert _extra(argparse.Namespace(init_from=str(old), **flags))["decode"]["node_budget"] == 6
+    assert "decode" not in _extra(argparse.Namespace(init_from="", **{**flags, "recommend_budget": None}))

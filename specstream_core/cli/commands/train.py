@@ -48,7 +48,8 @@ def add_arguments(p) -> None:
     p.add_argument("--feature-cache-gb", type=float, default=4.0,
                    help="lossless: memory for reusing the frozen lower layers' output per sequence (0 = off)")
     p.add_argument("--init-from", default="", help="start from this trained stream directory's tensors (same "
-                   "gamma, layers and ranks) instead of fresh ones")
+                   "gamma, layers and ranks) instead of fresh ones; its recommended draft carries over unless "
+                   "--recommend-* says otherwise")
     p.add_argument("--recommend-topk", default="", help="store a recommended draft tree (e.g. 3,2,1,1) with the streams")
     p.add_argument("--recommend-prune", type=float, default=None, help="store a recommended pruning threshold")
     p.add_argument("--recommend-budget", type=int, default=None, help="store a recommended node budget")
@@ -102,10 +103,31 @@ def run(args) -> int:
     return 0
 
 
+def _inherited(init_from: str) -> tuple[dict, dict]:
+    """(decode settings, earlier training) that a set trained on from `init_from` keeps of that set's record: its
+    recommended draft, per precision too, without the measurements that described the streams it started from."""
+    from specstream_core.model.stream_config import read_stream_config
+
+    if not init_from:
+        return {}, {}
+    record = read_stream_config(init_from).extra or {}
+    decode = record.get("decode") if isinstance(record.get("decode"), dict) else {}
+    stale = ("measured", "command", "previous")
+    kept = {k: v for k, v in decode.items() if k not in stale}
+    if isinstance(kept.get("precisions"), dict):
+        kept["precisions"] = {p: {k: v for k, v in d.items() if k not in stale}
+                              for p, d in kept["precisions"].items() if isinstance(d, dict)}
+    if kept:
+        kept["inherited_from"] = f"{init_from}: its recommended draft, measured on the streams this set started from"
+    history = {"training_before": record["training"]} if isinstance(record.get("training"), str) else {}
+    return kept, history
+
+
 def _extra(args) -> dict:
-    """What the stream set records about its training, and the decode settings to recommend."""
-    decode = {}
-    extra = {"targets": "self-distilled (base greedy answers)" if args.distill else "data"}
+    """What the stream set records about its training, and the decode settings to recommend: those of the set it
+    continues (`--init-from`), where the flags below say nothing else."""
+    decode, history = _inherited(getattr(args, "init_from", ""))
+    extra = {"targets": "self-distilled (base greedy answers)" if args.distill else "data", **history}
     if args.recommend_topk:
         from specstream_core.decoding.config import parse_topk
 
