@@ -4,7 +4,8 @@ Markdown / Plotly out; no model involved).
 The results file is SPECSTREAM_BENCH_JSON when set, else docs/bench/peers-int4-ngrams.json in the repository
 (every method at the default precision, 10 eval prompts per category, with the n-gram store; docs/BENCHMARKS.md,
 "An n-gram store of the model's own answers"); the
-pass-cost file (`pass-cost --json`) is SPECSTREAM_PASS_COST_JSON, else docs/bench/pass-cost.json.
+pass-cost file (`pass-cost --json`) is SPECSTREAM_PASS_COST_JSON, else docs/bench/pass-cost.json; the draft τ
+file (`draft-tau --json`) SPECSTREAM_DRAFT_TAU_JSON, else docs/bench/draft-tau.json.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ DEFAULT_PATH = os.path.join(defaults.ROOT, "docs", "bench", "peers-int4-ngrams.j
 PASS_COST_PATH = os.path.join(defaults.ROOT, "docs", "bench", "pass-cost.json")
 PASS_COST_COMMAND = ("python -m specstream_core pass-cost --precisions int4,bf16,fp32 --threads 1 --repeats 20 "
                      "--json docs/bench/pass-cost.json --markdown docs/bench/pass-cost.md --plots docs/bench/")
+DRAFT_TAU_PATH = os.path.join(defaults.ROOT, "docs", "bench", "draft-tau.json")
+DRAFT_TAU_COMMAND = ("python -m specstream_core draft-tau --dtype fp32 --n 20 --check 3 --drafts streams,streams/k1111,"
+                     "b3l2n,default,b5l4n,b6l5n,b8l7n,b12l11n,b16l15n,b6l5n/k2,b8l6n/k21 --json docs/bench/draft-tau.json "
+                     "--markdown docs/bench/draft-tau.md")
 COMMAND = ("python -m specstream_core bench --methods hf-greedy,hf-pld,hf-assisted,pld,medusa,ss-lossless "
            "--baseline hf-greedy --n 10 --max-new-tokens 64 --threads 1 --ablations none --precisions int4 "
            "--json docs/bench/peers-int4-ngrams.json --markdown docs/bench/peers-int4-ngrams.md "
@@ -99,3 +104,26 @@ def pass_cost(path: str | None = None) -> tuple[object | None, str]:
         lines.append(f"| {run['label']} | {_fmt(ss['ratio'], '×') if ss else '–'} | "
                      f"{_fmt(2 * ss['ratio']) if ss else '–'} | {_fmt(v5['ratio'], '×') if v5 else '–'} |")
     return pass_cost_figure(runs), "\n".join(lines)
+
+
+def draft_tau(path: str | None = None) -> tuple[object | None, str]:
+    """(figure or None, Markdown): the τ each draft reaches, replayed over decoded answers (`draft-tau --json`)."""
+    from specstream_core.bench.draft_replay import load_results
+    from specstream_core.bench.plots import draft_tau_figure
+
+    path = path or os.environ.get("SPECSTREAM_DRAFT_TAU_JSON", "") or DRAFT_TAU_PATH
+    try:
+        data = load_results(path)
+    except SpecstreamError as exc:
+        return None, f"**Cannot show draft τ:** {exc}"
+    if data is None:
+        return None, f"No draft τ measurement yet: `{DRAFT_TAU_COMMAND}`"
+    best = max(data["drafts"], key=lambda d: data["mean_tau"][d])
+    top1 = data.get("stream_top1") or {}
+    first = top1.get("1", top1.get(1))
+    text = ("**How far drafting can take τ.** Each draft replayed over the same decoded answers (the tokens "
+            f"decoding with it would give, so no timing): the most τ here is {_fmt(data['mean_tau'][best])} with "
+            f"`{best}` at {_fmt(data['nodes_per_step'][best])} nodes a step"
+            + (f"; the first stream guesses right {100 * first:.0f} % of the time" if isinstance(first, (int, float)) else "")
+            + f". Measured by `{DRAFT_TAU_COMMAND}`.")
+    return draft_tau_figure(data), text

@@ -203,8 +203,8 @@ def _bench_state(precision=None):
 
 
 def _bench_panel():
-    """The Benchmarks accordion: the latest `bench --json` results (a message when there are none) and
-    what one pass costs here (`pass-cost --json`)."""
+    """The Benchmarks accordion: the latest `bench --json` results (a message when there are none), what one
+    pass costs here (`pass-cost --json`) and how far drafting takes τ (`draft-tau --json`)."""
     from . import bench_view
 
     text, choices, value, figs = _bench_state()
@@ -221,6 +221,10 @@ def _bench_panel():
         with gr.Column(elem_id="bench-pass-cost-panel"):
             gr.Markdown(cost_text, elem_id="bench-pass-cost-text")
             gr.Plot(cost_fig, label="Pass cost", elem_id="bench-pass-cost", visible=cost_fig is not None)
+        tau_fig, tau_text = bench_view.draft_tau()
+        with gr.Column(elem_id="bench-draft-tau-panel"):
+            gr.Markdown(tau_text, elem_id="bench-draft-tau-text")
+            gr.Plot(tau_fig, label="Draft τ", elem_id="bench-draft-tau", visible=tau_fig is not None)
     return precision, reload_btn, summary, slots
 
 

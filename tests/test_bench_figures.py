@@ -73,7 +73,8 @@ def test_lab_panel(results, tmp_path, monkeypatch):
     assert len(figs) == 4 and "nf4" in figs[0].layout.title.text
     demo = build_demo({})
     ids = {getattr(b, "elem_id", None) for b in demo.blocks.values()}
-    assert {"bench-panel", "bench-summary", "bench-precision", "bench-reload", "bench-plot-0", "bench-pass-cost"} <= ids
+    assert {"bench-panel", "bench-summary", "bench-precision", "bench-reload", "bench-plot-0", "bench-pass-cost",
+            "bench-draft-tau"} <= ids
 
 
 def test_lab_pass_cost_panel(tmp_path, monkeypatch):
@@ -97,3 +98,37 @@ def test_lab_pass_cost_panel(tmp_path, monkeypatch):
     fig, text = bench_view.pass_cost()
     assert "| fp32 · streams | 2.00× | 4.00 | 1.40× |" in text  # the deepest ss pass, τ for 2× = 2 × its cost
     assert list(fig.data[0].x) == ["plain", "verify 5", "ss γ=1", "ss γ=4"] and list(fig.data[0].y) == [1.0, 1.4, 1.5, 2.0]
+
+
+def test_lab_draft_tau_panel(tmp_path, monkeypatch):
+    """The Benchmarks panel's draft τ figure: the bundled run, a clear line for a bad file, the command when none."""
+    from app import bench_view
+
+    fig, text = bench_view.draft_tau()  # the bundled docs/bench/draft-tau.json
+    data = json.load(open(bench_view.DRAFT_TAU_PATH))
+    best = max(data["drafts"], key=lambda d: data["mean_tau"][d])
+    assert f"`{best}`" in text and f"{data['mean_tau'][best]:.2f}" in text and "draft-tau" in text
+    mean = fig.data[-1]
+    assert list(mean.y) == [data["mean_tau"][d] for d in mean.customdata]
+    assert sorted(mean.customdata) == sorted(data["drafts"]) and list(mean.x) == sorted(mean.x)
+    monkeypatch.setenv("SPECSTREAM_DRAFT_TAU_JSON", str(tmp_path / "missing.json"))
+    fig, text = bench_view.draft_tau()
+    assert fig is None and "No draft τ measurement yet" in text and "draft-tau" in text
+    bad = tmp_path / "bad.json"
+    for payload in ({"drafts": ["a"], "tau": {}, "mean_tau": {}, "nodes_per_step": {}}, [1, 2], {"drafts": []}):
+        bad.write_text(json.dumps(payload))
+        monkeypatch.setenv("SPECSTREAM_DRAFT_TAU_JSON", str(bad))
+        fig, text = bench_view.draft_tau()
+        assert fig is None and "is not a draft-tau result" in text, payload
+    bad.write_text("{not json")
+    fig, text = bench_view.draft_tau()
+    assert fig is None and "Cannot show draft τ" in text
+    good = tmp_path / "tau.json"
+    good.write_text(json.dumps({"drafts": ["b8", "b3"], "tau": {"b8": {"x": 2.5, "y": 1.9}, "b3": {"x": 1.8, "y": 1.6}},
+                                "mean_tau": {"b8": 2.2, "b3": 1.7}, "nodes_per_step": {"b8": 7.7, "b3": 3.0},
+                                "stream_top1": {"1": 0.4}}))
+    monkeypatch.setenv("SPECSTREAM_DRAFT_TAU_JSON", str(good))
+    fig, text = bench_view.draft_tau()
+    assert "2.20 with `b8` at 7.70 nodes" in text and "40 %" in text
+    assert list(fig.data[-1].x) == [3.0, 7.7] and list(fig.data[-1].y) == [1.7, 2.2]  # sorted by nodes a step
+    assert [t.name for t in fig.data[:2]] == ["x", "y"] and list(fig.data[0].y) == [1.8, 2.5]

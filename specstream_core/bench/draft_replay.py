@@ -18,6 +18,7 @@ from dataclasses import replace
 
 import torch
 
+from specstream_core.bench.results import read_json
 from specstream_core.decoding.config import DecodeConfig
 from specstream_core.decoding.drafters import Drafter, RowOutput
 from specstream_core.decoding.loop import default_drafter
@@ -152,3 +153,20 @@ def run(engine, prompts: list[tuple[str, str | list[int]]], drafts: list[str], m
             progress(k + 1, len(prompts))
     categories = list(dict.fromkeys(c for c, _ in prompts))
     return tally.summary(drafts, categories, engine.streams.cfg.gamma)
+
+
+def load_results(path: str) -> dict | None:
+    """A `draft-tau --json` file; None when it does not exist; one clear error when it is not one."""
+    data = read_json(path, "draft τ results")
+    if data is None:
+        return None
+    drafts = data.get("drafts") if isinstance(data, dict) else None
+    number = (int, float)
+    ok = (isinstance(drafts, list) and drafts and all(isinstance(d, str) for d in drafts)
+          and all(isinstance(data.get(k), dict) for k in ("tau", "mean_tau", "nodes_per_step"))
+          and all(isinstance(data["mean_tau"].get(d), number) and isinstance(data["nodes_per_step"].get(d), number)
+                  and isinstance(data["tau"].get(d), dict)
+                  and all(isinstance(v, number) for v in data["tau"][d].values()) for d in drafts))
+    if not ok:
+        raise SpecstreamError(f"{path} is not a draft-tau result (expected drafts, tau, mean_tau, nodes_per_step)")
+    return data

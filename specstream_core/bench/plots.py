@@ -248,3 +248,26 @@ def pass_cost_figure(runs: list[dict]):
     for trace, ys in zip(fig.data, series.values()):
         trace.customdata = [2 * y if y is not None else None for y in ys]
     return fig
+
+
+def draft_tau_figure(data: dict):
+    """`draft-tau` results: τ against draft nodes a step, the mean over categories and each category (Plotly)."""
+    import plotly.graph_objects as go
+
+    drafts = sorted(data["drafts"], key=lambda d: data["nodes_per_step"][d])
+    x = [data["nodes_per_step"][d] for d in drafts]
+    fig = go.Figure()
+    categories = list(data["tau"][drafts[0]])
+    for i, c in enumerate(categories):
+        fig.add_scatter(x=x, y=[data["tau"][d].get(c) for d in drafts], name=c, mode="markers", opacity=0.55,
+                        marker=dict(size=6, color=PALETTE[i % len(PALETTE)]), customdata=drafts,
+                        hovertemplate=f"{html.escape(c)}<br>%{{customdata}}: τ %{{y:.2f}}<extra></extra>")
+    # drafts of different kinds do not lie on one curve: points, named (labels alternate above and below)
+    fig.add_scatter(x=x, y=[data["mean_tau"][d] for d in drafts], name="mean over categories", mode="markers+text",
+                    text=[html.escape(d) for d in drafts], customdata=drafts, marker=dict(size=11, color="#222"),
+                    textposition=["top center" if i % 2 == 0 else "bottom center" for i in range(len(drafts))],
+                    hovertemplate="%{customdata}: %{x:.1f} nodes a step, mean τ %{y:.2f}<extra></extra>")
+    fig.update_layout(title="How far drafting takes τ (replayed over decoded answers)", xaxis_title="draft nodes a step",
+                      yaxis_title="τ (tokens per pass)", height=440, margin=dict(l=50, r=20, t=60, b=40),
+                      legend=dict(orientation="h", y=-0.18))
+    return fig
