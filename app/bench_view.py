@@ -81,18 +81,24 @@ def figures(data: dict | None, precision: str | None = None) -> list:
     return out
 
 
+def _read(loader, path: str, what: str, name: str, command: str) -> tuple[object | None, str | None]:
+    """(a results file's contents, None), or (None, the Markdown line saying why there are none to show)."""
+    try:
+        data = loader(path)
+    except SpecstreamError as exc:
+        return None, f"**Cannot show {what}:** {exc}"
+    return (None, f"No {name} measurement yet: `{command}`") if data is None else (data, None)
+
+
 def pass_cost(path: str | None = None) -> tuple[object | None, str]:
     """(figure or None, Markdown): what one pass costs here, and the τ a method needs (speedup ≈ τ ÷ cost)."""
     from specstream_core.bench.plots import pass_cost_figure
     from specstream_core.bench.pass_cost import load_runs
 
-    path = path or os.environ.get("SPECSTREAM_PASS_COST_JSON", "") or PASS_COST_PATH
-    try:
-        runs = load_runs(path)
-    except SpecstreamError as exc:
-        return None, f"**Cannot show pass costs:** {exc}"
-    if runs is None:
-        return None, f"No pass-cost measurement yet: `{PASS_COST_COMMAND}`"
+    runs, why = _read(load_runs, path or os.environ.get("SPECSTREAM_PASS_COST_JSON", "") or PASS_COST_PATH,
+                      "pass costs", "pass-cost", PASS_COST_COMMAND)
+    if why:
+        return None, why
     lines = ["**Why speedup is below τ.** Every speculative pass carries more rows than a plain one and costs "
              "more; speedup ≈ τ ÷ (speculative pass ÷ plain pass). Measured by "
              f"`{PASS_COST_COMMAND}`:", "",
@@ -111,13 +117,10 @@ def draft_tau(path: str | None = None) -> tuple[object | None, str]:
     from specstream_core.bench.draft_replay import load_results
     from specstream_core.bench.plots import draft_tau_figure
 
-    path = path or os.environ.get("SPECSTREAM_DRAFT_TAU_JSON", "") or DRAFT_TAU_PATH
-    try:
-        data = load_results(path)
-    except SpecstreamError as exc:
-        return None, f"**Cannot show draft τ:** {exc}"
-    if data is None:
-        return None, f"No draft τ measurement yet: `{DRAFT_TAU_COMMAND}`"
+    data, why = _read(load_results, path or os.environ.get("SPECSTREAM_DRAFT_TAU_JSON", "") or DRAFT_TAU_PATH,
+                      "draft τ", "draft τ", DRAFT_TAU_COMMAND)
+    if why:
+        return None, why
     best = max(data["drafts"], key=lambda d: data["mean_tau"][d])
     top1 = data.get("stream_top1") or {}
     first = top1.get("1", top1.get(1))
