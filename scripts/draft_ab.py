@@ -3,8 +3,9 @@ prompts of the chat corpus (chat-wrapped, as `bench`), every draft and the plain
 in turn (the order reversed every other prompt), one thread, one process; prints tokens/s medians, τ, the
 per-prompt ratio to the first variant (overall and per category) and that the tokens agree.
 
-A variant is `ar` or `b<node budget>l<copied tokens>[n]` (n: copy from the n-gram store too), on the stream
-set's tree (one stream token on the bundled set):
+A variant is `ar` or a draft named as `draft-tau` names them: `b<node budget>l<copied tokens>[n]` (n: copy from
+the n-gram store too) on the stream set's tree (one stream token on the bundled set), `default`, `streams`, with
+an optional `/k<top-k per depth>`:
 
     python scripts/draft_ab.py --precision int4 --n 10 --variants ar,b3l2,b3l2n,b4l3n,b4l3    # ~4 minutes
     python scripts/draft_ab.py --precision fp32 --n 10 --variants ar,b3l2,b3l2n,b4l3n,b5l4n   # ~9 minutes
@@ -12,35 +13,27 @@ set's tree (one stream token on the bundled set):
 import argparse
 import collections
 import os
-import re
 import statistics
 import sys
 import time
-from dataclasses import replace
 
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from specstream_core.bench.draft_replay import draft_config  # noqa: E402
 from specstream_core.bench.suites import suite_categories, suite_examples  # noqa: E402
 from specstream_core.decoding.engine import Engine  # noqa: E402
+from specstream_core.errors import SpecstreamError  # noqa: E402
 from specstream_core.model import defaults  # noqa: E402
 
-VARIANT = re.compile(r"^b(\d+)l(\d+)(n?)$")
-
-
 def configs(engine, variants: list[str], max_new: int) -> dict:
-    base = engine.decode_config(mode="ss", max_new_tokens=max_new)
-    out = {}
-    for v in variants:
-        if v == "ar":
-            out[v] = engine.decode_config(mode="ar", max_new_tokens=max_new)
-            continue
-        m = VARIANT.match(v)
-        if not m:
-            raise SystemExit(f"variant {v!r}: expected ar or b<budget>l<lookup>[n], e.g. b4l3n")
-        out[v] = replace(base, node_budget=int(m[1]), lookup=int(m[2]), ngrams=bool(m[3]))
-    return out
+    """ar, or a draft named as `draft-tau` names them (`draft_replay.draft_config`: b4l3n, streams/k1, ...)."""
+    try:
+        return {v: engine.decode_config(mode="ar", max_new_tokens=max_new) if v == "ar"
+                else draft_config(engine, v, max_new) for v in variants}
+    except SpecstreamError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def main() -> int:

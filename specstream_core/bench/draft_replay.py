@@ -22,7 +22,7 @@ from specstream_core.bench.results import read_json
 from specstream_core.decoding.config import DecodeConfig
 from specstream_core.decoding.drafters import Drafter, RowOutput
 from specstream_core.decoding.loop import default_drafter
-from specstream_core.decoding.tree import Tree
+from specstream_core.decoding.tree import Tree, cartesian_size
 from specstream_core.errors import SpecstreamError
 from specstream_core.model import masks, msa
 
@@ -93,10 +93,7 @@ def draft_config(engine, name: str, max_new_tokens: int) -> DecodeConfig:
     if name.startswith("default"):
         return replace(cfg, tree_topk=topk)
     if name.startswith("streams"):
-        widths = [1]
-        for k in topk:
-            widths.append(widths[-1] * k)
-        return replace(cfg, tree_topk=topk, node_budget=sum(widths), lookup=0, ngrams=False)
+        return replace(cfg, tree_topk=topk, node_budget=cartesian_size(topk), lookup=0, ngrams=False)
     return replace(cfg, node_budget=int(m[1]), lookup=int(m[2]), ngrams=bool(m[3]), tree_topk=topk)
 
 
@@ -114,8 +111,9 @@ class Tally:
         with torch.inference_mode():
             scores, ids = engine.draft_scores(rows)
             top1 = scores.argmax(-1) if ids is None else ids[scores.argmax(-1)]  # [len + 1, γ]
+        truth = torch.tensor(answer, device=top1.device)
         for j in range(1, top1.shape[1] + 1):
-            self.hits[j] += sum(int(top1[i, j - 1]) == answer[i + j] for i in range(len(answer) - j))
+            self.hits[j] += int((top1[:max(0, len(answer) - j), j - 1] == truth[j:]).sum())
             self.hits[-j] += max(0, len(answer) - j)
 
     def summary(self, drafts: list[str], categories: list[str], gamma: int) -> dict:

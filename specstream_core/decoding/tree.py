@@ -63,6 +63,15 @@ def chain(root: int, tokens: list[int], probs: list[float] | None = None) -> Tre
     return Tree([root, *tokens], list(range(-1, n)), list(range(n + 1)), [1.0, *(probs or [1.0] * n)])
 
 
+def cartesian_size(topk: tuple[int, ...]) -> int:
+    """Nodes of the full Cartesian-product tree of per-depth top-k (`from_stream_topk` before its budget), root included."""
+    size = width = 1
+    for k in topk:
+        width *= k
+        size += width
+    return size
+
+
 def from_stream_topk(root: int, top_tokens: list[list[int]], top_probs: list[list[float]], budget: int) -> Tree:
     """Cartesian-product tree: stream j's top-k tokens are the children of every depth-(j-1) node.
 

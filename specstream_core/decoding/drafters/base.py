@@ -15,7 +15,7 @@ from typing import Callable
 
 import torch
 
-from specstream_core.decoding.tree import Tree, chain, from_stream_topk
+from specstream_core.decoding.tree import Tree, cartesian_size, chain, from_stream_topk
 
 
 @dataclass
@@ -59,10 +59,7 @@ class TopkDrafter(Drafter):
         self.topk = topk  # k per depth
         self.budget = budget
         self.max_depth = len(topk)
-        widths = [1]
-        for k in topk:
-            widths.append(widths[-1] * k)
-        self.max_nodes = min(budget, sum(widths))
+        self.max_nodes = min(budget, cartesian_size(topk))
         self._top: tuple[list[list[int]], list[list[float]]] = ([], [])
 
     def _observe_logits(self, logits: torch.Tensor, ids: torch.Tensor | None = None) -> None:
