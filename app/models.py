@@ -40,7 +40,7 @@ class ModelSpec:
     name: str
     base: str
     streams: dict = field(default_factory=dict)  # mode -> directory
-    precision: str = DEFAULT_PRECISION  # auto: int4 on a GGUF-converted base, bf16 weights elsewhere on the kernel, else fp32
+    precision: str = DEFAULT_PRECISION  # auto: int4-a8 on a GGUF-converted base, bf16 weights elsewhere on the kernel, else fp32
     device: str = ""
     gamma: int = 4
 
@@ -118,10 +118,10 @@ def bundled_spec() -> ModelSpec | None:
 
 def fp32_twin(spec: ModelSpec) -> ModelSpec:
     """The same model and streams in fp32, offered beside the default precision to show the method's
-    trade-off on a CPU: in fp32 a pass is bound by reading the weights and speculative streaming pays
-    (1.13–1.63× plain decoding per category on the default model, 3.25× transformers' fp32 greedy), in int4
-    every row's fp32 multiply is the bound and the same τ barely does (level with int4 plain decoding;
-    docs/BENCHMARKS.md, "Blocked fp32 and bf16 weights")."""
+    trade-off on a CPU and the model's exact fp32 output: in fp32 a pass is bound by reading the weights and
+    speculative streaming pays (1.13–1.63× plain decoding per category on the default model, 3.25×
+    transformers' fp32 greedy); at the default int4-a8 (8-bit activations, llama.cpp's arithmetic) the
+    extra rows are cheap integer products and it pays too, at a higher speed (docs/BENCHMARKS.md)."""
     return replace(spec, name=f"{spec.name} · fp32", precision="fp32")
 
 

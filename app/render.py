@@ -54,7 +54,7 @@ def message(text: str, kind: str = "error") -> str:
 
 
 def shown_precision(spec: ModelSpec) -> str:
-    """The precision a spec loads at ("auto" resolved: int4 on a GGUF-converted base, else bf16 on the
+    """The precision a spec loads at ("auto" resolved: int4-a8 on a GGUF-converted base, else bf16 on the
     row-invariant CPU kernel, else fp32)."""
     return resolve_precision(spec.precision, spec.device or "cpu", base=spec.base)
 

@@ -157,7 +157,7 @@ def test_a_gguf_files_own_q4_1_groups_are_used(tmp_path):
     report = int4.quantize_model(model, groups)
     kernel = rowinv.available()  # without it the head is 4-bit (torch's int4 kernel is row-invariant)
     assert report == {"layers": 7 * 2 + 1, "from_file": 14 + kernel, "fused": 2 * 2,  # q/k/v, gate/up per layer
-                      "kernel": kernel, "head": "q8" if kernel else "int4", "head_from_file": kernel}
+                      "kernel": kernel, "head": "q8" if kernel else "int4", "head_from_file": kernel, "a8": False}
     if kernel:
         assert torch.equal(model.lm_head.dequantized(), head)  # the file's 8-bit groups: its fp32 weights exactly
         with torch.inference_mode():  # the fp32 weights and the fp32 kernel's sums: the fp32 model's logits

@@ -9,7 +9,7 @@ import torch
 
 from specstream_core import DecodeConfig, Engine, StreamParams
 from specstream_core.errors import SpecstreamError
-from specstream_core.model import default_model, int4, int8_head, loading, rowinv
+from specstream_core.model import default_model, int4, int4_a8, int8_head, loading, rowinv
 from specstream_core.model.loading import LoadConfig, load_model
 from tiny_models import hf_greedy, prompts, save_tiny_model_dir, tiny_model
 
@@ -174,15 +174,17 @@ def test_the_default_precision_is_bf16_weights_on_the_kernel_and_fp32_elsewhere(
 
 
 def test_the_default_precision_is_int4_on_a_gguf_converted_base(tmp_path):
-    """A base converted from a GGUF file that is still there unchanged (the default model) decodes in int4,
-    its file's own groups: the fp32 model's weights, on the kernel; elsewhere it stays fp32."""
+    """A base converted from a GGUF file that is still there unchanged (the default model) decodes in 4 bits,
+    its file's own groups, on the kernel: against 8-bit activations where its build has VNNI (int4-a8), else
+    as the fp32 model's weights (int4); without the kernel it stays fp32."""
     gguf = tmp_path / "model.gguf"
     gguf.write_bytes(b"GGUF" + bytes(64))
     base = tmp_path / "converted"
     base.mkdir()
     marker = {"source": str(gguf), "gguf_digest": default_model.file_digest(str(gguf))}
     (base / default_model.MARKER).write_text(json.dumps(marker))
-    assert loading.resolve_precision("auto", base=str(base)) == ("int4" if rowinv.available() else "fp32")
+    on_file = ("int4-a8" if int4_a8.available() else "int4") if rowinv.available() else "fp32"
+    assert loading.resolve_precision("auto", base=str(base)) == on_file
     assert loading.resolve_precision("auto", "cpu", "torch", base=str(base)) == "fp32"
     assert loading.resolve_precision("bf16", base=str(base)) == "bf16"
     gguf.write_bytes(b"GGUF" + bytes(65))  # the file changed since: not its groups any more

@@ -6,7 +6,7 @@ import torch
 from specstream_core import Engine, StreamParams
 from specstream_core.bench import speed
 from specstream_core.bench.runner import run_benchmark
-from specstream_core.model import int4
+from specstream_core.model import int4, int4_a8
 from specstream_core.model.loading import quantize_in_memory
 from tiny_models import prompts, tiny_model
 
@@ -15,16 +15,17 @@ pytestmark = pytest.mark.skipif(not int4.available(), reason="this torch has no 
 
 def test_speed_rows_check_each_method_against_its_reference():
     engines = {}
-    for precision in ("fp32", "bf16", "int4"):
+    a8 = int4_a8.available()
+    for precision in ("fp32", "bf16", "int4") + (("int4-a8",) if a8 else ()):
         model = tiny_model("llama", seed=3)
-        if precision == "int4":
-            model = quantize_in_memory(model, "int4")
+        if precision in ("int4", "int4-a8"):
+            model = quantize_in_memory(model, precision)
         if precision == "bf16":
             model = model.to(torch.bfloat16)
         model.generation_config.eos_token_id = None
         engines[precision] = Engine(model, None, StreamParams.fresh(model, gamma=2, n_stream_layers=2),
                                     precision=precision)
-    names = list(speed.METHODS)
+    names = [n for n in speed.METHODS if a8 or speed.METHODS[n][0] != "int4-a8"]
     methods = speed.build(names, engines, max_new=8, threads=1, gguf_path=None)
     assert [m.name for m in methods] == [n for n in names if n != "llama.cpp"]  # no GGUF file: no llama.cpp
     kept = speed.recording(methods)
@@ -35,6 +36,7 @@ def test_speed_rows_check_each_method_against_its_reference():
     by = {r.method: r for r in rows}
     assert by["ar"].identical and by["ss"].identical  # fp32: our loop = transformers, ss = ar
     assert by["ar int4"].identical  # int4 plain loop = transformers' generate on the same int4 model
+    assert not a8 or (by["ar int4-a8"].identical and by["ss int4-a8"].identical)
     assert all(r.tokens == 3 * 8 for r in rows)
     table = speed.markdown(rows, {i: 1 for i in range(len(rows))})
     assert "| 1 | ss int4 |" in table and "× transformers fp32" in table

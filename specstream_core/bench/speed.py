@@ -34,6 +34,9 @@ METHODS = {
     "hf-greedy int4 kernel": ("int4", "hf-greedy int4 kernel"),
     "ar int4": ("int4", "hf-greedy int4 kernel"),
     "ss int4": ("int4", "ar int4"),
+    "hf-greedy int4-a8 kernel": ("int4-a8", "hf-greedy int4-a8 kernel"),
+    "ar int4-a8": ("int4-a8", "hf-greedy int4-a8 kernel"),
+    "ss int4-a8": ("int4-a8", "ar int4-a8"),
     "llama.cpp": ("gguf Q4_1", "ar int4"),
 }
 

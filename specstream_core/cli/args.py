@@ -26,9 +26,11 @@ def add_model_arguments(p) -> None:
     p.add_argument("--n-stream-layers", type=int, default=None, help="Ns for fresh streams (default: N/4)")
     p.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none")
     p.add_argument("--dtype", choices=("auto", "fp32", "bf16"), default="auto",
-                   help="weights of the Linears: auto (default, the fastest measured, all exact: on the row-invariant "
-                        "CPU kernel int4 for a GGUF-converted base such as the default model, whose int4 is its fp32 "
-                        "weights exactly, and bf16 for others; fp32 elsewhere), fp32 or bf16")
+                   help="weights of the Linears: auto (default, the fastest measured, all exact against their own plain "
+                        "decoding: on the row-invariant CPU kernel int4-a8 for a GGUF-converted base such as the default "
+                        "model (its file's 4-bit groups against 8-bit activations, as llama.cpp computes; --quantize "
+                        "int4 keeps fp32 activations and is the fp32 model exactly), and bf16 for others; fp32 "
+                        "elsewhere), fp32 or bf16")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--raw", action="store_true",
                    help="send the prompt text as it is (default: wrap it in the model's chat template, if it has one)")

@@ -58,9 +58,9 @@ class Engine:
              fresh_streams: bool = True, chat: bool = True, kernel: str | None = None) -> "Engine":
         """Base model (directory or hub id) + stream directory (or hub id); fresh streams when none is given.
 
-        precision: auto (int4 on a GGUF-converted base such as the default model, else bf16 weights on the
-        row-invariant CPU kernel, else fp32; `resolve_precision`), fp32,
-        bf16, nf4, int8 or int4. chat: wrap text prompts as a user turn of the model's chat template (when it
+        precision: auto (int4-a8 on a GGUF-converted base such as the default model, int4 there without
+        AVX512-VNNI, else bf16 weights on the row-invariant CPU kernel, else fp32; `resolve_precision`), fp32,
+        bf16, nf4, int8, int4 or int4-a8. chat: wrap text prompts as a user turn of the model's chat template (when it
         has one). kernel: the CPU fp32/bf16 Linears (auto, rowinv, torch; default: $SPECSTREAM_KERNEL or auto,
         model/rowinv.py)."""
         if streams_dir is not None:
@@ -86,7 +86,7 @@ class Engine:
     def row_exact(self) -> bool:
         """Row-invariant Linears (int4, or the CPU kernel of model/rowinv.py), so row-exact attention makes
         a pass's main rows exact."""
-        return self.precision == "int4" or rowinv.uses_kernel(self.model)
+        return self.precision in ("int4", "int4-a8") or rowinv.uses_kernel(self.model)
 
     @property
     def kernel_attention(self):

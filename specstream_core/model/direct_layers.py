@@ -64,7 +64,7 @@ def _kernel_part(module: nn.Module) -> tuple | None:
     call of the kernel it names (no bias, a contiguous fp32 or bf16 weight, or 4-bit on the kernel); else None."""
     if module.__class__.__name__ == "Int4Linear":
         if module.bias is None and module.kernel:
-            return rowinv_steps.LIN_Q4, module.q4, module.dm, module.out_features
+            return (rowinv_steps.LIN_Q4A8 if module.a8 else rowinv_steps.LIN_Q4), module.q4, module.dm, module.out_features
         return None
     if not isinstance(module, rowinv.RowInvariantLinear) or module.bias is not None:
         return None

@@ -12,6 +12,10 @@ element j + 16 in its high nibble).
   Linear of its dequantized weights bit for bit, and with the kernel's attention the model's speculative
   passes compute their main rows bit for bit as plain passes. The model's norms and attention run on the
   kernel too (`rowinv.adopt`).
+- **Against 8-bit activations** (`a8=True`, precision int4-a8, the default where the kernel's build has
+  AVX512-VNNI): the same groups in another layout, each input row rounded to 8 bits per group of 32 and the
+  products summed as integers (`model/int4_a8.py`): llama.cpp's arithmetic, not the fp32 model, still
+  row-invariant.
 - **Through torch** (no kernel here, `SPECSTREAM_KERNEL=torch`, inside `rowinv.torch_linears()` as
   transformers' baseline, or with gradients): torch's kernel reads bf16 activations and bf16 scales, w =
   (q - 8) * scale + zero with zero = low + 8 scale; it is row-invariant as well. Its arithmetic is not the
@@ -39,7 +43,7 @@ import torch
 from torch import nn
 
 from specstream_core.errors import SpecstreamError
-from specstream_core.model import compat, default_model, int8_head, rowinv
+from specstream_core.model import compat, default_model, int4_a8, int8_head, rowinv
 
 GROUP = 32  # elements per scale/low group (Q4_1's block size)
 _TORCH_DTYPE = torch.bfloat16  # torch's CPU kernel's fast path; fp32 activations take a scalar fallback
@@ -76,8 +80,9 @@ class Int4Linear(nn.Module):
     dropped). `rows` cuts the layer to some of its outputs (the LM head, for a draft vocabulary)."""
 
     def __init__(self, q: torch.Tensor, scale: torch.Tensor, low: torch.Tensor, bias: torch.Tensor | None = None,
-                 kernel: bool | None = None):
-        """q: integers 0..15 [N, K]; scale, low: [N, K / GROUP] (w = q * scale + low)."""
+                 kernel: bool | None = None, a8: bool = False):
+        """q: integers 0..15 [N, K]; scale, low: [N, K / GROUP] (w = q * scale + low). a8: against 8-bit
+        activations on the kernel (`model/int4_a8.py`; another layout of the same groups)."""
         super().__init__()
         n, k = q.shape
         if k % GROUP or scale.shape != (n, k // GROUP) or low.shape != scale.shape:
@@ -86,16 +91,25 @@ class Int4Linear(nn.Module):
         self.kernel = rowinv.available() if kernel is None else kernel
         if not self.kernel and not torch_available():
             raise SpecstreamError("int4 needs the row-invariant kernel (a C compiler, AVX2) or torch >= 2.6")
-        q, scale, low = (rowinv.pad_rows(t) for t in (q, scale, low))
-        self.register_buffer("q4", rowinv.to_blocks(pack_nibbles(q), k // GROUP), persistent=False)  # [N'/4, G, 4, 16]
-        dm = torch.stack([scale.float(), low.float()], dim=-1)  # [N', G, 2]
-        self.register_buffer("dm", rowinv.to_blocks(dm, k // GROUP), persistent=False)  # [N' / 4, G, 4, 2]
+        self.a8 = a8
+        if a8 and not (self.kernel and int4_a8.available()):
+            raise SpecstreamError(int4_a8.unavailable_reason() or "int4-a8 runs on the row-invariant kernel only")
+        if a8:  # the same groups in the layout of the 8-bit-activation kernel
+            q4, dm = int4_a8.pack(q, scale, low)  # [N' / 16, G, 4, 64], [N' / 16, G, 2, 16]
+        else:
+            q, scale, low = (rowinv.pad_rows(t) for t in (q, scale, low))
+            q4 = rowinv.to_blocks(pack_nibbles(q), k // GROUP)  # [N' / 4, G, 4, 16]
+            dm = rowinv.to_blocks(torch.stack([scale.float(), low.float()], dim=-1), k // GROUP)  # [N' / 4, G, 4, 2]
+        self.register_buffer("q4", q4, persistent=False)
+        self.register_buffer("dm", dm, persistent=False)
         self.register_buffer("bias", None if bias is None else bias.detach().float(), persistent=False)
         self._torch_args: tuple | None = None
 
     def groups(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(q, scale, low) of the layer's N output rows."""
         n, k = self.out_features, self.in_features
+        if self.a8:
+            return int4_a8.unpack(self.q4, self.dm, n)
         dm = rowinv.from_blocks(self.dm, n).reshape(n, k // GROUP, 2)
         return unpack_nibbles(rowinv.from_blocks(self.q4, n)), dm[..., 0], dm[..., 1]
 
@@ -111,7 +125,7 @@ class Int4Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernel and rowinv.takes(x):
-            y = rowinv.linear_q4(x, self.q4, self.dm, self.out_features)
+            y = (int4_a8.linear if self.a8 else rowinv.linear_q4)(x, self.q4, self.dm, self.out_features)
         else:
             packed, sz = self._torch_kernel_args()
             rows = x.reshape(-1, self.in_features).to(_TORCH_DTYPE)
@@ -124,14 +138,14 @@ class Int4Linear(nn.Module):
         index = index.to(torch.long).cpu()
         q, scale, low = self.groups()
         bias = None if self.bias is None else self.bias[index]
-        return Int4Linear(q[index], scale[index], low[index], bias, kernel=self.kernel)
+        return Int4Linear(q[index], scale[index], low[index], bias, kernel=self.kernel, a8=self.a8)
 
     def dequantized(self) -> torch.Tensor:
         """The fp32 weight [N, K] of the groups, q * scale + low (for checks, not for decoding)."""
         return dequantize(*self.groups())
 
     def extra_repr(self) -> str:
-        where = "row-invariant kernel" if self.kernel else "torch"
+        where = ("row-invariant kernel, 8-bit activations" if self.a8 else "row-invariant kernel") if self.kernel else "torch"
         return f"in_features={self.in_features}, out_features={self.out_features}, group={GROUP}, int4 on {where}"
 
 
@@ -145,12 +159,12 @@ class FusedInt4(nn.Module):
     passes (every path uses the same fused call)."""
 
     def __init__(self, parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]],
-                 kernel: bool | None = None):
+                 kernel: bool | None = None, a8: bool = False):
         super().__init__()
         q, scale, zero = (torch.cat([p[i] for p in parts]) for i in range(3))
         biases = [p[3] if p[3] is not None else torch.zeros(p[0].shape[0]) for p in parts]
         bias = torch.cat(biases) if any(p[3] is not None for p in parts) else None
-        self.linear = Int4Linear(q, scale, zero, bias, kernel=kernel)
+        self.linear = Int4Linear(q, scale, zero, bias, kernel=kernel, a8=a8)
         bounds = np.cumsum([0] + [p[0].shape[0] for p in parts]).tolist()
         self.slices = list(zip(bounds[:-1], bounds[1:]))
         self._last: tuple | None = None  # (input, its version, output): the call the other members reuse
@@ -245,7 +259,7 @@ def _set(model, key: str, module: nn.Module) -> None:
 
 
 def quantize_model(model, groups: dict[str, tuple] | None = None, kernel: bool | None = None,
-                   head: str | None = None) -> dict:
+                   head: str | None = None, a8: bool = False) -> dict:
     """Replace the decoder Linears by `Int4Linear`s and the LM head as `head` says, in place (CPU, fp32).
 
     groups: per key of `_linears`, ready groups to use instead of quantizing the weight (a GGUF file's
@@ -253,7 +267,8 @@ def quantize_model(model, groups: dict[str, tuple] | None = None, kernel: bool |
     row-invariant kernel (None: where it runs), which then also takes the model's norms and attention
     (`rowinv.adopt`). head: "q8" (8-bit groups, `model/int8_head.py`; the default on the kernel),
     "int4" (the default through torch, whose int4 kernel is row-invariant where its fp32 matmul is not),
-    or "fp32" (its own weights, on the kernel where it runs). Returns {"layers": n, "from_file": m, "fused": f, "kernel":
+    or "fp32" (its own weights, on the kernel where it runs). a8: the decoder Linears take 8-bit activations
+    (int4-a8, `model/int4_a8.py`), and so does an 8-bit head. Returns {"layers": n, "from_file": m, "fused": f, "kernel":
     bool, "head": head, "head_from_file": bool}."""
     kernel = rowinv.available() if kernel is None else kernel
     if kernel and not rowinv.available():
@@ -271,7 +286,7 @@ def quantize_model(model, groups: dict[str, tuple] | None = None, kernel: bool |
     head_from_file = head == "q8" and head_groups is not None
     linears = _linears(model)
     if head != "int4":
-        _set(model, "lm_head", _head(linears.pop("lm_head"), head, head_groups if head_from_file else None, kernel))
+        _set(model, "lm_head", _head(linears.pop("lm_head"), head, head_groups if head_from_file else None, kernel, a8))
     weights = {}
     for key, linear in linears.items():
         if linear.in_features % GROUP:
@@ -284,23 +299,23 @@ def quantize_model(model, groups: dict[str, tuple] | None = None, kernel: bool |
         for parent, names in FUSE:
             keys = [f"{li}.{parent}.{name}" for name in names]
             if all(k in weights for k in keys) and len({linears[k].in_features for k in keys}) == 1:
-                group = FusedInt4([weights.pop(k) for k in keys], kernel=kernel)
+                group = FusedInt4([weights.pop(k) for k in keys], kernel=kernel, a8=a8)
                 for i, k in enumerate(keys):
                     _set(model, k, Int4Part(group, i))
                 getattr(layer, parent).add_module("int4_fused_" + names[0], group)
                 fused += 1
     for key, (q, scale, low, bias) in weights.items():
-        _set(model, key, Int4Linear(q, scale, low, bias, kernel=kernel))
+        _set(model, key, Int4Linear(q, scale, low, bias, kernel=kernel, a8=a8))
     if kernel:
         rowinv.adopt(model)
     return {"layers": len(linears) + (head != "int4"), "from_file": sum(k in groups for k in linears) + head_from_file,
-            "fused": fused, "kernel": kernel, "head": head, "head_from_file": head_from_file}
+            "fused": fused, "kernel": kernel, "head": head, "head_from_file": head_from_file, "a8": a8}
 
 
 HEADS = ("q8", "int4", "fp32")
 
 
-def _head(linear: nn.Linear, head: str, groups: tuple | None, kernel: bool) -> nn.Module:
+def _head(linear: nn.Linear, head: str, groups: tuple | None, kernel: bool, a8: bool = False) -> nn.Module:
     """The LM head kept in fp32 (on the kernel where it runs) or made 8-bit (a file's groups, or its own)."""
     if head == "fp32":
         if kernel:
@@ -308,7 +323,7 @@ def _head(linear: nn.Linear, head: str, groups: tuple | None, kernel: bool) -> n
         return linear
     q, scale = groups or int8_head.quantize_groups(linear.weight)
     bias = None if linear.bias is None else linear.bias.detach().float()
-    return int8_head.Int8Linear(q, scale, bias, kernel=kernel)
+    return int8_head.Int8Linear(q, scale, bias, kernel=kernel, a8=a8)
 
 
 # ---- a GGUF file's own 4-bit groups --------------------------------------------------------------

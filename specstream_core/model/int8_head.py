@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specstream_core.errors import SpecstreamError
-from specstream_core.model import rowinv
+from specstream_core.model import int4_a8, rowinv
 
 GROUP = 32  # elements per scale (Q8_0's block size)
 
@@ -34,27 +34,37 @@ class Int8Linear(nn.Module):
     (the last row repeated, its outputs dropped). `rows` cuts it to some outputs (a draft vocabulary)."""
 
     def __init__(self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None,
-                 kernel: bool | None = None):
-        """q: integers -128..127 [N, K]; scale: [N, K / GROUP] (w = q * scale)."""
+                 kernel: bool | None = None, a8: bool = False):
+        """q: integers -128..127 [N, K]; scale: [N, K / GROUP] (w = q * scale). a8: against 8-bit activations
+        (int4-a8, `model/int4_a8.py`; another layout of the same groups)."""
         super().__init__()
         n, k = q.shape
         if k % GROUP or scale.shape != (n, k // GROUP):
             raise SpecstreamError(f"8-bit weights need groups of {GROUP} along the input (got {tuple(q.shape)})")
         self.in_features, self.out_features = k, n
         self.kernel = rowinv.available() if kernel is None else kernel
-        q, scale = rowinv.pad_rows(q.to(torch.int8)), rowinv.pad_rows(scale.float())
-        self.register_buffer("q8", rowinv.to_blocks(q, k // GROUP), persistent=False)  # [N' / 4, G, 4, 32]
-        self.register_buffer("d", rowinv.to_blocks(scale, k // GROUP), persistent=False)  # [N' / 4, G, 4, 1]
+        self.a8 = a8
+        if a8 and not (self.kernel and int4_a8.available()):
+            raise SpecstreamError(int4_a8.unavailable_reason() or "int4-a8 runs on the row-invariant kernel only")
+        if a8:
+            q8, d = int4_a8.pack_q8(q, scale)  # [N' / 16, G, 8, 64], [N' / 16, G, 2, 16]
+        else:
+            q, scale = rowinv.pad_rows(q.to(torch.int8)), rowinv.pad_rows(scale.float())
+            q8, d = rowinv.to_blocks(q, k // GROUP), rowinv.to_blocks(scale, k // GROUP)  # [N'/4, G, 4, 32], [N'/4, G, 4, 1]
+        self.register_buffer("q8", q8, persistent=False)
+        self.register_buffer("d", d, persistent=False)
         self.register_buffer("bias", None if bias is None else bias.detach().float(), persistent=False)
         self._weight: torch.Tensor | None = None  # the dequantized weight, for the torch path
 
     def groups(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(q, scale) of the layer's N output rows."""
+        if self.a8:
+            return int4_a8.unpack_q8(self.q8, self.d, self.out_features)
         return rowinv.from_blocks(self.q8, self.out_features), rowinv.from_blocks(self.d, self.out_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernel and rowinv.takes(x):
-            y = rowinv.linear_q8(x, self.q8, self.d, self.out_features)
+            y = (int4_a8.linear_q8 if self.a8 else rowinv.linear_q8)(x, self.q8, self.d, self.out_features)
         else:
             if self._weight is None:
                 self._weight = self.dequantized()
@@ -66,14 +76,14 @@ class Int8Linear(nn.Module):
         index = index.to(torch.long).cpu()
         q, scale = self.groups()
         bias = None if self.bias is None else self.bias[index]
-        return Int8Linear(q[index], scale[index], bias, kernel=self.kernel)
+        return Int8Linear(q[index], scale[index], bias, kernel=self.kernel, a8=self.a8)
 
     def dequantized(self) -> torch.Tensor:
         """The fp32 weight [N, K], q * scale."""
         return dequantize(*self.groups())
 
     def extra_repr(self) -> str:
-        where = "row-invariant kernel" if self.kernel else "torch"
+        where = ("row-invariant kernel, 8-bit activations" if self.a8 else "row-invariant kernel") if self.kernel else "torch"
         return f"in_features={self.in_features}, out_features={self.out_features}, group={GROUP}, 8-bit on {where}"
 
 

@@ -1,10 +1,12 @@
 """Load a Hugging Face causal LM (local directory or hub id) at a chosen precision and device.
 
-Precision: auto (the default: int4 on a GGUF-converted base such as the default model, bf16 weights
-elsewhere on the row-invariant CPU kernel, fp32 where it does not run; `resolve_precision`), fp32, bf16,
-nf4 (bitsandbytes 4-bit), int8 (bitsandbytes 8-bit) or int4 (4-bit groups and an 8-bit head on the
+Precision: auto (the default: int4-a8 on a GGUF-converted base such as the default model, int4 there without
+AVX512-VNNI, bf16 weights elsewhere on the row-invariant CPU kernel, fp32 where it does not run;
+`resolve_precision`), fp32, bf16,
+nf4 (bitsandbytes 4-bit), int8 (bitsandbytes 8-bit), int4 (4-bit groups and an 8-bit head on the
 row-invariant kernel, or torch's CPU int4 kernel, `model/int4.py`; a GGUF-converted base keeps its file's
-own groups). Only the architectures in `compat.SUPPORTED_MODEL_TYPES` are
+own groups) or int4-a8 (the same groups against 8-bit activations, llama.cpp's arithmetic, on the kernel's
+AVX512-VNNI build: `model/int4_a8.py`). Only the architectures in `compat.SUPPORTED_MODEL_TYPES` are
 accepted; anything else is refused with a message naming the supported families.
 """
 
@@ -17,14 +19,15 @@ from dataclasses import dataclass
 import torch
 
 from specstream_core.model.lora import apply_shared_lora
-from specstream_core.model import compat, int4, rowinv
+from specstream_core.model import compat, int4, int4_a8, rowinv
 from specstream_core.errors import SpecstreamError
 from safetensors import SafetensorError
 import tempfile
 
-PRECISIONS = ("auto", "fp32", "bf16", "nf4", "int8", "int4")
+PRECISIONS = ("auto", "fp32", "bf16", "nf4", "int8", "int4", "int4-a8")
+INT4 = ("int4", "int4-a8")  # the CPU's 4-bit precisions (model/int4.py)
 DEFAULT_PRECISION = "auto"
-QUANTIZE_CHOICES = ("none", "nf4", "int8", "int4")
+QUANTIZE_CHOICES = ("none", "nf4", "int8", "int4", "int4-a8")
 
 
 @dataclass(frozen=True)
@@ -45,20 +48,24 @@ class LoadConfig:
         if self.kernel not in rowinv.KERNELS:
             raise SpecstreamError(f"unknown kernel {self.kernel!r}; choose one of {', '.join(rowinv.KERNELS)}")
         object.__setattr__(self, "precision", resolve_precision(self.precision, self.device, self.kernel, self.base))
-        if self.precision == "int4" and self.device != "cpu":
-            raise SpecstreamError("int4 runs on the CPU (model/int4.py); on CUDA use nf4")
+        if self.precision in INT4 and self.device != "cpu":
+            raise SpecstreamError(f"{self.precision} runs on the CPU (model/int4.py); on CUDA use nf4")
+        if self.precision == "int4-a8" and (self.kernel == "torch" or not int4_a8.available()):
+            raise SpecstreamError(int4_a8.unavailable_reason() or "int4-a8 runs on the row-invariant kernel only "
+                                  "(not with SPECSTREAM_KERNEL=torch)")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise SpecstreamError("--device cuda was asked for but no CUDA device is available")
 
 
-# precisions whose speculative output equals plain decoding (tests: test_lossless, test_int4, test_rowinv):
-# fp32 on any device; CPU nf4 with bitsandbytes' bf16 fast path off (it computes in fp32); int4, and CPU
+# precisions whose speculative output equals plain decoding (tests: test_lossless, test_int4, test_rowinv,
+# test_int4_a8): fp32 on any device; CPU nf4 with bitsandbytes' bf16 fast path off (it computes in fp32); int4
+# and int4-a8 (plain decoding at int4-a8, not the fp32 model), and CPU
 # fp32/bf16 on the row-invariant kernel (model/rowinv.py), whose Linears are row-invariant and whose
 # attention runs row-exact (compat.row_exact_attention), so a speculative pass computes its main rows bit
 # for bit as a plain pass. bf16 through torch (oneDNN) sums differently for a different number of rows,
 # so a near-tie can flip a token: such runs are labelled "not exact".
 def is_exact(precision: str, device: str = "cpu", kernel: str = "torch") -> bool:
-    return (precision in ("fp32", "int4") or (precision == "nf4" and device == "cpu")
+    return (precision in ("fp32", *INT4) or (precision == "nf4" and device == "cpu")
             or (precision == "bf16" and kernel == "rowinv"))
 
 
@@ -67,20 +74,22 @@ NOT_EXACT_NOTE = ("not exact: at {precision} a speculative pass can round differ
 
 
 def resolve_precision(precision: str, device: str = "cpu", kernel: str = "auto", base: str | None = None) -> str:
-    """'auto' -> int4 for a base converted from a GGUF file whose 4-bit groups the row-invariant CPU kernel
-    runs, bf16 elsewhere on that kernel, fp32 where it does not run; other precisions unchanged.
+    """'auto' -> int4-a8 for a base converted from a GGUF file, on a CPU whose kernel build has AVX512-VNNI
+    (else int4 there), bf16 elsewhere on the row-invariant kernel, fp32 where it does not run; other
+    precisions unchanged.
 
-    All three are exact (a speculative pass computes its main rows bit for bit as a plain pass), and the
-    first two are the fastest settings measured on the default model (docs/BENCHMARKS.md):
-    - int4 on a GGUF-converted base (the default SmolLM2) runs the file's own 4-bit groups and 8-bit head,
-      i.e. the fp32 model's weights exactly, at a quarter of fp32's bytes; its output equalled fp32's on
-      15 of 15 prompts (scripts/int4_head_check.py). On any other base int4 would be a second quantization,
-      so it is never chosen for it;
+    Each is exact (a speculative pass computes its main rows bit for bit as a plain pass), and each is the
+    fastest setting measured where it is chosen (docs/BENCHMARKS.md):
+    - int4-a8 on a GGUF-converted base (the default SmolLM2): the file's own 4-bit groups and 8-bit head
+      against 8-bit activations, llama.cpp's arithmetic (`model/int4_a8.py`). Not the fp32 model: its
+      answers leave fp32's after about half their tokens, as llama.cpp's do; `--quantize int4` is;
+    - int4 there without VNNI: the file's groups with fp32 activations, which computes the fp32 model's
+      logits bit for bit. On any other base int4 would be a second quantization, so it is never chosen for it;
     - bf16 keeps the Linears' weights in bf16 (half the bytes to read) and does every sum in fp32."""
     if precision != "auto":
         return precision
     if base and rowinv.kernel_for("int4", device, kernel) and int4.gguf_source(base):
-        return "int4"
+        return "int4-a8" if int4_a8.available() else "int4"
     return "bf16" if rowinv.kernel_for("bf16", device, kernel) else "fp32"
 
 
@@ -157,20 +166,21 @@ def load_model(cfg: LoadConfig):
         model = apply_shared_lora(model, cfg.shared_lora)
     if cfg.precision == "nf4" and cfg.device == "cpu" and cfg.exact_nf4:
         make_nf4_exact(model)
-    if cfg.precision == "int4":
-        to_int4(model, cfg.base, rowinv.kernel_for("int4", cfg.device, cfg.kernel), adapted=bool(cfg.shared_lora))
+    if cfg.precision in INT4:
+        to_int4(model, cfg.base, rowinv.kernel_for(cfg.precision, cfg.device, cfg.kernel), adapted=bool(cfg.shared_lora),
+                a8=cfg.precision == "int4-a8")
     elif rowinv.kernel_for(cfg.precision, cfg.device, cfg.kernel):
         rowinv.install(model, cfg.kernel, torch.bfloat16 if cfg.precision == "bf16" else torch.float32)
     return model
 
 
-def to_int4(model, base: str, kernel: bool, adapted: bool = False) -> dict:
+def to_int4(model, base: str, kernel: bool, adapted: bool = False, a8: bool = False) -> dict:
     """4-bit decoder Linears and an 8-bit head (model/int4.py, model/int8_head.py), on the row-invariant
     kernel or through torch; a GGUF-converted base keeps its file's own groups (its fp32 weights exactly).
     adapted: a shared-mode LoRA was merged, so the Linears it changed are quantized again (no warning)."""
     source = int4.gguf_source(base)
     groups = int4.gguf_groups(source, model) if source else {}
-    report = int4.quantize_model(model, groups, kernel=kernel)
+    report = int4.quantize_model(model, groups, kernel=kernel, a8=a8)
     if source and report["from_file"] < report["layers"] and not adapted:  # e.g. a reader that dequantizes another way
         warnings.warn(f"int4: only {report['from_file']} of {report['layers']} Linears are {os.path.basename(source)}'s "
                       "own groups; the others were quantized again, so this int4 model is not the fp32 model exactly")

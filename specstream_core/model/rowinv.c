@@ -489,18 +489,169 @@ void linear_q8(const float *x, int64_t M, int64_t K, const uint8_t *wq, const fl
   linear_q(q8_blocks, QG, 1, x, M, K, wq, d, N, y, N, threads);
 }
 
+/* ---- 4-bit weights against 8-bit activations (AVX512-VNNI builds: linear_q4a8) -----------------------
+ * The arithmetic of llama.cpp's Q4_1 x Q8 dot products, row-invariant: each input row is rounded to 8 bits
+ * per group of 32 (xq = round(x / dx), dx = max |x| / 127), and for output n, group g
+ *   y[n] += dw[n, g] dx[g] S + mw[n, g] sx[g],  S = sum_j q[n, j] xq[j] (exact, in 32-bit integers), sx = dx sum_j xq[j],
+ * two fmas a group, in group order, whatever the other rows of the call: so a row's result does not depend
+ * on them, and speculative passes compute their main rows bit for bit as plain passes. The products run 64
+ * at a time (vpdpbusd), across 16 outputs: a row costs about a quarter of its fp32 multiply-adds, and up to 4
+ * rows cost little more than one (the weights' reads bound them).
+ * Layout: w [N / 16, G, 4, 64]: per tile of 16 outputs and group, chunk c's byte 4 o + k holds q[o][8c + k] in
+ * its low nibble and q[o][8c + 4 + k] in its high one; dm [N / 16, G, 2, 16]: the tile's dw, then its mw. */
+#if defined(__AVX512VNNI__)
+#define A8_TILE 16
+#define A8_ROWS 8 /* input rows per block */
+static void quantize_q8(const float *x, int64_t M, int64_t K, int8_t *xq, float *dx, float *sx) {
+  int64_t G = K / QG;
+  for (int64_t m = 0; m < M; m++)
+    for (int64_t g = 0; g < G; g++) {
+      const float *p = x + m * K + g * QG;
+      __m512 a = _mm512_loadu_ps(p), b = _mm512_loadu_ps(p + 16);
+      float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
+      float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+      __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, _mm512_set1_ps(id)));
+      __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, _mm512_set1_ps(id)));
+      _mm_storeu_si128((__m128i *)(xq + m * K + g * QG), _mm512_cvtsepi32_epi8(qa));
+      _mm_storeu_si128((__m128i *)(xq + m * K + g * QG + 16), _mm512_cvtsepi32_epi8(qb));
+      dx[m * G + g] = d;
+      sx[m * G + g] = d * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
+    }
+}
+
+/* MM rows against one tile of 16 outputs; y[i * ldy + o]. The weights 8 groups ahead are prefetched: without,
+ * the loads and the products took turns (streaming 55 MB of a 576 x 1,536 layer's weights, 4 rows cost 1.3x
+ * one row; with, 1.1x). One tile a block: two or four tiles a block for fewer rows measured slower. */
+#define A8_AHEAD 2048
+#define DEFINE_A8BLOCK(MM)                                                                                \
+  static void a8_##MM(const int8_t *xq, const float *dx, const float *sx, int64_t K, const uint8_t *w,    \
+                      const float *dm, int64_t G, float *y, int64_t ldy) {                                \
+    const __m512i low = _mm512_set1_epi8(0x0F);                                                           \
+    __m512 f[MM];                                                                                         \
+    UNROLLED for (int i = 0; i < MM; i++) f[i] = vzero();                                                 \
+    for (int64_t g = 0; g < G; g++) {                                                                     \
+      const uint8_t *wg = w + g * 4 * 64;                                                                 \
+      UNROLLED for (int c = 0; c < 4; c++) _mm_prefetch((const char *)wg + A8_AHEAD + c * 64, _MM_HINT_T0); \
+      __m512i acc[MM];                                                                                    \
+      UNROLLED for (int i = 0; i < MM; i++) acc[i] = _mm512_setzero_si512();                              \
+      UNROLLED for (int c = 0; c < 4; c++) {                                                              \
+        __m512i v = _mm512_loadu_si512(wg + c * 64);                                                      \
+        __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);       \
+        UNROLLED for (int i = 0; i < MM; i++) {                                                           \
+          int32_t xa, xb;                                                                                 \
+          memcpy(&xa, xq + i * K + g * QG + 8 * c, 4), memcpy(&xb, xq + i * K + g * QG + 8 * c + 4, 4);   \
+          acc[i] = _mm512_dpbusd_epi32(acc[i], lo, _mm512_set1_epi32(xa));                                \
+          acc[i] = _mm512_dpbusd_epi32(acc[i], hi, _mm512_set1_epi32(xb));                                \
+        }                                                                                                 \
+      }                                                                                                   \
+      __m512 dv = _mm512_loadu_ps(dm + g * 2 * A8_TILE), mv = _mm512_loadu_ps(dm + g * 2 * A8_TILE + A8_TILE); \
+      UNROLLED for (int i = 0; i < MM; i++) {                                                             \
+        f[i] = vfmadd(_mm512_cvtepi32_ps(acc[i]), vmul(dv, vset1(dx[i * G + g])), f[i]);                  \
+        f[i] = vfmadd(mv, vset1(sx[i * G + g]), f[i]);                                                    \
+      }                                                                                                   \
+    }                                                                                                     \
+    UNROLLED for (int i = 0; i < MM; i++) _mm512_storeu_ps(y + i * ldy, f[i]);                            \
+  }
+typedef void (*a8_fn)(const int8_t *, const float *, const float *, int64_t, const uint8_t *, const float *, int64_t,
+                      float *, int64_t);
+DEFINE_A8BLOCK(1) DEFINE_A8BLOCK(2) DEFINE_A8BLOCK(3) DEFINE_A8BLOCK(4)
+DEFINE_A8BLOCK(5) DEFINE_A8BLOCK(6) DEFINE_A8BLOCK(7) DEFINE_A8BLOCK(8)
+static const a8_fn a8_blocks[A8_ROWS + 1] = {0, a8_1, a8_2, a8_3, a8_4, a8_5, a8_6, a8_7, a8_8};
+
+static int linear_a8(const a8_fn *blocks, int64_t GB, const float *x, int64_t M, int64_t K, const uint8_t *w,
+                     const float *dm, int64_t N, float *y, int64_t ldy, int threads) {
+  int64_t G = K / QG, tiles = N / A8_TILE;
+  int8_t *xq = malloc((size_t)(M * K));
+  float *dx = malloc((size_t)(M * G) * sizeof(float)), *sx = malloc((size_t)(M * G) * sizeof(float));
+  int failed = !xq || !dx || !sx;
+  if (!failed) {
+    quantize_q8(x, M, K, xq, dx, sx);
+    _Pragma("omp parallel for schedule(static) num_threads(threads)")
+    for (int64_t t = 0; t < tiles; t++)
+      for (int64_t m0 = 0; m0 < M; m0 += A8_ROWS) {
+        int mm = M - m0 < A8_ROWS ? (int)(M - m0) : A8_ROWS;
+        blocks[mm](xq + m0 * K, dx + m0 * G, sx + m0 * G, K, w + t * G * GB, dm + t * G * 2 * A8_TILE, G,
+                   y + m0 * ldy + t * A8_TILE, ldy);
+      }
+  }
+  free(xq), free(dx), free(sx);
+  return failed ? -1 : 0;
+}
+/* An 8-bit head against 8-bit activations (GGUF's Q8_0 x Q8): signed weights w[n, j] (w = dw q), so the
+ * activations take the unsigned side of vpdpbusd, xq + 128, and the 128 sum_j q[n, j] it adds is taken off
+ * through a constant of the weights: y[n] += dw dx S + cw dx, S = sum_j q (xq + 128) exactly, cw = -128 dw
+ * sum_j q[n, j] (rounded once, in `int4_a8.pack_q8`). Layout: w [N / 16, G, 8, 64] (chunk c's byte 4 o + k:
+ * q[o][4c + k]); dm [N / 16, G, 2, 16]: dw, then cw. */
+#define DEFINE_Q8A8BLOCK(MM)                                                                              \
+  static void q8a8_##MM(const int8_t *xq, const float *dx, const float *sx, int64_t K, const uint8_t *w,  \
+                        const float *dm, int64_t G, float *y, int64_t ldy) {                              \
+    (void)sx;                                                                                             \
+    __m512 f[MM];                                                                                         \
+    UNROLLED for (int i = 0; i < MM; i++) f[i] = vzero();                                                 \
+    for (int64_t g = 0; g < G; g++) {                                                                     \
+      const uint8_t *wg = w + g * 8 * 64;                                                                 \
+      UNROLLED for (int c = 0; c < 8; c++) _mm_prefetch((const char *)wg + 2 * A8_AHEAD + c * 64, _MM_HINT_T0); \
+      __m512i acc[MM];                                                                                    \
+      UNROLLED for (int i = 0; i < MM; i++) acc[i] = _mm512_setzero_si512();                              \
+      UNROLLED for (int c = 0; c < 8; c++) {                                                              \
+        __m512i v = _mm512_loadu_si512(wg + c * 64);                                                      \
+        UNROLLED for (int i = 0; i < MM; i++) {                                                           \
+          uint32_t xa;                                                                                    \
+          memcpy(&xa, xq + i * K + g * QG + 4 * c, 4);                                                    \
+          acc[i] = _mm512_dpbusd_epi32(acc[i], _mm512_set1_epi32((int)(xa ^ 0x80808080u)), v);            \
+        }                                                                                                 \
+      }                                                                                                   \
+      __m512 dv = _mm512_loadu_ps(dm + g * 2 * A8_TILE), cv = _mm512_loadu_ps(dm + g * 2 * A8_TILE + A8_TILE); \
+      UNROLLED for (int i = 0; i < MM; i++) {                                                             \
+        __m512 dxv = vset1(dx[i * G + g]);                                                                \
+        f[i] = vfmadd(_mm512_cvtepi32_ps(acc[i]), vmul(dv, dxv), f[i]);                                   \
+        f[i] = vfmadd(cv, dxv, f[i]);                                                                     \
+      }                                                                                                   \
+    }                                                                                                     \
+    UNROLLED for (int i = 0; i < MM; i++) _mm512_storeu_ps(y + i * ldy, f[i]);                            \
+  }
+DEFINE_Q8A8BLOCK(1) DEFINE_Q8A8BLOCK(2) DEFINE_Q8A8BLOCK(3) DEFINE_Q8A8BLOCK(4)
+DEFINE_Q8A8BLOCK(5) DEFINE_Q8A8BLOCK(6) DEFINE_Q8A8BLOCK(7) DEFINE_Q8A8BLOCK(8)
+static const a8_fn q8a8_blocks[A8_ROWS + 1] = {0, q8a8_1, q8a8_2, q8a8_3, q8a8_4, q8a8_5, q8a8_6, q8a8_7, q8a8_8};
+
+/* y[m * ldy + n] = x[M, K] W^T, N a multiple of 16, K of 32: W 4-bit (linear_q4a8_ld) or 8-bit (linear_q8a8_ld)
+ * in the layouts above. -1: out of memory. */
+int linear_q4a8_ld(const float *x, int64_t M, int64_t K, const uint8_t *w, const float *dm, int64_t N, float *y,
+                   int64_t ldy, int threads) {
+  return linear_a8(a8_blocks, 4 * 64, x, M, K, w, dm, N, y, ldy, threads);
+}
+int linear_q8a8_ld(const float *x, int64_t M, int64_t K, const uint8_t *w, const float *dm, int64_t N, float *y,
+                   int64_t ldy, int threads) {
+  return linear_a8(q8a8_blocks, 8 * 64, x, M, K, w, dm, N, y, ldy, threads);
+}
+int rowinv_a8(void) { return 1; }
+#else
+int linear_q4a8_ld(const float *x, int64_t M, int64_t K, const uint8_t *w, const float *dm, int64_t N, float *y,
+                   int64_t ldy, int threads) {
+  (void)x, (void)M, (void)K, (void)w, (void)dm, (void)N, (void)y, (void)ldy, (void)threads;
+  return -2; /* not in this build */
+}
+int linear_q8a8_ld(const float *x, int64_t M, int64_t K, const uint8_t *w, const float *dm, int64_t N, float *y,
+                   int64_t ldy, int threads) {
+  return linear_q4a8_ld(x, M, K, w, dm, N, y, ldy, threads);
+}
+int rowinv_a8(void) { return 0; }
+#endif
+
 /* One Linear of a layer as the layer-front call takes it: its kind (LIN_F32, LIN_BF16: weight [N, K]; LIN_F32B,
  * LIN_BF16B: the same weights blocked; LIN_Q4: `linear_q4`'s nibbles and scales), its N outputs written at
  * y + m * ldy. The same calls, so the same sums, as the module's own forward makes (linear_f32, linear_bf16,
  * linear_f32b, linear_bf16b, linear_q4). */
-enum { LIN_F32 = 0, LIN_BF16 = 1, LIN_Q4 = 2, LIN_F32B = 3, LIN_BF16B = 4 };
-static void lin(int kind, const void *w, const float *dm, const float *x, int64_t M, int64_t K, int64_t N, float *y,
+enum { LIN_F32 = 0, LIN_BF16 = 1, LIN_Q4 = 2, LIN_F32B = 3, LIN_BF16B = 4, LIN_Q4A8 = 5 };
+static int lin(int kind, const void *w, const float *dm, const float *x, int64_t M, int64_t K, int64_t N, float *y,
                 int64_t ldy, int threads) {
   if (kind == LIN_F32) linear_f32_ld(x, M, K, (const float *)w, N, y, ldy, threads);
   else if (kind == LIN_BF16) linear_bf16_ld(x, M, K, (const uint16_t *)w, N, y, ldy, threads);
   else if (kind == LIN_F32B) linear_f32b_ld(x, M, K, (const float *)w, N, y, ldy, threads);
   else if (kind == LIN_BF16B) linear_bf16b_ld(x, M, K, (const uint16_t *)w, N, y, ldy, threads);
+  else if (kind == LIN_Q4A8) return linear_q4a8_ld(x, M, K, (const uint8_t *)w, dm, N, y, ldy, threads);
   else linear_q(q4_blocks, QG / 2, 2, x, M, K, (const uint8_t *)w, dm, N, y, ldy, threads);
+  return 0;
 }
 
 /* ---- RoPE and the cache write -------------------------------------------------------------------------
@@ -581,9 +732,9 @@ int layer_front(const float *h, int64_t q, int64_t d, const float *w1, const flo
   int failed = !x || !qkv || !qr || !a || !o;
   if (!failed) {
     rmsnorm_f32(h, q, d, w1, eps, x);
-    for (int64_t i = 0, col = 0; i < n_qkv_parts; col += n[i], i++)
-      lin(kind[i], w[i], dm[i], x, q, d, n[i], qkv + col, n_qkv, threads);
-    if (n_main < q) /* q, k, v adapters (lora: A, B of q, k, v, o, gate, up) */
+    for (int64_t i = 0, col = 0; i < n_qkv_parts && !failed; col += n[i], i++)
+      failed = lin(kind[i], w[i], dm[i], x, q, d, n[i], qkv + col, n_qkv, threads);
+    if (!failed && n_main < q) /* q, k, v adapters (lora: A, B of q, k, v, o, gate, up) */
       failed = lora_add(x, q, n_main, d, lora[0], lora[1], rank, qkv, n_qkv, H * D, threads) ||
                lora_add(x, q, n_main, d, lora[2], lora[3], rank, qkv + H * D, n_qkv, Hkv * D, threads) ||
                lora_add(x, q, n_main, d, lora[4], lora[5], rank, qkv + (H + Hkv) * D, n_qkv, Hkv * D, threads);
@@ -594,15 +745,16 @@ int layer_front(const float *h, int64_t q, int64_t d, const float *w1, const flo
                         threads);
   }
   if (!failed) {
-    lin(kind[o_at], w[o_at], dm[o_at], a, q, H * D, d, o, d, threads);
-    if (n_main < q) failed = lora_add(a, q, n_main, H * D, lora[6], lora[7], rank, o, d, d, threads);
+    failed = lin(kind[o_at], w[o_at], dm[o_at], a, q, H * D, d, o, d, threads);
+    if (!failed && n_main < q) failed = lora_add(a, q, n_main, H * D, lora[6], lora[7], rank, o, d, d, threads);
   }
   if (!failed) {
     for (int64_t i = 0; i < q * d; i++) h2[i] = h[i] + o[i];
     rmsnorm_f32(h2, q, d, w2, eps, x);
-    for (int64_t i = 0, col = 0; i < n_gu_parts; col += n[o_at + 1 + i], i++)
-      lin(kind[o_at + 1 + i], w[o_at + 1 + i], dm[o_at + 1 + i], x, q, d, n[o_at + 1 + i], gu + col, n_gu, threads);
-    if (n_main < q)
+    for (int64_t i = 0, col = 0; i < n_gu_parts && !failed; col += n[o_at + 1 + i], i++)
+      failed = lin(kind[o_at + 1 + i], w[o_at + 1 + i], dm[o_at + 1 + i], x, q, d, n[o_at + 1 + i], gu + col, n_gu,
+                   threads);
+    if (!failed && n_main < q)
       failed = lora_add(x, q, n_main, d, lora[8], lora[9], rank, gu, n_gu, I, threads) ||
                lora_add(x, q, n_main, d, lora[10], lora[11], rank, gu + I, n_gu, I, threads);
   }
@@ -625,5 +777,5 @@ float fma_burn(int64_t n) {
   return total;
 }
 
-int rowinv_abi(void) { return 12; }
+int rowinv_abi(void) { return 13; }
 int rowinv_lanes(void) { return LANES; }

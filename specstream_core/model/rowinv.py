@@ -38,9 +38,9 @@ from specstream_core.model import compat, default_model
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rowinv.c")
 # the builds, best first: (CPU flags it needs, compiler flags); rowinv.c picks its code by the flags
-BUILDS = ((("avx512f", "avx512dq", "avx512vl", "avx512bw", "fma"),
-           ["-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx512bw", "-mfma"]),
-          (("avx2", "fma"), ["-mavx2", "-mfma"]))
+_AVX512 = (("avx512f", "avx512dq", "avx512vl", "avx512bw", "fma"), ["-mavx512f", "-mavx512dq", "-mavx512vl",
+                                                                  "-mavx512bw", "-mfma"])
+BUILDS = ((_AVX512[0] + ("avx512_vnni",), _AVX512[1] + ["-mavx512vnni"]), _AVX512, (("avx2", "fma"), ["-mavx2", "-mfma"]))
 CFLAGS = ["-O3", "-fopenmp", "-shared", "-fPIC"]
 KERNELS = ("auto", "rowinv", "torch")  # auto: rowinv where it can run; torch: never
 
@@ -130,7 +130,7 @@ def _load():
 
 
 def isa() -> str:
-    """Which build runs here: 'avx512' (16 lanes), 'avx2' (8 lanes) or '' (none)."""
+    """Which build runs here: 'avx512' (16 lanes; with VNNI, int4-a8 runs), 'avx2' (8 lanes) or '' (none)."""
     lib = library()
     return "" if lib is None else {16: "avx512", 8: "avx2"}[lib.rowinv_lanes()]
 
@@ -388,7 +388,7 @@ def adopt(model: nn.Module) -> None:
 
 def kernel_for(precision: str, device: str, kernel: str) -> bool:
     """Whether a model of this precision, on this device, runs its Linears on the kernel."""
-    return precision in ("fp32", "bf16", "int4") and device == "cpu" and kernel != "torch" and (kernel == "rowinv" or available())
+    return precision in ("fp32", "bf16", "int4", "int4-a8") and device == "cpu" and kernel != "torch" and (kernel == "rowinv" or available())
 
 
 def uses_kernel(model: nn.Module) -> bool:

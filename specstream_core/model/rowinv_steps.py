@@ -32,8 +32,9 @@ def rope_store(qkv: torch.Tensor, heads: int, kv_heads: int, cos: torch.Tensor, 
     return out
 
 
-# the kinds of Linear the layer front takes (rowinv.c's LIN_F32, LIN_BF16, LIN_Q4; LIN_F32B, LIN_BF16B: `rowinv.blocked`)
-LIN_F32, LIN_BF16, LIN_Q4, LIN_F32B, LIN_BF16B = 0, 1, 2, 3, 4
+# the kinds of Linear the layer front takes (rowinv.c's LIN_F32, LIN_BF16, LIN_Q4; LIN_F32B, LIN_BF16B: `rowinv.blocked`;
+# LIN_Q4A8: 4-bit against 8-bit activations, `model/int4_a8.py`)
+LIN_F32, LIN_BF16, LIN_Q4, LIN_F32B, LIN_BF16B, LIN_Q4A8 = 0, 1, 2, 3, 4, 5
 
 
 class FrontLinears:

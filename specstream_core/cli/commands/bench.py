@@ -65,8 +65,8 @@ def add_arguments(p) -> None:
     p.add_argument("--ngrams", action=argparse.BooleanOptionalAction, default=None,
                    help="copy from the stream set's n-gram store where the context has no longer match "
                         "(default: the streams' recommended)")
-    p.add_argument("--precisions", default=None, help="comma-separated: fp32,nf4,int4,bf16 (default: the default precision "
-                                                           "(int4 on the default model, bf16 on the CPU kernel for "
+    p.add_argument("--precisions", default=None, help="comma-separated: fp32,nf4,int4,int4-a8,bf16 (default: the default precision "
+                                                           "(int4-a8 on the default model, bf16 on the CPU kernel for "
                                                            "others), fp32, nf4; --quick: fp32); ablations run on the "
                                                            "first")
     p.add_argument("--quantize", choices=("none", "nf4"), default=None, help="shorthand for --precisions fp32 / nf4")
@@ -131,13 +131,13 @@ def plan(args) -> dict:
     elif args.quantize is not None:
         precisions = ["nf4" if args.quantize == "nf4" else "fp32"]
     else:
-        # the default precision first (int4 on the default model, bf16 weights on the kernel elsewhere:
+        # the default precision first (int4-a8 on the default model, bf16 weights on the kernel elsewhere:
         # `resolve_precision`), then fp32 and nf4
         precisions = (_csv(QUICK["precisions"]) if args.quick
                       else list(dict.fromkeys([_default_precision(args), "fp32", "nf4"])))
-    bad = [p for p in precisions if p not in ("fp32", "nf4", "int4", "bf16")]
+    bad = [p for p in precisions if p not in ("fp32", "nf4", "int4", "int4-a8", "bf16")]
     if bad or not precisions:
-        raise SpecstreamError(f"--precisions must list some of fp32, nf4, int4, bf16, got {args.precisions!r}")
+        raise SpecstreamError(f"--precisions must list some of fp32, nf4, int4, int4-a8, bf16, got {args.precisions!r}")
     if args.ablations is not None:
         ablations = [] if args.ablations.strip() == "none" else _csv(args.ablations)
     else:
@@ -287,7 +287,7 @@ def _hf_model(engine, engines: dict, base: str, device: str):
     the one the kernel computes: on the default model that is the fp32 model itself.)"""
     from specstream_core.model import rowinv
 
-    if engine.precision not in ("bf16", "int4") or not rowinv.uses_kernel(engine.model):
+    if engine.precision not in ("bf16", "int4", "int4-a8") or not rowinv.uses_kernel(engine.model):
         return None
     if "fp32" in engines:
         return engines["fp32"].model

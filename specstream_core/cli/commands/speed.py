@@ -61,15 +61,18 @@ def run(args) -> int:
     import torch
 
     from specstream_core.bench import speed
-    from specstream_core.model import rowinv
+    from specstream_core.model import int4_a8, rowinv
     from specstream_core.bench.runner import run_benchmark
     from specstream_core.bench.suites import suite_categories, suite_examples
     from specstream_core.decoding.engine import Engine
     from specstream_core.model.int4 import gguf_source
 
     names, threads = _plan(args)
+    if not int4_a8.available() and any(speed.METHODS[m][0] == "int4-a8" for m in names):
+        print(f"skipping int4-a8: {int4_a8.unavailable_reason()}")
+        names = [m for m in names if speed.METHODS[m][0] != "int4-a8"]
     base, streams = defaults.resolve(args.base, args.streams)
-    precisions = sorted({speed.METHODS[m][0] for m in names} & {"fp32", "bf16", "int4"}
+    precisions = sorted({speed.METHODS[m][0] for m in names} & {"fp32", "bf16", "int4", "int4-a8"}
                         | ({"int4"} if "llama.cpp" in names else set()))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -1,0 +1,118 @@
+"""int4-a8: the 4-bit Linears of `model/int4.py` and the 8-bit head of `model/int8_head.py` multiplied against
+8-bit activations, llama.cpp's arithmetic for Q4_1 and Q8_0 weights, on the row-invariant kernel's AVX512-VNNI
+build (`rowinv.c`: `linear_q4a8_ld`, `linear_q8a8_ld`).
+
+Why: in int4 with fp32 activations every row of a pass costs its fp32 multiply-adds at the vector units'
+peak, so a speculative pass's extra rows are not free and speculative streaming only draws level with
+plain decoding. Rounding each input row to 8 bits per group of 32 (`dx = max |x| / 127`) lets the products
+run as 8-bit integer dot products, 64 at a time (vpdpbusd): on SmolLM2's 576 -> 1,536 Linear, one row
+takes about half the time of int4's, six rows about a quarter (docs/BENCHMARKS.md).
+
+What it computes: another model than fp32 (activations rounded to 8 bits, as llama.cpp rounds them), but
+still row-invariant. Each group's products are summed exactly in 32-bit integers, and the groups are added
+in fp32 in one fixed order whatever the other rows of the call. So speculative passes compute their main
+rows bit for bit as plain passes: int4-a8 speculative output equals int4-a8 plain decoding, token for token
+(tests/test_int4_a8.py).
+
+Layout (`pack`): per tile of 16 output rows and group of 32 inputs, 4 chunks of 64 bytes; chunk c's byte
+4 o + k holds q[o][8c + k] in its low nibble and q[o][8c + 4 + k] in its high one, so one load and two
+masks give the 16 rows' next 8 weights; then the tile's scales and low ends, [N / 16, G, 2, 16] fp32. The
+8-bit head (`pack_q8`): 8 chunks of 64 signed bytes (byte 4 o + k of chunk c: q[o][4c + k]), its scales and
+a constant per group that takes off what the unsigned activations add (rowinv.c).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from specstream_core.model import rowinv
+
+GROUP = 32
+TILE = 16  # output rows per tile
+
+
+def available() -> bool:
+    """Whether int4-a8 runs here: the kernel's AVX512-VNNI build."""
+    return _library() is not None
+
+
+def _library():
+    lib = rowinv.library()
+    if lib is None or not hasattr(lib, "rowinv_a8") or not lib.rowinv_a8():
+        return None
+    if lib.linear_q8a8_ld.argtypes is None:
+        ptr, i64 = ctypes.c_void_p, ctypes.c_int64
+        for fn in (lib.linear_q4a8_ld, lib.linear_q8a8_ld):
+            fn.restype, fn.argtypes = ctypes.c_int, [ptr, i64, i64, ptr, ptr, i64, ptr, i64, ctypes.c_int]
+    return lib
+
+
+def unavailable_reason() -> str:
+    if not rowinv.available():
+        return f"the row-invariant kernel cannot run here: {rowinv.unavailable_reason()}"
+    return "" if available() else "int4-a8 needs a CPU with AVX512-VNNI (this one has not, or the kernel was built without)"
+
+
+def pack(q: torch.Tensor, scale: torch.Tensor, low: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q [N, K] in 0..15, scale, low [N, K / 32]) -> (nibbles [N' / 16, G, 4, 64] uint8, dm [N' / 16, G, 2, 16] fp32),
+    N' = N rounded up to 16 (the last row repeated; its outputs are dropped)."""
+    q, scale, low = (rowinv.pad_rows(t, TILE) for t in (q, scale, low))
+    n, k = q.shape
+    g = k // GROUP
+    qq = q.to(torch.uint8).reshape(n // TILE, TILE, g, 4, 2, 4)  # tile, o, group, chunk, half, k
+    nibbles = (qq[..., 0, :] | (qq[..., 1, :] << 4)).permute(0, 2, 3, 1, 4).contiguous()  # tile, group, chunk, o, k
+    dm = torch.stack([scale.float(), low.float()]).reshape(2, n // TILE, TILE, g).permute(1, 3, 0, 2).contiguous()
+    return nibbles.reshape(n // TILE, g, 4, 4 * TILE), dm
+
+
+def unpack(nibbles: torch.Tensor, dm: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The inverse of `pack`: (q, scale, low) of the first n rows."""
+    tiles, g = nibbles.shape[:2]
+    b = nibbles.reshape(tiles, g, 4, TILE, 4).permute(0, 3, 1, 2, 4)  # tile, o, group, chunk, k
+    q = torch.stack([b & 0x0F, b >> 4], dim=-2).reshape(tiles * TILE, g * GROUP)  # chunk: 4 low, then 4 high
+    scale, low = dm.permute(2, 0, 3, 1).reshape(2, tiles * TILE, g)
+    return q[:n], scale[:n], low[:n]
+
+
+def pack_q8(q: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q [N, K] in -128..127, scale [N, K / 32]) -> (bytes [N' / 16, G, 8, 64] int8, dm [N' / 16, G, 2, 16] fp32:
+    the scales, then -128 scale sum_j q per group)."""
+    q, scale = rowinv.pad_rows(q.to(torch.int8), TILE), rowinv.pad_rows(scale.float(), TILE)
+    n, k = q.shape
+    g = k // GROUP
+    data = q.reshape(n // TILE, TILE, g, 8, 4).permute(0, 2, 3, 1, 4).contiguous()  # tile, group, chunk, o, k
+    sums = q.reshape(n, g, GROUP).sum(-1, dtype=torch.int32).float()  # exact: |sum| < 2^13
+    dm = torch.stack([scale, -128.0 * scale * sums]).reshape(2, n // TILE, TILE, g).permute(1, 3, 0, 2).contiguous()
+    return data.reshape(n // TILE, g, 8, 4 * TILE), dm
+
+
+def unpack_q8(data: torch.Tensor, dm: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inverse of `pack_q8`: (q, scale) of the first n rows."""
+    tiles, g = data.shape[:2]
+    q = data.reshape(tiles, g, 8, TILE, 4).permute(0, 3, 1, 2, 4).reshape(tiles * TILE, g * GROUP)
+    return q[:n], dm[:, :, 0].permute(0, 2, 1).reshape(tiles * TILE, g)[:n]
+
+
+def linear(x: torch.Tensor, nibbles: torch.Tensor, dm: torch.Tensor, n: int) -> torch.Tensor:
+    """x W^T for 4-bit W (`pack`) with x rounded to 8 bits per group of 32 (module docstring); x fp32 or bf16
+    [..., K]. The result has x's dtype."""
+    return _call("linear_q4a8_ld", x, nibbles, dm, n)
+
+
+def linear_q8(x: torch.Tensor, data: torch.Tensor, dm: torch.Tensor, n: int) -> torch.Tensor:
+    """x W^T for 8-bit W (`pack_q8`), x rounded to 8 bits per group of 32."""
+    return _call("linear_q8a8_ld", x, data, dm, n)
+
+
+def _call(name: str, x: torch.Tensor, w: torch.Tensor, dm: torch.Tensor, n: int) -> torch.Tensor:
+    k, width = x.shape[-1], w.shape[0] * TILE
+    rows = (x if x.dtype is torch.float32 else x.float()).contiguous()
+    y = torch.empty(*x.shape[:-1], width)
+    status = getattr(_library(), name)(rows.data_ptr(), rows.numel() // k, k, w.data_ptr(), dm.data_ptr(), width,
+                                       y.data_ptr(), width, torch.get_num_threads())
+    if status:
+        raise MemoryError("int4-a8: out of memory for a pass's 8-bit rows") if status == -1 else RuntimeError(unavailable_reason())
+    y = y if width == n else y[..., :n]
+    return y if x.dtype is torch.float32 else y.to(x.dtype)

@@ -1,0 +1,144 @@
+"""int4-a8: 4-bit Linears against 8-bit activations on the kernel's AVX512-VNNI build (model/int4_a8.py):
+the integer arithmetic it claims, row invariance, and speculative output equal to plain int4-a8 output."""
+
+import pytest
+import torch
+
+from specstream_core import DecodeConfig, Engine, StreamParams
+from specstream_core.errors import SpecstreamError
+from specstream_core.model import int4, int4_a8, int8_head
+from specstream_core.model.loading import LoadConfig
+from tiny_models import hf_greedy, prompts, tiny_model
+
+pytestmark = pytest.mark.skipif(not int4_a8.available(), reason="int4-a8 needs the kernel's AVX512-VNNI build")
+
+
+def _layer(n=98, k=128, seed=0):
+    w = torch.randn(n, k, generator=torch.Generator().manual_seed(seed))
+    return int4.Int4Linear(*int4.quantize_groups(w), a8=True)
+
+
+def _reference(x, q, scale, low):
+    """What the kernel claims to compute, in float64: each row rounded to 8 bits per group of 32
+    (round(x * 127 / max |x|), ties to even), the integer products summed exactly, then scaled."""
+    m, k = x.shape
+    g = x.reshape(m, k // 32, 32)
+    amax = g.abs().amax(-1, keepdim=True)
+    xq = torch.round(g * torch.where(amax > 0, 127.0 / amax, torch.zeros_like(amax)))  # fp32, as the kernel
+    dx = (amax / 127.0).double()
+    qq = q.double().reshape(q.shape[0], k // 32, 32)
+    s = torch.einsum("mgj,ngj->mng", xq.double(), qq)  # exact integers
+    return (s * scale.double()[None] * dx.transpose(1, 2) + low.double()[None] * (dx * xq.double().sum(-1, keepdim=True)).transpose(1, 2)).sum(-1)
+
+
+def test_pack_keeps_the_groups():
+    q, scale, low = int4.quantize_groups(torch.randn(98, 128, generator=torch.Generator().manual_seed(3)))
+    nibbles, dm = int4_a8.pack(q, scale, low)
+    assert nibbles.shape == (7, 4, 4, 64) and dm.shape == (7, 4, 2, 16)  # 98 rows padded to 112
+    back = int4_a8.unpack(nibbles, dm, 98)
+    assert all(torch.equal(a, b) for a, b in zip(back, (q, scale.float(), low.float())))
+
+
+def test_int4_a8_computes_8_bit_rows_against_the_groups_and_is_row_invariant():
+    layer = _layer()
+    x = torch.randn(13, 128, generator=torch.Generator().manual_seed(1))
+    y = layer(x)
+    assert y.dtype == torch.float32 and y.shape == (13, 98)
+    ref = _reference(x, *layer.groups())
+    assert torch.allclose(y.double(), ref, rtol=1e-5, atol=1e-5)
+    fp32 = x @ layer.dequantized().T
+    err = (y - fp32).abs().max()
+    assert 1e-4 < err < 0.02 * fp32.abs().max()  # 8-bit activations: close to fp32, and not fp32
+    for m in range(1, 13):  # blocks of 8 rows: a row's result does not depend on the rows beside it
+        assert torch.equal(layer(x[:m]), y[:m])
+        assert torch.equal(layer(x[m:m + 1]), y[m:m + 1])
+        assert torch.equal(layer(x[m:]), y[m:])
+    assert torch.equal(layer.rows(torch.tensor([5, 0, 97]))(x), y[:, [5, 0, 97]])
+
+
+def test_the_8_bit_head_against_8_bit_rows():
+    """Signed weights: the activations go in unsigned (+128) and a per-group constant takes the excess off."""
+    w = torch.randn(50, 96, generator=torch.Generator().manual_seed(4))
+    q, scale = int8_head.quantize_groups(w)
+    q[0, :32] = -128  # GGUF's Q8_0 may hold -128
+    head = int8_head.Int8Linear(q, scale, a8=True)
+    assert all(torch.equal(a, b) for a, b in zip(head.groups(), (q, scale)))
+    x = torch.randn(11, 96, generator=torch.Generator().manual_seed(5))
+    y = head(x)
+    m, k = x.shape
+    g = x.reshape(m, k // 32, 32)
+    amax = g.abs().amax(-1, keepdim=True)
+    xq = torch.round(g * (127.0 / amax)).double()
+    s = torch.einsum("mgj,ngj->mng", xq, q.double().reshape(50, k // 32, 32))
+    ref = (s * scale.double()[None] * (amax / 127.0).double().transpose(1, 2)).sum(-1)
+    assert torch.allclose(y.double(), ref, rtol=1e-5, atol=1e-4)
+    for i in range(1, 11):
+        assert torch.equal(head(x[:i]), y[:i]) and torch.equal(head(x[i:]), y[i:])
+    assert torch.equal(head.rows(torch.tensor([3, 49]))(x), y[:, [3, 49]])
+
+
+def _a8(model):
+    report = int4.quantize_model(model, kernel=True, a8=True)
+    assert report["a8"] and report["fused"] > 0
+    return model
+
+
+def test_plain_int4_a8_decoding_equals_transformers_generate_on_the_same_model():
+    model = _a8(tiny_model("llama", seed=3))
+    assert model.model.layers[0].mlp.down_proj.a8 and model.lm_head.a8
+    engine = Engine(model, None, None, precision="int4-a8")
+    assert engine.exact and engine.row_exact
+    cfg = DecodeConfig(mode="ar", max_new_tokens=16, stop_on_eos=False)
+    for ids in prompts(6, seed=4):
+        assert engine.generate(ids, cfg).token_ids == hf_greedy(model, ids, 16)
+
+
+@pytest.fixture(scope="module")
+def near_tie_a8():
+    """As test_int4's near-tie model: head_dim 64, unscaled random logits, near-ties everywhere."""
+    model = _a8(tiny_model("llama", seed=5, logit_scale=1.0, hidden=256, layers=4, num_attention_heads=4,
+                           num_key_value_heads=2))
+    streams = StreamParams.fresh(model, gamma=3, n_stream_layers=2, adapter_rank=4, seed=1,
+                                 draft_vocab=list(range(0, 128, 2)))
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in streams.trainable_parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    return Engine(model, None, streams, precision="int4-a8")
+
+
+def _mismatches(engine, topk, batch=False):
+    ss = DecodeConfig(mode="ss", max_new_tokens=32, stop_on_eos=False, tree_topk=topk)
+    ar = DecodeConfig(mode="ar", max_new_tokens=32, stop_on_eos=False)
+    items = prompts(8, seed=6, max_len=60)
+    plain = [engine.generate(ids, ar).token_ids for ids in items]
+    spec = ([r.token_ids for r in engine.generate_batch(items, ss)] if batch
+            else [engine.generate(ids, ss).token_ids for ids in items])
+    return sum(a != b for a, b in zip(plain, spec))
+
+
+def test_int4_a8_speculative_output_is_plain_int4_a8_output(near_tie_a8):
+    for topk in ((1, 1, 1), (2, 2, 1)):
+        assert _mismatches(near_tie_a8, topk) == 0
+    assert _mismatches(near_tie_a8, (2, 2, 1), batch=True) == 0
+
+
+def test_the_check_can_fail(near_tie_a8, monkeypatch):
+    """Round a wide pass's down projections to bf16 (a kernel whose result depends on the rows beside it) and
+    near-ties flip."""
+    linear = int4_a8.linear
+    monkeypatch.setattr(int4_a8, "linear", lambda x, *a: (
+        lambda y: y if x.reshape(-1, x.shape[-1]).shape[0] == 1 else y.bfloat16().float())(linear(x, *a)))
+    assert _mismatches(near_tie_a8, (1, 1, 1)) + _mismatches(near_tie_a8, (2, 2, 1)) > 0
+
+
+def test_int4_a8_is_refused_where_it_cannot_run(monkeypatch):
+    with pytest.raises(SpecstreamError, match="CPU"):
+        LoadConfig("x", precision="int4-a8", device="cuda")
+    with pytest.raises(SpecstreamError, match="torch"):
+        LoadConfig("x", precision="int4-a8", kernel="torch")
+    monkeypatch.setattr(int4_a8, "available", lambda: False)
+    with pytest.raises(SpecstreamError, match="VNNI"):
+        LoadConfig("x", precision="int4-a8")
+    with pytest.raises(SpecstreamError, match="VNNI"):
+        int4.Int4Linear(*int4.quantize_groups(torch.randn(16, 32)), a8=True)
