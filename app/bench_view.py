@@ -1,7 +1,7 @@
 """The lab's Benchmarks panel: the latest `bench --json` results as a table and figures (pure: JSON in,
 Markdown / Plotly out; no model involved).
 
-The results file is SPECSTREAM_BENCH_JSON when set, else docs/bench/peers-int4-ngrams.json in the repository
+The results file is SPECSTREAM_BENCH_JSON when set, else docs/bench/peers-int4-a8.json in the repository
 (every method at the default precision, 10 eval prompts per category, with the n-gram store; docs/BENCHMARKS.md,
 "An n-gram store of the model's own answers"); the
 pass-cost file (`pass-cost --json`) is SPECSTREAM_PASS_COST_JSON, else docs/bench/pass-cost.json; the draft τ
@@ -17,7 +17,7 @@ from specstream_core.bench.plots import (ablation_figure, ablation_params, basel
                                          method_summary, precisions, speedup_figure, tau_figure)
 from specstream_core.errors import SpecstreamError
 
-DEFAULT_PATH = os.path.join(defaults.ROOT, "docs", "bench", "peers-int4-ngrams.json")
+DEFAULT_PATH = os.path.join(defaults.ROOT, "docs", "bench", "peers-int4-a8.json")
 PASS_COST_PATH = os.path.join(defaults.ROOT, "docs", "bench", "pass-cost.json")
 PASS_COST_COMMAND = ("python -m specstream_core pass-cost --precisions int4,bf16,fp32 --threads 1 --repeats 20 "
                      "--json docs/bench/pass-cost.json --markdown docs/bench/pass-cost.md --plots docs/bench/")
@@ -26,9 +26,9 @@ DRAFT_TAU_COMMAND = ("python -m specstream_core draft-tau --dtype fp32 --n 20 --
                      "b3l2n,default,b5l4n,b6l5n,b8l7n,b12l11n,b16l15n,b6l5n/k2,b8l6n/k21 --json docs/bench/draft-tau.json "
                      "--markdown docs/bench/draft-tau.md")
 COMMAND = ("python -m specstream_core bench --methods hf-greedy,hf-pld,hf-assisted,pld,medusa,ss-lossless "
-           "--baseline hf-greedy --n 10 --max-new-tokens 64 --threads 1 --ablations none --precisions int4 "
-           "--json docs/bench/peers-int4-ngrams.json --markdown docs/bench/peers-int4-ngrams.md "
-           "--plots docs/bench/peers-int4-ngrams/")
+           "--baseline hf-greedy --n 10 --max-new-tokens 64 --threads 1 --ablations none --precisions int4-a8 "
+           "--json docs/bench/peers-int4-a8.json --markdown docs/bench/peers-int4-a8.md "
+           "--plots docs/bench/peers-int4-a8/")
 NONE_YET = ("No benchmark results yet. Run\n\n```bash\n" + COMMAND + "\n```\n\n"
             "and reload: the lab shows the latest results file ({path}).")
 

@@ -62,7 +62,7 @@ def test_lab_panel(results, tmp_path, monkeypatch):
     monkeypatch.setenv("SPECSTREAM_BENCH_JSON", str(tmp_path / "missing.json"))
     data, text = bench_view.latest()
     assert data is None and "No benchmark results yet" in text and "specstream_core bench " in text
-    assert "--json docs/bench/peers-int4-ngrams.json" in text
+    assert "--json docs/bench/peers-int4-a8.json" in text
     assert bench_view.figures(None) == []
     path = tmp_path / "latest.json"
     path.write_text(json.dumps(results))
