@@ -269,7 +269,7 @@ def quantize_model(model, groups: dict[str, tuple] | None = None, kernel: bool |
     "int4" (the default through torch, whose int4 kernel is row-invariant where its fp32 matmul is not),
     or "fp32" (its own weights, on the kernel where it runs). a8: the decoder Linears take 8-bit activations
     (int4-a8, `model/int4_a8.py`), and so does an 8-bit head. Returns {"layers": n, "from_file": m, "fused": f, "kernel":
-    bool, "head": head, "head_from_file": bool}."""
+    bool, "head": head, "head_from_file": bool, "a8": a8}."""
     kernel = rowinv.available() if kernel is None else kernel
     if kernel and not rowinv.available():
         raise SpecstreamError(f"the row-invariant kernel cannot run here: {rowinv.unavailable_reason()}")
