@@ -1,7 +1,7 @@
 """The roofline of a pass: bytes and flops counted from the model's shape, limits from a machine."""
 
 from specstream_core.bench.roofline import Machine, fma_gflops, layer_parameters, measure_machine, pass_limit
-from specstream_core.model import rowinv
+from specstream_core.model import int4_a8, rowinv
 from tiny_models import tiny_config
 
 
@@ -39,3 +39,17 @@ def test_the_arithmetic_roof_is_the_vector_units_fma_rate_where_the_kernel_build
     one = fma_gflops(1, repeats=3, steps=200_000)
     # 12 chains x lanes x 2 flops a step: at least one vector FMA every 4 ns on any AVX2 core
     assert one > 2 * rowinv.library().rowinv_lanes() * 0.25
+
+
+def test_int4_a8_linears_take_the_8_bit_roof():
+    """Where the Linears multiply 8-bit integers (int4-a8), their products run on the dot-product roof and
+    only attention stays on the fp32 one; that roof is measured where the kernel's VNNI build runs."""
+    c = tiny_config("llama", vocab=1000, layers=4, hidden=64)
+    m = Machine(bandwidth_gbs=10.0, peak_gflops=1.0, int8_gops=4.0)
+    fp32 = pass_limit(c, m, rows_bottom=5, rows_top=25, birth_layer=2, main_logit_rows=5, stream_logit_rows=4)
+    a8 = pass_limit(c, m, rows_bottom=5, rows_top=25, birth_layer=2, main_logit_rows=5, stream_logit_rows=4,
+                    linear_gops=m.int8_gops)
+    attention = 4.0 * (5 * 2 + 25 * 2) * (256 + 25) * 4 * 16
+    assert a8.flops == fp32.flops and a8.bytes == fp32.bytes
+    assert abs(a8.compute_ms - ((fp32.flops - attention) / 4e9 + attention / 1e9) * 1e3) < 1e-9
+    assert int4_a8.available() == (measure_machine(buffer_mb=8, matmul=128, repeats=1).int8_gops > 0)

@@ -174,7 +174,8 @@ def with_rooflines(costs: list[PassCost], engine, machine: Machine, context: int
                          stream_logit_rows=c.nodes - 1 if c.kind == "ss" else 0, context=context,
                          bytes_per_weight=BYTES_PER_WEIGHT.get(engine.precision, 4.0),
                          head_bytes_per_weight=HEAD_BYTES_PER_WEIGHT.get(engine.precision, 4.0),
-                         draft_vocab=cfg.draft_vocab_size if cfg is not None else 0) for c in costs]
+                         draft_vocab=cfg.draft_vocab_size if cfg is not None else 0,
+                         linear_gops=machine.int8_gops if engine.precision == "int4-a8" else 0.0) for c in costs]
     plain = limits[0].ms
     for c, lim in zip(costs, limits):
         c.roofline_ms, c.roofline_ratio, c.bound = round(lim.ms, 3), round(lim.ms / plain, 3), lim.bound

@@ -2,7 +2,8 @@
 rest (norms, RoPE, activations, residual adds, the cache, Python: torch's per-op work in transformers'
 own modules, which no roofline counts).
 
-The kernel's entry points (`rowinv.linear`, `rowinv.linear_q4`, `rowinv.linear_q8`, `rowinv.attend`, and the
+The kernel's entry points (`rowinv.linear`, `rowinv.linear_q4`, `rowinv.linear_q8`, `rowinv.attend`, int4-a8's
+`int4_a8.linear` and `int4_a8.linear_q8`, and the
 one-call layer front of decoding steps, `rowinv_steps.layer_front`, counted with the Linears: its four
 Linears are most of it, its attention and norms inside it) are
 wrapped with timers for a few extra rounds after `pass-cost` has timed the passes unwrapped; each part is a median over those rounds. Set
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specstream_core.model import rowinv, rowinv_steps
+from specstream_core.model import int4_a8, rowinv, rowinv_steps
 
 
 @dataclass
@@ -44,7 +45,8 @@ def _timer(fn, spent: dict[str, float], part: str):
 def _timed(spent: dict[str, float]):
     """Inside, time spent in the kernel's Linears and attention adds up in `spent`."""
     kept = [(module, name, getattr(module, name)) for module, names in
-            ((rowinv, ("linear", "linear_q4", "linear_q8", "attend")), (rowinv_steps, ("layer_front",)))
+            ((rowinv, ("linear", "linear_q4", "linear_q8", "attend")), (rowinv_steps, ("layer_front",)),
+             (int4_a8, ("linear", "linear_q8")))
             for name in names]
     for module, name, fn in kept:
         setattr(module, name, _timer(fn, spent, "attention" if name == "attend" else "linears"))

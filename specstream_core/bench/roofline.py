@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from specstream_core.model import rowinv
+from specstream_core.model import int4_a8, rowinv
 
 
 # bytes read per weight of the decoder layers in each precision (bitsandbytes nf4: 4 bits plus one fp32
@@ -42,6 +42,7 @@ class Machine:
     dtype: str = "float32"
     matmul_gflops: float = 0.0  # what torch's large square matmul reaches
     fma_gflops: float = 0.0  # what the vector units can do at most (rowinv.c's fma_burn), 0 without the kernel
+    int8_gops: float = 0.0  # 8-bit multiply-adds x 2 a second (rowinv.c's dot8_burn), 0 without VNNI: int4-a8's roof
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -86,8 +87,9 @@ def measure_machine(dtype: torch.dtype = torch.float32, buffer_mb: int = 256, ma
     seconds = _median_seconds(lambda: a @ b, repeats)
     mm = 2 * matmul**3 / seconds / 1e9
     fma = fma_gflops(torch.get_num_threads(), repeats) if dtype == torch.float32 else 0.0
+    int8 = int8_gops(torch.get_num_threads(), repeats) if dtype == torch.float32 else 0.0
     return Machine(round(bandwidth, 2), round(max(mm, fma), 1), str(dtype).replace("torch.", ""), round(mm, 1),
-                   round(fma, 1))
+                   round(fma, 1), round(int8, 1))
 
 
 def fma_gflops(threads: int = 1, repeats: int = 7, steps: int = 4_000_000) -> float:
@@ -108,6 +110,23 @@ def fma_gflops(threads: int = 1, repeats: int = 7, steps: int = 4_000_000) -> fl
     return 2.0 * 12 * steps * lib.rowinv_lanes() * threads / seconds / 1e9
 
 
+def int8_gops(threads: int = 1, repeats: int = 7, steps: int = 2_000_000) -> float:
+    """8-bit integer GOP/s (a multiply-add counted as 2) of `threads` threads running independent vpdpbusd
+    chains (rowinv.c's `dot8_burn`), or 0.0 without the kernel's VNNI build: the roof of int4-a8's Linears."""
+    lib = int4_a8.library()
+    if lib is None:
+        return 0.0
+
+    def burn():
+        workers = [threading.Thread(target=lib.dot8_burn, args=(steps,)) for _ in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    seconds = _median_seconds(burn, repeats)
+    return 2.0 * 12 * 64 * steps * threads / seconds / 1e9
+
+
 def layer_parameters(config) -> int:
     """Weights of one decoder layer's linear maps (norms are negligible)."""
     d = config.hidden_size
@@ -119,11 +138,12 @@ def layer_parameters(config) -> int:
 
 def pass_limit(config, machine: Machine, *, rows_bottom: int, rows_top: int, birth_layer: int,
                main_logit_rows: int, stream_logit_rows: int = 0, context: int = 256,
-               bytes_per_weight: float = 4.0, draft_vocab: int = 0, head_bytes_per_weight: float | None = None
-               ) -> PassLimit:
+               bytes_per_weight: float = 4.0, draft_vocab: int = 0, head_bytes_per_weight: float | None = None,
+               linear_gops: float = 0.0) -> PassLimit:
     """The roofline of one pass: `rows_bottom` rows through layers [0, birth_layer), `rows_top` rows
     through the rest, logits for `main_logit_rows` rows over the vocabulary and `stream_logit_rows`
-    rows over the draft vocabulary (the whole vocabulary when draft_vocab is 0)."""
+    rows over the draft vocabulary (the whole vocabulary when draft_vocab is 0). linear_gops: the roof of
+    the Linears' and logits' products where it is not the fp32 one (int4-a8: `Machine.int8_gops`)."""
     n_layers = config.num_hidden_layers
     d, vocab = config.hidden_size, config.vocab_size
     heads = config.num_attention_heads
@@ -134,9 +154,9 @@ def pass_limit(config, machine: Machine, *, rows_bottom: int, rows_top: int, bir
     head_weights = vocab * d + (draft_vocab * d if draft_vocab and stream_logit_rows else 0)
     cache_bytes = 2 * n_layers * context * kv * 4.0  # keys and values, fp32
     rows_layers = rows_bottom * birth_layer + rows_top * (n_layers - birth_layer)
-    flops = 2.0 * (rows_layers * per_layer + main_logit_rows * vocab * d + stream_logit_rows * head_rows * d)
-    flops += 4.0 * rows_layers * (context + rows_top) * heads * head_dim  # scores and weighted values
+    linear = 2.0 * (rows_layers * per_layer + main_logit_rows * vocab * d + stream_logit_rows * head_rows * d)
+    attention = 4.0 * rows_layers * (context + rows_top) * heads * head_dim  # scores and weighted values
     head_bytes = head_bytes_per_weight if head_bytes_per_weight is not None else bytes_per_weight
     total_bytes = n_layers * per_layer * bytes_per_weight + head_weights * head_bytes + cache_bytes
-    return PassLimit(total_bytes, flops, total_bytes / (machine.bandwidth_gbs * 1e9) * 1e3,
-                     flops / (machine.peak_gflops * 1e9) * 1e3)
+    compute_s = (linear / (linear_gops or machine.peak_gflops) + attention / machine.peak_gflops) / 1e9
+    return PassLimit(total_bytes, linear + attention, total_bytes / (machine.bandwidth_gbs * 1e9) * 1e3, compute_s * 1e3)

@@ -35,10 +35,11 @@ TILE = 16  # output rows per tile
 
 def available() -> bool:
     """Whether int4-a8 runs here: the kernel's AVX512-VNNI build."""
-    return _library() is not None
+    return library() is not None
 
 
-def _library():
+def library():
+    """The kernel with its 8-bit calls typed, or None where int4-a8 does not run."""
     lib = rowinv.library()
     if lib is None or not hasattr(lib, "rowinv_a8") or not lib.rowinv_a8():
         return None
@@ -46,6 +47,7 @@ def _library():
         ptr, i64 = ctypes.c_void_p, ctypes.c_int64
         for fn in (lib.linear_q4a8_ld, lib.linear_q8a8_ld):
             fn.restype, fn.argtypes = ctypes.c_int, [ptr, i64, i64, ptr, ptr, i64, ptr, i64, ctypes.c_int]
+        lib.dot8_burn.restype, lib.dot8_burn.argtypes = ctypes.c_int, [i64]
     return lib
 
 
@@ -110,7 +112,7 @@ def _call(name: str, x: torch.Tensor, w: torch.Tensor, dm: torch.Tensor, n: int)
     k, width = x.shape[-1], w.shape[0] * TILE
     rows = (x if x.dtype is torch.float32 else x.float()).contiguous()
     y = torch.empty(*x.shape[:-1], width)
-    status = getattr(_library(), name)(rows.data_ptr(), rows.numel() // k, k, w.data_ptr(), dm.data_ptr(), width,
+    status = getattr(library(), name)(rows.data_ptr(), rows.numel() // k, k, w.data_ptr(), dm.data_ptr(), width,
                                        y.data_ptr(), width, torch.get_num_threads())
     if status:
         raise MemoryError("int4-a8: out of memory for a pass's 8-bit rows") if status == -1 else RuntimeError(unavailable_reason())

@@ -624,6 +624,17 @@ int linear_q8a8_ld(const float *x, int64_t M, int64_t K, const uint8_t *w, const
                    int64_t ldy, int threads) {
   return linear_a8(q8a8_blocks, 8 * 64, x, M, K, w, dm, N, y, ldy, threads);
 }
+/* The 8-bit roof: n steps of 12 independent chains of vpdpbusd (64 multiply-adds each), timed by the caller. */
+int dot8_burn(int64_t n) {
+  __m512i a[12], x = _mm512_set1_epi8(3), y = _mm512_set1_epi8(-2);
+  UNROLLED for (int i = 0; i < 12; i++) a[i] = _mm512_set1_epi32(i);
+  for (int64_t k = 0; k < n; k++) {
+    UNROLLED for (int i = 0; i < 12; i++) a[i] = _mm512_dpbusd_epi32(a[i], x, y);
+  }
+  __m512i t = a[0];
+  for (int i = 1; i < 12; i++) t = _mm512_add_epi32(t, a[i]);
+  return _mm512_reduce_add_epi32(t);
+}
 int rowinv_a8(void) { return 1; }
 #else
 int linear_q4a8_ld(const float *x, int64_t M, int64_t K, const uint8_t *w, const float *dm, int64_t N, float *y,
@@ -635,6 +646,7 @@ int linear_q8a8_ld(const float *x, int64_t M, int64_t K, const uint8_t *w, const
                    int64_t ldy, int threads) {
   return linear_q4a8_ld(x, M, K, w, dm, N, y, ldy, threads);
 }
+int dot8_burn(int64_t n) { return (int)n * 0; }
 int rowinv_a8(void) { return 0; }
 #endif
 

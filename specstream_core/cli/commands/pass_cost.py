@@ -28,7 +28,7 @@ def add_arguments(p) -> None:
                    "default model's lossless streams; with --base: fresh streams)")
     p.add_argument("--gamma", type=int, default=4, help="streams of fresh (untrained) stream parameters")
     p.add_argument("--n-stream-layers", type=int, default=None, help="multi-stream layers of fresh streams")
-    p.add_argument("--precisions", default="fp32", help="comma-separated subset of fp32, bf16, nf4, int8, int4")
+    p.add_argument("--precisions", default="fp32", help="comma-separated subset of fp32, bf16, nf4, int8, int4, int4-a8")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--context", type=int, default=256, help="tokens already in the KV cache")
@@ -78,7 +78,8 @@ def run(args) -> int:
 
     machine = measure_machine()  # once, with the threads the passes use
     print(f"this machine: {machine.bandwidth_gbs:.1f} GB/s read, {machine.peak_gflops:.0f} GFLOP/s at most "
-          f"(vector FMAs {machine.fma_gflops:.0f}, torch's matmul {machine.matmul_gflops:.0f}; "
+          f"(vector FMAs {machine.fma_gflops:.0f}, torch's matmul {machine.matmul_gflops:.0f}"
+          + (f"; 8-bit dot products {machine.int8_gops:.0f} GOP/s" if machine.int8_gops else "") + "; "
           f"{torch.get_num_threads()} thread(s))", flush=True)
     runs = []
     for streams_arg in stream_dirs:
