@@ -248,6 +248,24 @@ def _kernel_rows(attend: Callable, query, key, value, mask, scaling) -> torch.Te
     return torch.stack(outs) if len(outs) > 1 else outs[0][None]
 
 
+def _batch_prompts(module, query, key, value, mask, scaling, dropout) -> torch.Tensor:
+    """A prefill of several prompts, padded on the right (`prefill.pad_steps`): each row's prompt as its own
+    causal call over its own keys, as a prompt alone is computed (`causal_prompt`), so a batch's K/V and
+    tokens are bit for bit those of each prompt decoded alone; the padding rows (outputs never kept) through
+    one masked call. query [B, H, n, D], mask [B, 1, n, keys] additive."""
+    B, _, n, _ = query.shape
+    out = _sdpa(module, query, key, value, mask, scaling, dropout)  # [B, n, H, D]
+    sees = mask[:, 0, :, :n] == 0
+    causal = torch.ones(n, n, dtype=torch.bool, device=mask.device).tril()
+    alone = (sees == causal).all(-1) & (mask[:, 0, :, n:] != 0).all(-1)  # [B, n]: row i sees keys 0..i only
+    lengths = alone.long().cumprod(-1).sum(-1).tolist()
+    for b, m in enumerate(lengths):
+        if m:
+            out[b:b + 1, :m] = _sdpa(module, query[b:b + 1, :, :m], key[b:b + 1, :, :m], value[b:b + 1, :, :m], None,
+                                     scaling, dropout)
+    return out
+
+
 def kernel_step_keys(module: nn.Module, mask: torch.Tensor | None, B: int, q: int, keys: int):
     """(the kernel's attention, [(spec, keys)] per row) where this attention module's call in the current
     decoding step would go through the row-invariant kernel (`_row_exact_forward`), else None: a caller that
@@ -278,6 +296,8 @@ def _row_exact_forward(module, query, key, value, attention_mask, scaling=None, 
     parts = []
     if not per_row and scope.causal_prompt:  # one prompt, empty cache: causal, as transformers' own prefill
         parts.append(_sdpa(module, query[:, :, :n], key[:, :, :n], value[:, :, :n], None, scaling, dropout))
+    elif not per_row and B > 1 and mask is not None and kwargs.get("s_aux") is None:
+        parts.append(_batch_prompts(module, query[:, :, :n], key, value, mask[:, :, :n], scaling, dropout))
     elif not per_row:
         parts.append(_sdpa(module, query[:, :, :n], key, value, None if mask is None else mask[:, :, :n],
                            scaling, dropout, **kwargs))

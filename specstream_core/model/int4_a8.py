@@ -16,9 +16,10 @@ rows bit for bit as plain passes: int4-a8 speculative output equals int4-a8 plai
 
 Layout (`pack`): per tile of 16 output rows and group of 32 inputs, 4 chunks of 64 bytes; chunk c's byte
 4 o + k holds q[o][8c + k] in its low nibble and q[o][8c + 4 + k] in its high one, so one load and two
-masks give the 16 rows' next 8 weights; then the tile's scales and low ends, [N / 16, G, 2, 16] fp32. The
-8-bit head (`pack_q8`): 8 chunks of 64 signed bytes (byte 4 o + k of chunk c: q[o][4c + k]), its scales and
-a constant per group that takes off what the unsigned activations add (rowinv.c).
+masks give the 16 rows' next 8 weights; then the tile's scales and low ends, [N / 16, G, 2, 16] in fp16 as
+Q4_1 keeps them (a third less to read than fp32: the scales were a third of the bytes). The 8-bit head
+(`pack_q8`): 8 chunks of 64 signed bytes (byte 4 o + k of chunk c: q[o][4c + k]), its fp16 scales and each
+group's sum of weights, with which the kernel takes off what the unsigned activations add (rowinv.c).
 """
 
 from __future__ import annotations
@@ -58,14 +59,15 @@ def unavailable_reason() -> str:
 
 
 def pack(q: torch.Tensor, scale: torch.Tensor, low: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(q [N, K] in 0..15, scale, low [N, K / 32]) -> (nibbles [N' / 16, G, 4, 64] uint8, dm [N' / 16, G, 2, 16] fp32),
-    N' = N rounded up to 16 (the last row repeated; its outputs are dropped)."""
+    """(q [N, K] in 0..15, scale, low [N, K / 32]) -> (nibbles [N' / 16, G, 4, 64] uint8, dm [N' / 16, G, 2, 16] fp16),
+    N' = N rounded up to 16 (the last row repeated; its outputs are dropped). Scales and low ends are kept in
+    fp16, as Q4_1 keeps them: a GGUF file's own are exact, others are rounded once more."""
     q, scale, low = (rowinv.pad_rows(t, TILE) for t in (q, scale, low))
     n, k = q.shape
     g = k // GROUP
     qq = q.to(torch.uint8).reshape(n // TILE, TILE, g, 4, 2, 4)  # tile, o, group, chunk, half, k
     nibbles = (qq[..., 0, :] | (qq[..., 1, :] << 4)).permute(0, 2, 3, 1, 4).contiguous()  # tile, group, chunk, o, k
-    dm = torch.stack([scale.float(), low.float()]).reshape(2, n // TILE, TILE, g).permute(1, 3, 0, 2).contiguous()
+    dm = torch.stack([scale.half(), low.half()]).reshape(2, n // TILE, TILE, g).permute(1, 3, 0, 2).contiguous()
     return nibbles.reshape(n // TILE, g, 4, 4 * TILE), dm
 
 
@@ -74,19 +76,20 @@ def unpack(nibbles: torch.Tensor, dm: torch.Tensor, n: int) -> tuple[torch.Tenso
     tiles, g = nibbles.shape[:2]
     b = nibbles.reshape(tiles, g, 4, TILE, 4).permute(0, 3, 1, 2, 4)  # tile, o, group, chunk, k
     q = torch.stack([b & 0x0F, b >> 4], dim=-2).reshape(tiles * TILE, g * GROUP)  # chunk: 4 low, then 4 high
-    scale, low = dm.permute(2, 0, 3, 1).reshape(2, tiles * TILE, g)
+    scale, low = dm.permute(2, 0, 3, 1).reshape(2, tiles * TILE, g).float()
     return q[:n], scale[:n], low[:n]
 
 
 def pack_q8(q: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(q [N, K] in -128..127, scale [N, K / 32]) -> (bytes [N' / 16, G, 8, 64] int8, dm [N' / 16, G, 2, 16] fp32:
-    the scales, then -128 scale sum_j q per group)."""
+    """(q [N, K] in -128..127, scale [N, K / 32]) -> (bytes [N' / 16, G, 8, 64] int8, dm [N' / 16, G, 2, 16] int16:
+    the scales' fp16 bits (Q8_0 keeps fp16 scales), then sum_j q per group)."""
     q, scale = rowinv.pad_rows(q.to(torch.int8), TILE), rowinv.pad_rows(scale.float(), TILE)
     n, k = q.shape
     g = k // GROUP
     data = q.reshape(n // TILE, TILE, g, 8, 4).permute(0, 2, 3, 1, 4).contiguous()  # tile, group, chunk, o, k
-    sums = q.reshape(n, g, GROUP).sum(-1, dtype=torch.int32).float()  # exact: |sum| < 2^13
-    dm = torch.stack([scale, -128.0 * scale * sums]).reshape(2, n // TILE, TILE, g).permute(1, 3, 0, 2).contiguous()
+    sums = q.reshape(n, g, GROUP).sum(-1, dtype=torch.int32).to(torch.int16)  # |sum| <= 4,096
+    dm = torch.stack([scale.half().view(torch.int16), sums]).reshape(2, n // TILE, TILE, g).permute(1, 3, 0, 2)
+    dm = dm.contiguous()
     return data.reshape(n // TILE, g, 8, 4 * TILE), dm
 
 
@@ -94,7 +97,7 @@ def unpack_q8(data: torch.Tensor, dm: torch.Tensor, n: int) -> tuple[torch.Tenso
     """The inverse of `pack_q8`: (q, scale) of the first n rows."""
     tiles, g = data.shape[:2]
     q = data.reshape(tiles, g, 8, TILE, 4).permute(0, 3, 1, 2, 4).reshape(tiles * TILE, g * GROUP)
-    return q[:n], dm[:, :, 0].permute(0, 2, 1).reshape(tiles * TILE, g)[:n]
+    return q[:n], dm[:, :, 0].permute(0, 2, 1).reshape(tiles * TILE, g)[:n].view(torch.float16).float()
 
 
 def linear(x: torch.Tensor, nibbles: torch.Tensor, dm: torch.Tensor, n: int) -> torch.Tensor:

@@ -498,9 +498,11 @@ void linear_q8(const float *x, int64_t M, int64_t K, const uint8_t *wq, const fl
  * at a time (vpdpbusd), across 16 outputs: a row costs about a quarter of its fp32 multiply-adds, and up to 4
  * rows cost little more than one (the weights' reads bound them).
  * Layout: w [N / 16, G, 4, 64]: per tile of 16 outputs and group, chunk c's byte 4 o + k holds q[o][8c + k] in
- * its low nibble and q[o][8c + 4 + k] in its high one; dm [N / 16, G, 2, 16]: the tile's dw, then its mw. */
+ * its low nibble and q[o][8c + 4 + k] in its high one; dm [N / 16, G, 2, 16] fp16 (Q4_1's own, exact in fp32):
+ * the tile's dw, then its mw. */
 #if defined(__AVX512VNNI__)
 #define A8_TILE 16
+static inline __m512 half16(const uint16_t *h) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h)); }
 #define A8_ROWS 8 /* input rows per block */
 static void quantize_q8(const float *x, int64_t M, int64_t K, int8_t *xq, float *dx, float *sx) {
   int64_t G = K / QG;
@@ -525,7 +527,7 @@ static void quantize_q8(const float *x, int64_t M, int64_t K, int8_t *xq, float 
 #define A8_AHEAD 2048
 #define DEFINE_A8BLOCK(MM)                                                                                \
   static void a8_##MM(const int8_t *xq, const float *dx, const float *sx, int64_t K, const uint8_t *w,    \
-                      const float *dm, int64_t G, float *y, int64_t ldy) {                                \
+                      const uint16_t *dm, int64_t G, float *y, int64_t ldy) {                             \
     const __m512i low = _mm512_set1_epi8(0x0F);                                                           \
     __m512 f[MM];                                                                                         \
     UNROLLED for (int i = 0; i < MM; i++) f[i] = vzero();                                                 \
@@ -544,7 +546,7 @@ static void quantize_q8(const float *x, int64_t M, int64_t K, int8_t *xq, float 
           acc[i] = _mm512_dpbusd_epi32(acc[i], hi, _mm512_set1_epi32(xb));                                \
         }                                                                                                 \
       }                                                                                                   \
-      __m512 dv = _mm512_loadu_ps(dm + g * 2 * A8_TILE), mv = _mm512_loadu_ps(dm + g * 2 * A8_TILE + A8_TILE); \
+      __m512 dv = half16(dm + g * 2 * A8_TILE), mv = half16(dm + g * 2 * A8_TILE + A8_TILE);             \
       UNROLLED for (int i = 0; i < MM; i++) {                                                             \
         f[i] = vfmadd(_mm512_cvtepi32_ps(acc[i]), vmul(dv, vset1(dx[i * G + g])), f[i]);                  \
         f[i] = vfmadd(mv, vset1(sx[i * G + g]), f[i]);                                                    \
@@ -552,14 +554,14 @@ static void quantize_q8(const float *x, int64_t M, int64_t K, int8_t *xq, float 
     }                                                                                                     \
     UNROLLED for (int i = 0; i < MM; i++) _mm512_storeu_ps(y + i * ldy, f[i]);                            \
   }
-typedef void (*a8_fn)(const int8_t *, const float *, const float *, int64_t, const uint8_t *, const float *, int64_t,
+typedef void (*a8_fn)(const int8_t *, const float *, const float *, int64_t, const uint8_t *, const uint16_t *, int64_t,
                       float *, int64_t);
 DEFINE_A8BLOCK(1) DEFINE_A8BLOCK(2) DEFINE_A8BLOCK(3) DEFINE_A8BLOCK(4)
 DEFINE_A8BLOCK(5) DEFINE_A8BLOCK(6) DEFINE_A8BLOCK(7) DEFINE_A8BLOCK(8)
 static const a8_fn a8_blocks[A8_ROWS + 1] = {0, a8_1, a8_2, a8_3, a8_4, a8_5, a8_6, a8_7, a8_8};
 
 static int linear_a8(const a8_fn *blocks, int64_t GB, const float *x, int64_t M, int64_t K, const uint8_t *w,
-                     const float *dm, int64_t N, float *y, int64_t ldy, int threads) {
+                     const uint16_t *dm, int64_t N, float *y, int64_t ldy, int threads) {
   int64_t G = K / QG, tiles = N / A8_TILE;
   int8_t *xq = malloc((size_t)(M * K));
   float *dx = malloc((size_t)(M * G) * sizeof(float)), *sx = malloc((size_t)(M * G) * sizeof(float));
@@ -578,13 +580,13 @@ static int linear_a8(const a8_fn *blocks, int64_t GB, const float *x, int64_t M,
   return failed ? -1 : 0;
 }
 /* An 8-bit head against 8-bit activations (GGUF's Q8_0 x Q8): signed weights w[n, j] (w = dw q), so the
- * activations take the unsigned side of vpdpbusd, xq + 128, and the 128 sum_j q[n, j] it adds is taken off
- * through a constant of the weights: y[n] += dw dx S + cw dx, S = sum_j q (xq + 128) exactly, cw = -128 dw
- * sum_j q[n, j] (rounded once, in `int4_a8.pack_q8`). Layout: w [N / 16, G, 8, 64] (chunk c's byte 4 o + k:
- * q[o][4c + k]); dm [N / 16, G, 2, 16]: dw, then cw. */
+ * activations take the unsigned side of vpdpbusd, xq + 128, and the 128 sum_j q[n, j] that adds is taken off
+ * in integers: y[n] += dw dx (S - 128 sum_j q[n, j]), S = sum_j q (xq + 128), all exact until the one
+ * conversion. Layout: w [N / 16, G, 8, 64] (chunk c's byte 4 o + k: q[o][4c + k]); dm [N / 16, G, 2, 16]
+ * 16-bit: dw (fp16, Q8_0's own), then sum_j q[n, j] (int16). */
 #define DEFINE_Q8A8BLOCK(MM)                                                                              \
   static void q8a8_##MM(const int8_t *xq, const float *dx, const float *sx, int64_t K, const uint8_t *w,  \
-                        const float *dm, int64_t G, float *y, int64_t ldy) {                              \
+                        const uint16_t *dm, int64_t G, float *y, int64_t ldy) {                           \
     (void)sx;                                                                                             \
     __m512 f[MM];                                                                                         \
     UNROLLED for (int i = 0; i < MM; i++) f[i] = vzero();                                                 \
@@ -601,12 +603,11 @@ static int linear_a8(const a8_fn *blocks, int64_t GB, const float *x, int64_t M,
           acc[i] = _mm512_dpbusd_epi32(acc[i], _mm512_set1_epi32((int)(xa ^ 0x80808080u)), v);            \
         }                                                                                                 \
       }                                                                                                   \
-      __m512 dv = _mm512_loadu_ps(dm + g * 2 * A8_TILE), cv = _mm512_loadu_ps(dm + g * 2 * A8_TILE + A8_TILE); \
-      UNROLLED for (int i = 0; i < MM; i++) {                                                             \
-        __m512 dxv = vset1(dx[i * G + g]);                                                                \
-        f[i] = vfmadd(_mm512_cvtepi32_ps(acc[i]), vmul(dv, dxv), f[i]);                                   \
-        f[i] = vfmadd(cv, dxv, f[i]);                                                                     \
-      }                                                                                                   \
+      __m512 dv = half16(dm + g * 2 * A8_TILE);                                                           \
+      __m512i excess = _mm512_slli_epi32(                                                                 \
+          _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)(dm + g * 2 * A8_TILE + A8_TILE))), 7); \
+      UNROLLED for (int i = 0; i < MM; i++)                                                               \
+        f[i] = vfmadd(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc[i], excess)), vmul(dv, vset1(dx[i * G + g])), f[i]); \
     }                                                                                                     \
     UNROLLED for (int i = 0; i < MM; i++) _mm512_storeu_ps(y + i * ldy, f[i]);                            \
   }
@@ -618,11 +619,11 @@ static const a8_fn q8a8_blocks[A8_ROWS + 1] = {0, q8a8_1, q8a8_2, q8a8_3, q8a8_4
  * in the layouts above. -1: out of memory. */
 int linear_q4a8_ld(const float *x, int64_t M, int64_t K, const uint8_t *w, const float *dm, int64_t N, float *y,
                    int64_t ldy, int threads) {
-  return linear_a8(a8_blocks, 4 * 64, x, M, K, w, dm, N, y, ldy, threads);
+  return linear_a8(a8_blocks, 4 * 64, x, M, K, w, (const uint16_t *)dm, N, y, ldy, threads);
 }
 int linear_q8a8_ld(const float *x, int64_t M, int64_t K, const uint8_t *w, const float *dm, int64_t N, float *y,
                    int64_t ldy, int threads) {
-  return linear_a8(q8a8_blocks, 8 * 64, x, M, K, w, dm, N, y, ldy, threads);
+  return linear_a8(q8a8_blocks, 8 * 64, x, M, K, w, (const uint16_t *)dm, N, y, ldy, threads);
 }
 /* The 8-bit roof: n steps of 12 independent chains of vpdpbusd (64 multiply-adds each), timed by the caller. */
 int dot8_burn(int64_t n) {
