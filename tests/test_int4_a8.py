@@ -4,10 +4,11 @@ the integer arithmetic it claims, row invariance, and speculative output equal t
 import pytest
 import torch
 
-from specstream_core import DecodeConfig, Engine, StreamParams
+from specstream_core import DecodeConfig, Engine
 from specstream_core.errors import SpecstreamError
 from specstream_core.model import int4, int4_a8, int8_head
 from specstream_core.model.loading import LoadConfig
+from test_int4 import _mismatches, _perturbed
 from tiny_models import prompts, tiny_model
 
 pytestmark = pytest.mark.skipif(not int4_a8.available(), reason="int4-a8 needs the kernel's AVX512-VNNI build")
@@ -100,23 +101,7 @@ def near_tie_a8():
     """As test_int4's near-tie model: head_dim 64, unscaled random logits, near-ties everywhere."""
     model = _a8(tiny_model("llama", seed=5, logit_scale=1.0, hidden=256, layers=4, num_attention_heads=4,
                            num_key_value_heads=2))
-    streams = StreamParams.fresh(model, gamma=3, n_stream_layers=2, adapter_rank=4, seed=1,
-                                 draft_vocab=list(range(0, 128, 2)))
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in streams.trainable_parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
-    return Engine(model, None, streams, precision="int4-a8")
-
-
-def _mismatches(engine, topk, batch=False):
-    ss = DecodeConfig(mode="ss", max_new_tokens=32, stop_on_eos=False, tree_topk=topk)
-    ar = DecodeConfig(mode="ar", max_new_tokens=32, stop_on_eos=False)
-    items = prompts(8, seed=6, max_len=60)
-    plain = [engine.generate(ids, ar).token_ids for ids in items]
-    spec = ([r.token_ids for r in engine.generate_batch(items, ss)] if batch
-            else [engine.generate(ids, ss).token_ids for ids in items])
-    return sum(a != b for a, b in zip(plain, spec))
+    return Engine(model, None, _perturbed(model, draft_vocab=list(range(0, 128, 2))), precision="int4-a8")
 
 
 def test_int4_a8_speculative_output_is_plain_int4_a8_output(near_tie_a8):

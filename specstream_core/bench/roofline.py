@@ -97,34 +97,25 @@ def fma_gflops(threads: int = 1, repeats: int = 7, steps: int = 4_000_000) -> fl
     ctypes lets go of the GIL, so they run in parallel), or 0.0 where the kernel does not build. The roof a
     kernel can reach; a library's matmul may stay well below it (MKL takes its AVX2 path on AMD CPUs)."""
     lib = rowinv.library()
-    if lib is None:
-        return 0.0
-
-    def burn():
-        workers = [threading.Thread(target=lib.fma_burn, args=(steps,)) for _ in range(threads)]
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-    seconds = _median_seconds(burn, repeats)
-    return 2.0 * 12 * steps * lib.rowinv_lanes() * threads / seconds / 1e9
+    return 0.0 if lib is None else _burn_rate(lib.fma_burn, 2.0 * 12 * lib.rowinv_lanes(), steps, threads, repeats)
 
 
 def int8_gops(threads: int = 1, repeats: int = 7, steps: int = 2_000_000) -> float:
     """8-bit integer GOP/s (a multiply-add counted as 2) of `threads` threads running independent vpdpbusd
     chains (rowinv.c's `dot8_burn`), or 0.0 without the kernel's VNNI build: the roof of int4-a8's Linears."""
     lib = int4_a8.library()
-    if lib is None:
-        return 0.0
+    return 0.0 if lib is None else _burn_rate(lib.dot8_burn, 2.0 * 12 * 64, steps, threads, repeats)
 
-    def burn():
-        workers = [threading.Thread(target=lib.dot8_burn, args=(steps,)) for _ in range(threads)]
+
+def _burn_rate(burn, ops_per_step: float, steps: int, threads: int, repeats: int) -> float:
+    """Operations a second of `threads` threads each running burn(steps) at once (median of `repeats`)."""
+    def run():
+        workers = [threading.Thread(target=burn, args=(steps,)) for _ in range(threads)]
         for w in workers:
             w.start()
         for w in workers:
             w.join()
-    seconds = _median_seconds(burn, repeats)
-    return 2.0 * 12 * 64 * steps * threads / seconds / 1e9
+    return ops_per_step * steps * threads / _median_seconds(run, repeats) / 1e9
 
 
 def layer_parameters(config) -> int:
