@@ -22,7 +22,7 @@ from specstream_core.errors import SpecstreamError
 from specstream_core.model.cache import KVCache
 from specstream_core.model.loading import LoadConfig, load_model, load_tokenizer
 from specstream_core.model.streams import StreamParams, read_stream_config, warn_fresh
-from specstream_core.model.loading import DEFAULT_PRECISION, check_architecture, is_exact
+from specstream_core.model.loading import DEFAULT_PRECISION, INT4, check_architecture, is_exact
 from specstream_core.model.lora import apply_shared_lora  # noqa: F401 - re-exported (tests, users)
 
 
@@ -86,7 +86,7 @@ class Engine:
     def row_exact(self) -> bool:
         """Row-invariant Linears (int4, or the CPU kernel of model/rowinv.py), so row-exact attention makes
         a pass's main rows exact."""
-        return self.precision in ("int4", "int4-a8") or rowinv.uses_kernel(self.model)
+        return self.precision in INT4 or rowinv.uses_kernel(self.model)
 
     @property
     def kernel_attention(self):

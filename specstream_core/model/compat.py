@@ -251,19 +251,21 @@ def _kernel_rows(attend: Callable, query, key, value, mask, scaling) -> torch.Te
 def _batch_prompts(module, query, key, value, mask, scaling, dropout) -> torch.Tensor:
     """A prefill of several prompts, padded on the right (`prefill.pad_steps`): each row's prompt as its own
     causal call over its own keys, as a prompt alone is computed (`causal_prompt`), so a batch's K/V and
-    tokens are bit for bit those of each prompt decoded alone; the padding rows (outputs never kept) through
-    one masked call. query [B, H, n, D], mask [B, 1, n, keys] additive."""
-    B, _, n, _ = query.shape
-    out = _sdpa(module, query, key, value, mask, scaling, dropout)  # [B, n, H, D]
+    tokens are bit for bit those of each prompt decoded alone; the rows after it (padding, outputs never kept)
+    through a masked call. query [B, H, n, D], mask [B, 1, n, keys] additive; returns [B, n, H, D]."""
+    n = query.shape[2]
     sees = mask[:, 0, :, :n] == 0
     causal = torch.ones(n, n, dtype=torch.bool, device=mask.device).tril()
     alone = (sees == causal).all(-1) & (mask[:, 0, :, n:] != 0).all(-1)  # [B, n]: row i sees keys 0..i only
-    lengths = alone.long().cumprod(-1).sum(-1).tolist()
-    for b, m in enumerate(lengths):
-        if m:
-            out[b:b + 1, :m] = _sdpa(module, query[b:b + 1, :, :m], key[b:b + 1, :, :m], value[b:b + 1, :, :m], None,
-                                     scaling, dropout)
-    return out
+    rows = []
+    for b, m in enumerate(alone.long().cumprod(-1).sum(-1).tolist()):
+        parts = [_sdpa(module, query[b:b + 1, :, :m], key[b:b + 1, :, :m], value[b:b + 1, :, :m], None, scaling,
+                       dropout)] if m else []
+        if m < n:
+            parts.append(_sdpa(module, query[b:b + 1, :, m:], key[b:b + 1], value[b:b + 1], mask[b:b + 1, :, m:],
+                               scaling, dropout))
+        rows.append(torch.cat(parts, dim=1) if len(parts) > 1 else parts[0])
+    return torch.cat(rows)
 
 
 def kernel_step_keys(module: nn.Module, mask: torch.Tensor | None, B: int, q: int, keys: int):

@@ -32,6 +32,7 @@ from specstream_core.model import rowinv
 
 GROUP = 32
 TILE = 16  # output rows per tile
+_typed = None  # the kernel once its 8-bit calls are typed (`library`)
 
 
 def available() -> bool:
@@ -40,16 +41,18 @@ def available() -> bool:
 
 
 def library():
-    """The kernel with its 8-bit calls typed, or None where int4-a8 does not run."""
-    lib = rowinv.library()
-    if lib is None or not hasattr(lib, "rowinv_a8") or not lib.rowinv_a8():
-        return None
-    if lib.linear_q8a8_ld.argtypes is None:
+    """The kernel with its 8-bit calls typed, or None where int4-a8 does not run (checked once)."""
+    global _typed
+    if _typed is None:
+        lib = rowinv.library()
+        if lib is None or not hasattr(lib, "rowinv_a8") or not lib.rowinv_a8():
+            return None
         ptr, i64 = ctypes.c_void_p, ctypes.c_int64
         for fn in (lib.linear_q4a8_ld, lib.linear_q8a8_ld):
             fn.restype, fn.argtypes = ctypes.c_int, [ptr, i64, i64, ptr, ptr, i64, ptr, i64, ctypes.c_int]
         lib.dot8_burn.restype, lib.dot8_burn.argtypes = ctypes.c_int, [i64]
-    return lib
+        _typed = lib
+    return _typed
 
 
 def unavailable_reason() -> str:
@@ -103,20 +106,19 @@ def unpack_q8(data: torch.Tensor, dm: torch.Tensor, n: int) -> tuple[torch.Tenso
 def linear(x: torch.Tensor, nibbles: torch.Tensor, dm: torch.Tensor, n: int) -> torch.Tensor:
     """x W^T for 4-bit W (`pack`) with x rounded to 8 bits per group of 32 (module docstring); x fp32 or bf16
     [..., K]. The result has x's dtype."""
-    return _call("linear_q4a8_ld", x, nibbles, dm, n)
+    return _call((_typed or library()).linear_q4a8_ld, x, nibbles, dm, n)
 
 
 def linear_q8(x: torch.Tensor, data: torch.Tensor, dm: torch.Tensor, n: int) -> torch.Tensor:
     """x W^T for 8-bit W (`pack_q8`), x rounded to 8 bits per group of 32."""
-    return _call("linear_q8a8_ld", x, data, dm, n)
+    return _call((_typed or library()).linear_q8a8_ld, x, data, dm, n)
 
 
-def _call(name: str, x: torch.Tensor, w: torch.Tensor, dm: torch.Tensor, n: int) -> torch.Tensor:
+def _call(fn, x: torch.Tensor, w: torch.Tensor, dm: torch.Tensor, n: int) -> torch.Tensor:
     k, width = x.shape[-1], w.shape[0] * TILE
-    rows = (x if x.dtype is torch.float32 else x.float()).contiguous()
-    y = torch.empty(*x.shape[:-1], width)
-    status = getattr(library(), name)(rows.data_ptr(), rows.numel() // k, k, w.data_ptr(), dm.data_ptr(), width,
-                                       y.data_ptr(), width, torch.get_num_threads())
+    rows, y = rowinv._rows_and_out(x, width)  # contiguous fp32 rows, and the padded output
+    status = fn(rows.data_ptr(), rows.numel() // k, k, w.data_ptr(), dm.data_ptr(), width, y.data_ptr(), width,
+                torch.get_num_threads())
     if status:
         raise MemoryError("int4-a8: out of memory for a pass's 8-bit rows") if status == -1 else RuntimeError(unavailable_reason())
     y = y if width == n else y[..., :n]

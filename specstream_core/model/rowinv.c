@@ -652,9 +652,9 @@ int rowinv_a8(void) { return 0; }
 #endif
 
 /* One Linear of a layer as the layer-front call takes it: its kind (LIN_F32, LIN_BF16: weight [N, K]; LIN_F32B,
- * LIN_BF16B: the same weights blocked; LIN_Q4: `linear_q4`'s nibbles and scales), its N outputs written at
- * y + m * ldy. The same calls, so the same sums, as the module's own forward makes (linear_f32, linear_bf16,
- * linear_f32b, linear_bf16b, linear_q4). */
+ * LIN_BF16B: the same weights blocked; LIN_Q4: `linear_q4`'s nibbles and scales; LIN_Q4A8: `linear_q4a8_ld`'s),
+ * its N outputs written at y + m * ldy. The same calls, so the same sums, as the module's own forward makes
+ * (linear_f32, linear_bf16, linear_f32b, linear_bf16b, linear_q4, linear_q4a8_ld). 0, or the call's failure. */
 enum { LIN_F32 = 0, LIN_BF16 = 1, LIN_Q4 = 2, LIN_F32B = 3, LIN_BF16B = 4, LIN_Q4A8 = 5 };
 static int lin(int kind, const void *w, const float *dm, const float *x, int64_t M, int64_t K, int64_t N, float *y,
                 int64_t ldy, int threads) {

@@ -26,7 +26,7 @@ from dataclasses import asdict, replace
 from specstream_core.model import defaults
 from specstream_core.decoding.config import NODE_BUDGET, DecodeConfig, decode_fields, parse_topk
 from specstream_core.errors import SpecstreamError
-from specstream_core.model.loading import LoadConfig, load_model, resolve_precision
+from specstream_core.model.loading import INT4, LoadConfig, load_model, resolve_precision
 from specstream_core.cli.args import recommended
 from specstream_core.bench.ablations import ABLATIONS, ablation_methods, tree_nodes
 from specstream_core.bench.report import DOC_BEGIN, DOC_END, update_doc
@@ -287,7 +287,7 @@ def _hf_model(engine, engines: dict, base: str, device: str):
     the one the kernel computes: on the default model that is the fp32 model itself.)"""
     from specstream_core.model import rowinv
 
-    if engine.precision not in ("bf16", "int4", "int4-a8") or not rowinv.uses_kernel(engine.model):
+    if engine.precision not in ("bf16", *INT4) or not rowinv.uses_kernel(engine.model):
         return None
     if "fp32" in engines:
         return engines["fp32"].model
