@@ -53,16 +53,23 @@ def test_direct_steps_compute_what_the_modules_compute(family, precision, monkey
     (`rowinv_steps.layer_front`): over fp32 or bf16 weights (q, k, v and gate, up one call each) or 4-bit ones
     (q/k/v and gate/up fused)."""
     engine = _engine(family, precision)
-    calls = []
-    front = rowinv_steps.layer_front
-    monkeypatch.setattr(rowinv_steps, "layer_front", lambda *a, **k: calls.append(1) or front(*a, **k))
+    calls = {"front": [], "back": []}  # the layer front's calls; the down projections', with their adapter or not
+    front, back, step = rowinv_steps.layer_front, rowinv_steps.layer_back, rowinv_steps.layer_step
+    monkeypatch.setattr(rowinv_steps, "layer_front", lambda *a, **k: calls["front"].append(1) or front(*a, **k))
+    monkeypatch.setattr(rowinv_steps, "layer_back", lambda *a: calls["back"].append(a[-1].lora is not None) or back(*a))
+    monkeypatch.setattr(rowinv_steps, "layer_step", lambda *a: (calls["front"].append(1), calls["back"].append(
+        a[-1].lora is not None)) and step(*a))
     fronted = family == "llama"
     with torch.inference_mode():
         assert _bound(engine) == engine.model.config.num_hidden_layers
         steps = [layer.__dict__[compat.DIRECT_STEP] for layer in compat.decoder_layers(engine.model)]
         assert [s.front is not None for s in steps] == [fronted] * 4
+        assert [s.back is not None for s in steps] == [fronted] * 4
+        if rowinv_steps.silu_exp() is not None:  # torch's SiLU in the kernel: the whole layer one call
+            assert [s.whole for s in steps] == [fronted] * 4
         direct = _probe(engine), _decode(engine)
-        assert bool(calls) == fronted
+        assert bool(calls["front"]) == fronted
+        assert (set(calls["back"]) == {False, True}) == fronted  # down projections with and without their adapter
         direct_layers.unbind(compat.decoder_layers(engine.model))
         assert _bound(engine) == 0
         library = _probe(engine), _decode(engine)
@@ -71,13 +78,18 @@ def test_direct_steps_compute_what_the_modules_compute(family, precision, monkey
 
 
 @needs_kernel
-@pytest.mark.parametrize("precision,part", [("fp32", "mlp"), ("fp32", "front"), ("int4", "front")])
+@pytest.mark.parametrize("precision,part", [("fp32", "mlp"), ("fp32", "front"), ("int4", "front"), ("int4", "back")])
 def test_a_step_that_differs_is_never_bound(monkeypatch, precision, part):
     """The check at binding can fail: a step off by one rounding (in the Python step, or in the one-call
-    layer front) leaves the modules in charge, and says so."""
+    layer front or back) leaves the modules in charge, and says so."""
     if part == "front":
         front = rowinv_steps.layer_front
+        monkeypatch.setattr(rowinv_steps, "layer_step", lambda *a: None)  # declined: the front, then the rest
         monkeypatch.setattr(rowinv_steps, "layer_front", lambda *a: (lambda h2, gu: (h2, gu * (1 + 2 ** -20)))(*front(*a)))
+    elif part == "back":
+        back, step = rowinv_steps.layer_back, rowinv_steps.layer_step
+        monkeypatch.setattr(rowinv_steps, "layer_back", lambda *a: back(*a) * (1 + 2 ** -20))
+        monkeypatch.setattr(rowinv_steps, "layer_step", lambda *a: step(*a) * (1 + 2 ** -20))
     else:
         mlp = direct_layers.DirectStep._mlp
         monkeypatch.setattr(direct_layers.DirectStep, "_mlp", lambda self, x: mlp(self, x) * (1 + 2 ** -20))
@@ -135,3 +147,21 @@ def test_rope_store_rotates_as_transformers_and_writes_the_cache_slots():
     assert torch.equal(got.transpose(1, 2), want_q)
     assert torch.equal(k_buf[:, :, start:start + q], want_k) and torch.equal(v_buf[:, :, start:start + q], vs)
     assert not k_buf[:, :, :start].any() and not v_buf[:, :, start + q:].any()  # nothing else written
+
+
+@needs_kernel
+def test_the_kernels_silu_is_torchs_bit_for_bit():
+    """`silu_rows` (the whole-layer step's SiLU) against torch's on rows whose length leaves a tail for its scalar
+    loop, from a strided view as a layer's gate columns are, with zeros, subnormals, overflow and infinities."""
+    if rowinv_steps.silu_exp() is None:
+        pytest.skip("torch runs another vector width than the kernel's build here")
+    lib = rowinv_steps._library()
+    g = torch.Generator().manual_seed(0)
+    for n, scale in ((1536, 1.0), (1000, 30.0), (37, 100.0)):
+        gu = torch.randn(5, 2 * n, generator=g) * scale
+        gu[0, :12] = torch.tensor([0.0, -0.0, 1e-40, -1e-40, 88.0, -88.0, 89.0, -104.0, 1e-8, float("inf"),
+                                   float("-inf"), 20.0])
+        y = torch.empty(5, n)
+        lib.silu_rows(gu.data_ptr(), 2 * n, 5, n, y.data_ptr(), rowinv_steps.silu_exp())
+        want = torch.nn.functional.silu(gu[:, :n])
+        assert torch.equal(y.isnan(), want.isnan()) and torch.equal(y.nan_to_num(), want.nan_to_num()), n  # -inf: NaN

@@ -62,7 +62,10 @@ def _check(hq, hkv, d):
 
 
 @needs_kernel
-@pytest.mark.parametrize("hq,hkv,d", [(9, 3, 64), (4, 4, 40), (6, 2, 136), (2, 1, 7)])  # GQA, head-size tails
+# GQA heads grouped over each key (3 and 4 heads of 64, 2 of 64 and of 128), one head at a time (1 head, or shapes
+# no group is compiled for), head-size tails
+@pytest.mark.parametrize("hq,hkv,d", [(9, 3, 64), (8, 2, 64), (4, 2, 64), (8, 4, 128), (4, 4, 40), (6, 2, 136),
+                                      (2, 1, 7)])
 def test_attention_is_sdpa_and_each_row_alone(hq, hkv, d):
     _check(hq, hkv, d)
 

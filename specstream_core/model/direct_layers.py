@@ -13,7 +13,8 @@ the same tensors come out. q/k/v and gate/up that are members of one fused int4 
 (`int4.FusedInt4`) are one call; RoPE and the cache write after it are one kernel call
 (`rowinv_steps.rope_store`); and a single sequence's decoding step through a layer on the kernel's Linears
 (fp32, bf16 or 4-bit), stream-row adapters included, is one kernel call up to its MLP's activation
-(`rowinv_steps.layer_front`), the activation, down projection and residual staying the modules' own.
+(`rowinv_steps.layer_front`), the activation staying the module's own, and the down projection (its
+stream-row adapter included) and the residual one more call (`rowinv_steps.layer_back`).
 On SmolLM2 in int4 a plain pass went from 14.6 to 8.9 ms (docs/BENCHMARKS.md, "The pass without its
 Python"). It is no copy of the modeling code to maintain: `bind` checks each
 model once, by running a prompt and a decoding step both ways and comparing the results bit for bit, and
@@ -107,6 +108,13 @@ class DirectStep:
         # q/k/v in one int4 call whose rows RoPE and the cache write can take in one kernel call
         self.stores = kernel_rope and self._stacked(self.qkv)
         self.front = self._front_weights(layer) if kernel_rope else None
+        self.back = self._back_weights(mlp.down_proj) if self.front is not None else None
+        # the whole step one kernel call: SiLU as torch computes it (`rowinv_steps.silu_exp`), the down projection's
+        # adapter (if any) of the front's rank and rows
+        self.whole = (self.back is not None and _is_silu(mlp.act_fn) and rowinv_steps.silu_exp() is not None
+                      and (self.back.lora is None) == (self.front.adapters is None)
+                      and (self.back.lora is None or (self.back.lora[2] == self.front.adapters[1]
+                                                      and self.back.lora[3] is self.front.adapters[2])))
 
     def _stacked(self, qkv) -> bool:
         """A fused q/k/v call whose rows are q's, k's and v's heads in order (what the kernel steps read)."""
@@ -139,6 +147,22 @@ class DirectStep:
         slices = gate_up_fused.slices if gate_up_fused is not None else [(0, width), (width, 2 * width)]
         return _Front((norms[0].weight, norms[1].weight), float(norms[0].variance_epsilon),
                       rowinv_steps.FrontLinears(qkv, o, gate_up), adapters, slices)
+
+    @staticmethod
+    def _back_weights(down: nn.Module) -> "rowinv_steps.BackLinear | None":
+        """What `rowinv_steps.layer_back` takes of the down projection, where it can take it: no bias, on the kernel,
+        and its stream-row adapter (if any) fp32 on the kernel; else None."""
+        base = down.base if type(down).__name__ == "StreamRowLoRA" else down
+        part = _kernel_part(base)
+        if part is None:
+            return None
+        if base is down:
+            return rowinv_steps.BackLinear(part, None)
+        a, b = down.lora_A, down.lora_B
+        if not all(isinstance(m, rowinv.RowInvariantLinear) and m.bias is None and m.weight.dtype is torch.float32
+                   and m.weight.is_contiguous() for m in (a, b)):
+            return None
+        return rowinv_steps.BackLinear(part, (a.weight, b.weight, a.out_features, down.state))
 
     def usable(self) -> bool:
         """The modules would add nothing: no gradients, no hooks (attention capture adds one)."""
@@ -186,8 +210,12 @@ class DirectStep:
         if adapters is not None:  # stream rows n_main.. get the row adapters' deltas (StreamRowLoRA)
             n = adapters[2].n_main
             adapters = (adapters[0], adapters[1], q if n is None else min(n, q))
-        return rowinv_steps.layer_front(h, f.norms, f.eps, f.linears, self.heads, self.kv_heads, pe, where, kernel[1][0],
-                                        self.scaling, adapters)
+        args = (h, f.norms, f.eps, f.linears, self.heads, self.kv_heads, pe, where, kernel[1][0], self.scaling, adapters)
+        if self.whole:  # the layer's output, no gate/up to finish
+            out = rowinv_steps.layer_step(*args, self.back)
+            if out is not None:
+                return out, None
+        return rowinv_steps.layer_front(*args)
 
     def _mlp(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up is None:
@@ -205,8 +233,12 @@ class DirectStep:
         fronted = self._front(h, mask, pe, cache) if self.front is not None else None
         if fronted is not None:  # up to the MLP's activation in one kernel call; the rest as the modules do it
             h, y = fronted
+            if y is None:  # the whole layer (`layer_step`)
+                return h
             (a, b), (c, d) = self.front.slices
-            return h + self.down(self.act(y[..., a:b]) * y[..., c:d])
+            act = self.act(y[..., a:b])
+            out = rowinv_steps.layer_back(h, act, y, c, self.back) if self.back is not None else None
+            return out if out is not None else h + self.down(act * y[..., c:d])
         x = self.norm1(h)
         stored = self._store(x, pe, cache) if self.stores else None
         if stored is not None:
@@ -220,6 +252,11 @@ class DirectStep:
         out, _ = attend(self.attn, q, k, v, mask, dropout=0.0, scaling=self.scaling, position_ids=None, use_cache=False)
         h = h + self.o_proj(out.reshape(*x.shape[:-1], -1).contiguous())
         return h + self._mlp(self.norm2(h))
+
+
+def _is_silu(act) -> bool:
+    """An activation module that is torch's SiLU (nn.SiLU, or transformers' SiLUActivation, which calls it)."""
+    return isinstance(act, nn.SiLU) or (type(act).__name__ == "SiLUActivation" and type(act).__module__.startswith("transformers"))
 
 
 def lora_weights(adapters: list[nn.Module], count: int):

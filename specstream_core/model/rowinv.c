@@ -196,6 +196,8 @@ DEFINE_KERNEL(BLOCKED_LOOP, linear_bf16b, uint16_t, load_bf16)
 #define vmul _mm512_mul_ps
 #define vadd _mm512_add_ps
 #define vsub _mm512_sub_ps
+#define vdiv _mm512_div_ps
+#define vneg(v) _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), _mm512_set1_epi32((int)0x80000000)))
 #define vset1 _mm512_set1_ps
 #define vmax _mm512_max_ps
 static inline vec vexp2i(vec n) { /* 2^n for integral n in [-126, 127] */
@@ -203,10 +205,13 @@ static inline vec vexp2i(vec n) { /* 2^n for integral n in [-126, 127] */
 }
 static inline vec vround(vec x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 static inline void store_x(float *y, vec v, int n) { _mm512_mask_storeu_ps(y, lanes(n), v); }
+static inline vec first_lanes(vec v, int n) { return _mm512_maskz_mov_ps(lanes(n), v); } /* the rest zero */
 #else
 #define vmul _mm256_mul_ps
 #define vadd _mm256_add_ps
 #define vsub _mm256_sub_ps
+#define vdiv _mm256_div_ps
+#define vneg(v) _mm256_xor_ps((v), _mm256_set1_ps(-0.0f))
 #define vset1 _mm256_set1_ps
 #define vmax _mm256_max_ps
 static inline vec vexp2i(vec n) {
@@ -216,6 +221,7 @@ static inline vec vround(vec x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEARES
 static inline void store_x(float *y, vec v, int n) {
   if (n == LANES) _mm256_storeu_ps(y, v); else _mm256_maskstore_ps(y, lanes(n), v);
 }
+static inline vec first_lanes(vec v, int n) { return _mm256_and_ps(v, _mm256_castsi256_ps(lanes(n))); } /* the rest zero */
 #endif
 
 static inline float hsum(vec v) { /* fold, then ((l0 + l2) + (l1 + l3)) */
@@ -240,42 +246,119 @@ static inline vec vexp(vec x) { /* e^x for x <= 0 (Cephes' expf polynomial), lan
 }
 
 #define MAX_D 512
-static void attend_one(const float *q, const float *k, int64_t k_sr, const float *v, int64_t v_sr, int64_t D,
-                       int64_t count, const int64_t *keys, float scaling, float *s, float *out) {
-  /* scores: 4 keys at a time through total4, the missing ones reading key 0 again (not kept) */
-  for (int64_t j0 = 0; j0 < count; j0 += 4) {
-    const float *kp[4];
-    for (int t = 0; t < 4; t++) {
-      int64_t j = j0 + t < count ? j0 + t : j0;
-      kp[t] = k + (keys ? keys[j] : j) * k_sr;
+#if defined(__AVX512F__)
+/* 16 vectors -> one whose lane j is the sum of v[j]'s lanes, in one fixed order for every j: the halves
+ * (l + l+8), then quarters, then pairs within a quarter (a tree of 30 shuffles and 15 adds for 16 sums,
+ * against a fold and a 4 x 4 transpose for every 4). The tree leaves lane 4r + t holding v[4t + r]'s sum;
+ * one permute puts them in order. */
+static inline vec total16(const vec v[16]) {
+  vec s[8], u[4], w[2];
+  UNROLLED for (int i = 0; i < 8; i++)
+    s[i] = vadd(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44), _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+  UNROLLED for (int i = 0; i < 4; i++)
+    u[i] = vadd(_mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], 0x88), _mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], 0xDD));
+  UNROLLED for (int i = 0; i < 2; i++)
+    w[i] = vadd(_mm512_shuffle_ps(u[2 * i], u[2 * i + 1], 0x88), _mm512_shuffle_ps(u[2 * i], u[2 * i + 1], 0xDD));
+  vec t = vadd(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xDD));
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), t);
+}
+#define KEYS_A_BLOCK 16
+/* s[j0 .. j0 + 16) = scaling * q . k_j (q as NV vectors along d, qv): one key at a time, its products added
+ * along d in order from zero, then total16 for the 16 keys; keys past count read key j0 again and are not
+ * kept. A compile-time NV unrolls the products, so only the 16 sums and q stay in registers. */
+static inline __attribute__((always_inline)) void score_block(const vec *qv, const float *k, int64_t k_sr, int64_t D,
+                                                               int64_t j0, int64_t count, const int64_t *keys,
+                                                               float scaling, float *s, const int64_t NV) {
+  vec acc[16];
+  _Pragma("GCC unroll 16") for (int t = 0; t < 16; t++) {
+    int64_t j = j0 + t < count ? j0 + t : j0;
+    const float *kp = k + (keys ? keys[j] : j) * k_sr;
+    vec a = vzero();
+    UNROLLED for (int64_t c = 0; c < NV; c++) {
+      int n = D - c * LANES < LANES ? (int)(D - c * LANES) : LANES;
+      a = vfmadd(qv[c], load_x(kp + c * LANES, n), a);
     }
-    vec a0 = vzero(), a1 = vzero(), a2 = vzero(), a3 = vzero(); /* even steps of d */
-    vec b0 = vzero(), b1 = vzero(), b2 = vzero(), b3 = vzero(); /* odd steps: two chains per key */
-    int64_t d = 0;
-    for (; d + 2 * LANES <= D; d += 2 * LANES) {
-      vec qa = load_x(q + d, LANES), qb = load_x(q + d + LANES, LANES);
-      a0 = vfmadd(qa, load_x(kp[0] + d, LANES), a0);
-      a1 = vfmadd(qa, load_x(kp[1] + d, LANES), a1);
-      a2 = vfmadd(qa, load_x(kp[2] + d, LANES), a2);
-      a3 = vfmadd(qa, load_x(kp[3] + d, LANES), a3);
-      b0 = vfmadd(qb, load_x(kp[0] + d + LANES, LANES), b0);
-      b1 = vfmadd(qb, load_x(kp[1] + d + LANES, LANES), b1);
-      b2 = vfmadd(qb, load_x(kp[2] + d + LANES, LANES), b2);
-      b3 = vfmadd(qb, load_x(kp[3] + d + LANES, LANES), b3);
-    }
-    for (; d < D; d += LANES) {
-      int n = D - d < LANES ? (int)(D - d) : LANES;
-      vec qv = load_x(q + d, n);
-      a0 = vfmadd(qv, load_x(kp[0] + d, n), a0);
-      a1 = vfmadd(qv, load_x(kp[1] + d, n), a1);
-      a2 = vfmadd(qv, load_x(kp[2] + d, n), a2);
-      a3 = vfmadd(qv, load_x(kp[3] + d, n), a3);
-    }
-    a0 = vadd(a0, b0), a1 = vadd(a1, b1), a2 = vadd(a2, b2), a3 = vadd(a3, b3);
-    float t4[4];
-    _mm_storeu_ps(t4, total4(a0, a1, a2, a3));
-    for (int t = 0; t < 4 && j0 + t < count; t++) s[j0 + t] = t4[t] * scaling;
+    acc[t] = a;
   }
+  int m = count - j0 < 16 ? (int)(count - j0) : 16;
+  store_x(s + j0, vmul(total16(acc), vset1(scaling)), m);
+}
+#else
+#define KEYS_A_BLOCK 4
+/* s[j0 .. j0 + 4) = scaling * q . k_j through total4, the missing keys reading key j0 again (not kept) */
+static inline __attribute__((always_inline)) void score_block(const vec *qv, const float *k, int64_t k_sr, int64_t D,
+                                                               int64_t j0, int64_t count, const int64_t *keys,
+                                                               float scaling, float *s, const int64_t NV) {
+  const float *q = (const float *)qv; /* AVX2: q as it lies in memory */
+  (void)NV;
+  const float *kp[4];
+  for (int t = 0; t < 4; t++) {
+    int64_t j = j0 + t < count ? j0 + t : j0;
+    kp[t] = k + (keys ? keys[j] : j) * k_sr;
+  }
+  vec a0 = vzero(), a1 = vzero(), a2 = vzero(), a3 = vzero(); /* even steps of d */
+  vec b0 = vzero(), b1 = vzero(), b2 = vzero(), b3 = vzero(); /* odd steps: two chains per key */
+  int64_t d = 0;
+  for (; d + 2 * LANES <= D; d += 2 * LANES) {
+    vec qa = load_x(q + d, LANES), qb = load_x(q + d + LANES, LANES);
+    a0 = vfmadd(qa, load_x(kp[0] + d, LANES), a0);
+    a1 = vfmadd(qa, load_x(kp[1] + d, LANES), a1);
+    a2 = vfmadd(qa, load_x(kp[2] + d, LANES), a2);
+    a3 = vfmadd(qa, load_x(kp[3] + d, LANES), a3);
+    b0 = vfmadd(qb, load_x(kp[0] + d + LANES, LANES), b0);
+    b1 = vfmadd(qb, load_x(kp[1] + d + LANES, LANES), b1);
+    b2 = vfmadd(qb, load_x(kp[2] + d + LANES, LANES), b2);
+    b3 = vfmadd(qb, load_x(kp[3] + d + LANES, LANES), b3);
+  }
+  for (; d < D; d += LANES) {
+    int n = D - d < LANES ? (int)(D - d) : LANES;
+    vec qv = load_x(q + d, n);
+    a0 = vfmadd(qv, load_x(kp[0] + d, n), a0);
+    a1 = vfmadd(qv, load_x(kp[1] + d, n), a1);
+    a2 = vfmadd(qv, load_x(kp[2] + d, n), a2);
+    a3 = vfmadd(qv, load_x(kp[3] + d, n), a3);
+  }
+  a0 = vadd(a0, b0), a1 = vadd(a1, b1), a2 = vadd(a2, b2), a3 = vadd(a3, b3);
+  float t4[4];
+  _mm_storeu_ps(t4, total4(a0, a1, a2, a3));
+  for (int t = 0; t < 4 && j0 + t < count; t++) s[j0 + t] = t4[t] * scaling;
+}
+#endif
+
+/* out += the weighted values: even keys into one set of accumulators and odd keys into another (two FMA
+ * chains a vector, so the FMAs' latency overlaps), the two sets added at the end. NV vectors along d; a
+ * compile-time NV keeps the accumulators in registers. */
+static inline __attribute__((always_inline)) void weigh_values(const float *s, const float *v, int64_t v_sr,
+                                                                int64_t D, int64_t count, const int64_t *keys,
+                                                                float inv, float *out, const int64_t NV) {
+  vec a[MAX_D / LANES], b[MAX_D / LANES];
+  UNROLLED for (int64_t c = 0; c < NV; c++) a[c] = vzero(), b[c] = vzero();
+  int64_t j = 0;
+  for (; j + 1 < count; j += 2) {
+    vec p = vset1(s[j]), r = vset1(s[j + 1]);
+    const float *vp = v + (keys ? keys[j] : j) * v_sr, *vr = v + (keys ? keys[j + 1] : j + 1) * v_sr;
+    UNROLLED for (int64_t c = 0; c < NV; c++) {
+      int n = D - c * LANES < LANES ? (int)(D - c * LANES) : LANES;
+      a[c] = vfmadd(p, load_x(vp + c * LANES, n), a[c]);
+      b[c] = vfmadd(r, load_x(vr + c * LANES, n), b[c]);
+    }
+  }
+  if (j < count) {
+    vec p = vset1(s[j]);
+    const float *vp = v + (keys ? keys[j] : j) * v_sr;
+    UNROLLED for (int64_t c = 0; c < NV; c++) {
+      int n = D - c * LANES < LANES ? (int)(D - c * LANES) : LANES;
+      a[c] = vfmadd(p, load_x(vp + c * LANES, n), a[c]);
+    }
+  }
+  UNROLLED for (int64_t c = 0; c < NV; c++) {
+    int n = D - c * LANES < LANES ? (int)(D - c * LANES) : LANES;
+    store_x(out + c * LANES, vmul(vadd(a[c], b[c]), vset1(inv)), n);
+  }
+}
+
+/* s[0 .. count) := e^(s - max s); returns their sum, lane-wise then hsum (pad lanes zero). */
+static inline float softmax_in_place(float *s, int64_t count) {
   vec mv = vset1(s[0]); /* the largest score (exact in any order) */
   int64_t j = 0;
   for (; j + LANES <= count; j += LANES) mv = vmax(mv, load_x(s + j, LANES));
@@ -287,30 +370,90 @@ static void attend_one(const float *q, const float *k, int64_t k_sr, const float
   for (j = 0; j < count; j += LANES) { /* s := e^(s - m), summed lane-wise, pad lanes zero */
     int n = count - j < LANES ? (int)(count - j) : LANES;
     vec e = vexp(vsub(load_x(s + j, n), vset1(m)));
-    if (n < LANES) {
-      float buf[LANES] = {0};
-      store_x(buf, e, n);
-      e = load_x(buf, LANES);
-    }
+    if (n < LANES) e = first_lanes(e, n); /* pad lanes: zero */
     store_x(s + j, e, n);
     total = vadd(total, e);
   }
-  float inv = 1.0f / hsum(total);
-  vec acc[MAX_D / LANES];
+  return hsum(total);
+}
+
+static inline __attribute__((always_inline)) void attend_nv(const float *q, const float *k, int64_t k_sr,
+                                                             const float *v, int64_t v_sr, int64_t D, int64_t count,
+                                                             const int64_t *keys, float scaling, float *s, float *out,
+                                                             const int64_t NV) {
+#if defined(__AVX512F__)
+  vec qv[MAX_D / LANES];
+  UNROLLED for (int64_t c = 0; c < NV; c++) qv[c] = load_x(q + c * LANES, D - c * LANES < LANES ? (int)(D - c * LANES) : LANES);
+#else
+  const vec *qv = (const vec *)q;
+#endif
+  for (int64_t j0 = 0; j0 < count; j0 += KEYS_A_BLOCK) score_block(qv, k, k_sr, D, j0, count, keys, scaling, s, NV);
+  weigh_values(s, v, v_sr, D, count, keys, 1.0f / softmax_in_place(s, count), out, NV);
+}
+
+/* One (row, head): the scores of its keys, their softmax, the weighted values; D along NV vectors (64- and
+ * 128-wide heads get their own unrolled copies). */
+static void attend_one(const float *q, const float *k, int64_t k_sr, const float *v, int64_t v_sr, int64_t D,
+                       int64_t count, const int64_t *keys, float scaling, float *s, float *out) {
   int64_t nv = (D + LANES - 1) / LANES;
-  for (int64_t c = 0; c < nv; c++) acc[c] = vzero();
-  for (j = 0; j < count; j++) {
-    vec p = vset1(s[j]);
+  if (nv == 64 / LANES) attend_nv(q, k, k_sr, v, v_sr, D, count, keys, scaling, s, out, 64 / LANES);
+  else if (nv == 128 / LANES) attend_nv(q, k, k_sr, v, v_sr, D, count, keys, scaling, s, out, 128 / LANES);
+  else attend_nv(q, k, k_sr, v, v_sr, D, count, keys, scaling, s, out, nv);
+}
+
+/* The G query heads of one row that share a key/value head (grouped-query attention), together: a block of 16
+ * keys is scored for every head while it sits in L1, and each value vector is read once for all G heads, so
+ * the keys and values stream from L2 once a row instead of once a head. Each head's scores are summed as
+ * score_block sums them; its weighted values in one chain a vector, key by key. G * NV accumulators in
+ * registers: compile-time G and NV. A head's result depends only on its own query and keys. */
+static inline __attribute__((always_inline)) void attend_heads(const float *q, int64_t q_sh, const float *k, int64_t k_sr,
+                                                                const float *v, int64_t v_sr, int64_t D, int64_t count,
+                                                                const int64_t *keys, float scaling, float *s,
+                                                                int64_t s_stride, float *out, const int G,
+                                                                const int64_t NV) {
+  for (int64_t j0 = 0; j0 < count; j0 += KEYS_A_BLOCK)
+    for (int h = 0; h < G; h++) {
+#if defined(__AVX512F__)
+      vec qv[MAX_D / LANES];
+      UNROLLED for (int64_t c = 0; c < NV; c++)
+        qv[c] = load_x(q + h * q_sh + c * LANES, D - c * LANES < LANES ? (int)(D - c * LANES) : LANES);
+#else
+      const vec *qv = (const vec *)(q + h * q_sh);
+#endif
+      score_block(qv, k, k_sr, D, j0, count, keys, scaling, s + h * s_stride, NV);
+    }
+  float inv[4]; /* fixed sizes (G <= 4, NV <= 8): a variable-length array would keep the sums in memory */
+  for (int h = 0; h < G; h++) inv[h] = 1.0f / softmax_in_place(s + h * s_stride, count);
+  vec a[4][8];
+  UNROLLED for (int h = 0; h < G; h++)
+    UNROLLED for (int64_t c = 0; c < NV; c++) a[h][c] = vzero();
+  for (int64_t j = 0; j < count; j++) {
     const float *vp = v + (keys ? keys[j] : j) * v_sr;
-    for (int64_t c = 0; c < nv; c++) {
-      int n = D - c * LANES < LANES ? (int)(D - c * LANES) : LANES;
-      acc[c] = vfmadd(p, load_x(vp + c * LANES, n), acc[c]);
+    vec vv[8];
+    UNROLLED for (int64_t c = 0; c < NV; c++) vv[c] = load_x(vp + c * LANES, D - c * LANES < LANES ? (int)(D - c * LANES) : LANES);
+    UNROLLED for (int h = 0; h < G; h++) {
+      vec p = vset1(s[h * s_stride + j]);
+      UNROLLED for (int64_t c = 0; c < NV; c++) a[h][c] = vfmadd(p, vv[c], a[h][c]);
     }
   }
-  for (int64_t c = 0; c < nv; c++) {
-    int n = D - c * LANES < LANES ? (int)(D - c * LANES) : LANES;
-    store_x(out + c * LANES, vmul(acc[c], vset1(inv)), n);
-  }
+  UNROLLED for (int h = 0; h < G; h++)
+    UNROLLED for (int64_t c = 0; c < NV; c++)
+      store_x(out + h * D + c * LANES, vmul(a[h][c], vset1(inv[h])), D - c * LANES < LANES ? (int)(D - c * LANES) : LANES);
+}
+
+/* The G heads at q (stride q_sh) of one row, grouped where a compiled shape fits (AVX-512: 2 to 4 heads of 64,
+ * 2 of 128), else one at a time. Which path a model takes depends only on its shapes. */
+static void attend_row_group(const float *q, int64_t q_sh, const float *k, int64_t k_sr, const float *v, int64_t v_sr,
+                             int64_t D, int64_t count, const int64_t *keys, float scaling, float *s, int64_t s_stride,
+                             float *out, int64_t G) {
+  int64_t nv = (D + LANES - 1) / LANES;
+#define GROUPED(g, n) if (G == (g) && nv == (n) * 16 / LANES) { \
+    attend_heads(q, q_sh, k, k_sr, v, v_sr, D, count, keys, scaling, s, s_stride, out, g, (n) * 16 / LANES); return; }
+#if defined(__AVX512F__) /* AVX2's 16 registers hold no group's sums */
+  GROUPED(2, 4) GROUPED(3, 4) GROUPED(4, 4) GROUPED(2, 8)
+#endif
+#undef GROUPED
+  for (int64_t h = 0; h < G; h++) attend_one(q + h * q_sh, k, k_sr, v, v_sr, D, count, keys, scaling, s, out + h * D);
 }
 
 /* q: rows x heads with strides (q_sr, q_sh) in floats, last dim contiguous; k, v likewise per key and
@@ -324,20 +467,20 @@ int attend_f32(const float *q, int64_t q_sr, int64_t q_sh, const float *k, int64
   for (int64_t i = 0; i < rows; i++) most = spec[2 * i] > most ? spec[2 * i] : most;
   int failed = 0;
   _Pragma("omp parallel num_threads(threads)") {
-    float *s = malloc((size_t)(most + LANES) * sizeof(float));
+    float *s = malloc((size_t)((most + LANES) * (Hq / Hkv)) * sizeof(float)); /* scores of a group's heads */
     if (!s) failed = 1;
-    _Pragma("omp for schedule(static)") for (int64_t t = 0; t < rows * Hq; t++) {
+    _Pragma("omp for schedule(static)") for (int64_t t = 0; t < rows * Hkv; t++) {
       if (!s) continue;
       /* by key/value head, then row: one head's keys stay in cache while every row reads them */
-      int64_t group = Hq / Hkv, g = t / (rows * group), i = t / group % rows, h = g * group + t % group;
+      int64_t group = Hq / Hkv, g = t / rows, i = t % rows, h = g * group;
       int64_t count = spec[2 * i];
       const int64_t *kl = spec[2 * i + 1] < 0 ? NULL : keys + spec[2 * i + 1];
       if (count == 0) {
-        memset(out + (i * Hq + h) * D, 0, (size_t)D * sizeof(float));
+        memset(out + (i * Hq + h) * D, 0, (size_t)(group * D) * sizeof(float));
         continue;
       }
-      attend_one(q + i * q_sr + h * q_sh, k + g * k_sh, k_sr, v + g * v_sh, v_sr, D, count, kl, scaling, s,
-                 out + (i * Hq + h) * D);
+      attend_row_group(q + i * q_sr + h * q_sh, q_sh, k + g * k_sh, k_sr, v + g * v_sh, v_sr, D, count, kl, scaling, s,
+                       most + LANES, out + (i * Hq + h) * D, group);
     }
     free(s);
   }
@@ -775,6 +918,79 @@ int layer_front(const float *h, int64_t q, int64_t d, const float *w1, const flo
   return failed ? -1 : 0;
 }
 
+/* ---- A decoding step's layer after its MLP's activation ---------------------------------------------------
+ * out = h2 + down(a * up) for rows q, as the modules compute it after layer_front: the activation's output a
+ * [q, I] times the up projection's columns (up, row stride ld_up) element by element, the down projection
+ * (lin: kind, w, dm, d outputs), its stream-row adapter's delta added to rows n_main.. (lora_A [r, I], lora_B
+ * [d, r], or NULL: StreamRowLoRA's adds), then the residual. Each product and sum is the one the torch ops
+ * make, so the same numbers; one call instead of ~5 Python-level operations. Returns 0, or -1 (no memory). */
+int layer_back(const float *h2, const float *a, const float *up, int64_t ld_up, int64_t q, int64_t I, int64_t d,
+               int kind, const void *w, const float *dm, const float *lora_A, const float *lora_B, int64_t rank,
+               int64_t n_main, float *out, int threads) {
+  float *m = malloc((size_t)(q * I) * sizeof(float)), *y = malloc((size_t)(q * d) * sizeof(float));
+  int failed = !m || !y;
+  if (!failed) {
+    for (int64_t i = 0; i < q; i++)
+      for (int64_t j = 0; j < I; j++) m[i * I + j] = a[i * I + j] * up[i * ld_up + j];
+    failed = lin(kind, w, dm, m, q, I, d, y, d, threads);
+    if (!failed && lora_A && n_main < q) failed = lora_add(m, q, n_main, I, lora_A, lora_B, rank, y, d, d, threads);
+    if (!failed)
+      for (int64_t i = 0; i < q * d; i++) out[i] = h2[i] + y[i];
+  }
+  free(m), free(y);
+  return failed ? -1 : 0;
+}
+
+/* ---- torch's SiLU, and a whole layer's step -------------------------------------------------------------
+ * y = x / (1 + e^-x) for rows q of n values (x's row stride ld, y contiguous), as torch's CPU silu kernel
+ * computes it: along each row two vectors at a time through torch's own vector exp (`expv`: the Sleef function
+ * its Vectorized<float>::exp calls, passed in from the loaded library), the rest one value at a time through
+ * expf, as its scalar loop does. The same operations in the same order, so the same bits (checked at binding). */
+typedef vec (*vexp_fn)(vec);
+void silu_rows(const float *x, int64_t ld, int64_t q, int64_t n, float *y, const void *expv) {
+  vexp_fn e = (vexp_fn)expv;
+  for (int64_t i = 0; i < q; i++) {
+    const float *r = x + i * ld;
+    float *o = y + i * n;
+    int64_t j = 0;
+    for (; j + 2 * LANES <= n; j += 2 * LANES)
+      for (int h = 0; h < 2; h++) {
+        vec v = load_x(r + j + h * LANES, LANES);
+        store_x(o + j + h * LANES, vdiv(v, vadd(vset1(1.0f), e(vneg(v)))), LANES);
+      }
+    for (; j < n; j++) o[j] = r[j] / (1.0f + expf(-r[j]));
+  }
+}
+
+/* One sequence's decoding step through a whole Llama-form layer: layer_front (same arguments), SiLU on gate's
+ * columns of its gate/up output (silu_rows), then layer_back with the down projection (down_kind, down_w,
+ * down_dm; its stream-row adapter down_A, down_B of the front's rank and rows, or NULL). out [q, d]: the
+ * layer's output. 0, or -1 (no memory, a head over MAX_D). */
+int layer_step(const float *h, int64_t q, int64_t d, const float *w1, const float *w2, float eps, int64_t n_qkv_parts,
+               int64_t n_gu_parts, const int *kind, const void *const *w, const float *const *dm, const int64_t *n,
+               int64_t H, int64_t Hkv, int64_t D, const float *cos, const float *sin, float *k_cache, float *v_cache,
+               int64_t cap, int64_t start, const int64_t *spec, const int64_t *keys, float scaling,
+               const float *const *lora, int64_t rank, int64_t n_main, int down_kind, const void *down_w,
+               const float *down_dm, const float *down_A, const float *down_B, const void *expv, float *out,
+               int threads) {
+  int64_t n_gu = 0, o_at = n_qkv_parts;
+  for (int64_t i = 0; i < n_gu_parts; i++) n_gu += n[o_at + 1 + i];
+  int64_t I = n_gu / 2;
+  float *h2 = malloc((size_t)(q * d) * sizeof(float)), *gu = malloc((size_t)(q * n_gu) * sizeof(float));
+  float *act = malloc((size_t)(q * I) * sizeof(float));
+  int failed = !h2 || !gu || !act;
+  if (!failed)
+    failed = layer_front(h, q, d, w1, w2, eps, n_qkv_parts, n_gu_parts, kind, w, dm, n, H, Hkv, D, cos, sin, k_cache,
+                         v_cache, cap, start, spec, keys, scaling, h2, gu, lora, rank, n_main, threads);
+  if (!failed) {
+    silu_rows(gu, n_gu, q, I, act, expv);
+    failed = layer_back(h2, act, gu + I, n_gu, q, I, d, down_kind, down_w, down_dm, lora ? down_A : NULL, down_B, rank,
+                        lora ? n_main : q, out, threads);
+  }
+  free(h2), free(gu), free(act);
+  return failed ? -1 : 0;
+}
+
 /* ---- The arithmetic roof ----------------------------------------------------------------------------
  * n steps of 12 independent chains of vector FMAs (enough to keep every FMA unit busy through its latency):
  * timed by the caller, 12 n LANES fused multiply-adds. What this core's vector units can do at most, which
@@ -790,5 +1006,5 @@ float fma_burn(int64_t n) {
   return total;
 }
 
-int rowinv_abi(void) { return 13; }
+int rowinv_abi(void) { return 14; }
 int rowinv_lanes(void) { return LANES; }

@@ -1,11 +1,14 @@
 """The row-invariant kernel's fused steps (rowinv.c), for direct layer steps (`direct_layers`): a layer's RoPE
 and cache write in one call (`rope_store`), and a single sequence's decoding step through a Llama-form layer
-on fp32, bf16 or 4-bit Linears up to its MLP's activation in one call (`layer_front`). Each computes what the modules'
-own calls compute, bit for bit (tests/test_direct_layers.py)."""
+on fp32, bf16 or 4-bit Linears up to its MLP's activation in one call (`layer_front`), and the rest after the
+activation in another (`layer_back`). Each computes what the modules' own calls compute, bit for bit
+(tests/test_direct_layers.py)."""
 
 from __future__ import annotations
 
 import ctypes
+import os
+from typing import NamedTuple
 
 import torch
 
@@ -77,3 +80,91 @@ def layer_front(h: torch.Tensor, norms: tuple[torch.Tensor, torch.Tensor], eps: 
                              spec.data_ptr(), keys.data_ptr(), scaling, h2.data_ptr(), gu.data_ptr(),
                              *(adapters if adapters is not None else (None, 0, q)), torch.get_num_threads())
     return None if failed else (h2, gu)
+
+
+class BackLinear(NamedTuple):
+    """A layer's down projection as `layer_back` takes it: (kind, weight, scales or None, outputs) as in
+    `FrontLinears`, and its stream-row adapter (A and B weights, rank, row state) or None."""
+    part: tuple
+    lora: tuple | None
+
+
+_typed = None  # the kernel once layer_back, layer_step and silu_rows are typed
+_exp: list = []  # [address of torch's vector exp for silu_rows, or None], found once
+
+
+def _library():
+    global _typed
+    if _typed is None:
+        lib, i64, ptr = rowinv.library(), ctypes.c_int64, ctypes.c_void_p
+        lib.layer_back.argtypes = [ptr, ptr, ptr, i64, i64, i64, i64, ctypes.c_int, ptr, ptr, ptr, ptr, i64, i64, ptr,
+                                   ctypes.c_int]
+        lib.layer_step.argtypes = (lib.layer_front.argtypes[:23] + [ctypes.c_float, ptr, i64, i64, ctypes.c_int, ptr, ptr,
+                                                                    ptr, ptr, ptr, ptr, ctypes.c_int])
+        lib.layer_back.restype = lib.layer_step.restype = ctypes.c_int
+        lib.silu_rows.argtypes, lib.silu_rows.restype = [ptr, i64, i64, i64, ptr, ptr], None
+        _typed = lib
+    return _typed
+
+
+def silu_exp() -> int | None:
+    """The address of the vector exp torch's CPU SiLU calls (Sleef's, exported by libtorch_cpu), for the kernel's
+    `silu_rows` to compute torch's SiLU bit for bit: where torch runs the vector width of the kernel's build
+    (AVX-512: 16 lanes, AVX2: 8); else None (the module's own SiLU then runs)."""
+    if not _exp:
+        lanes = rowinv.library().rowinv_lanes() if rowinv.available() else 0
+        name = {("AVX512", 16): "Sleef_expf16_u10", ("AVX2", 8): "Sleef_expf8_u10"}.get(
+            (torch.backends.cpu.get_cpu_capability(), lanes))
+        try:
+            lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
+            _exp.append(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value if name else None)
+        except (OSError, AttributeError):
+            _exp.append(None)
+    return _exp[0]
+
+
+def layer_back(h2: torch.Tensor, act: torch.Tensor, gu: torch.Tensor, up_at: int, down: BackLinear) -> torch.Tensor | None:
+    """h2 + down(act * up) for one sequence's decoding step, in one kernel call (rowinv.c's layer_back: the
+    product, the down call, its stream-row adapter's delta on the stream rows, the residual add, each as the
+    modules compute it). h2 [1, q, d] (`layer_front`'s), act [1, q, I] (the activation of gate's columns),
+    gu: `layer_front`'s gate/up output, whose up columns start at up_at. Returns the layer's output, or None
+    where the kernel declined."""
+    lib = _library()
+    _, q, d = h2.shape
+    kind, w, dm, n = down.part
+    if not act.is_contiguous():
+        act = act.contiguous()
+    a_w = b_w = None
+    rank, n_main = 0, q
+    if down.lora is not None:
+        a, b, rank, state = down.lora
+        a_w, b_w = a.data_ptr(), b.data_ptr()
+        n_main = q if state.n_main is None else min(state.n_main, q)
+    out = torch.empty(1, q, n)
+    failed = lib.layer_back(h2.data_ptr(), act.data_ptr(), gu.data_ptr() + up_at * gu.element_size(), gu.shape[-1], q,
+                            act.shape[-1], d, kind, w.data_ptr(), None if dm is None else dm.data_ptr(), a_w, b_w, rank,
+                            n_main, out.data_ptr(), torch.get_num_threads())
+    return None if failed else out
+
+
+def layer_step(h: torch.Tensor, norms: tuple[torch.Tensor, torch.Tensor], eps: float, linears: FrontLinears,
+               heads: int, kv_heads: int, pe, cache_slots, attention: tuple[torch.Tensor, torch.Tensor], scaling: float,
+               adapters, down: BackLinear) -> torch.Tensor | None:
+    """One sequence's decoding step through a whole Llama-form layer whose MLP activation is SiLU, in one kernel
+    call (rowinv.c's layer_step): `layer_front`, torch's SiLU (`silu_exp`), `layer_back`. Arguments as theirs;
+    returns the layer's output, or None where the kernel declined."""
+    lib = _library()
+    _, q, d = h.shape
+    head_dim = linears.n_qkv // (heads + 2 * kv_heads)
+    k_buf, v_buf, start, _ = cache_slots
+    out = torch.empty(1, q, d)
+    (cos, sin), (spec, keys) = pe, attention
+    kind, w, dm, _ = down.part
+    a_w, b_w = (down.lora[0].data_ptr(), down.lora[1].data_ptr()) if down.lora is not None else (None, None)
+    failed = lib.layer_step(h.data_ptr(), q, d, norms[0].data_ptr(), norms[1].data_ptr(), eps, *linears.counts,
+                            linears.kind, linears.weight, linears.scales, linears.n, heads, kv_heads, head_dim,
+                            cos.data_ptr(), sin.data_ptr(), k_buf.data_ptr(), v_buf.data_ptr(), k_buf.shape[2], start,
+                            spec.data_ptr(), keys.data_ptr(), scaling, *(adapters if adapters is not None else (None, 0, q)),
+                            kind, w.data_ptr(), None if dm is None else dm.data_ptr(), a_w, b_w, silu_exp(),
+                            out.data_ptr(), torch.get_num_threads())
+    return None if failed else out
