@@ -43,33 +43,46 @@ def _decode(engine) -> list:
 
 
 @needs_kernel
-@pytest.mark.parametrize("family,precision", [("llama", "fp32"), ("qwen2", "fp32"), ("mistral", "fp32"),
-                                              ("llama", "bf16"), ("llama", "int4")])
-def test_direct_steps_compute_what_the_modules_compute(family, precision, monkeypatch):
+@pytest.mark.parametrize("family,precision,calls", [("llama", "fp32", "stack"), ("qwen2", "fp32", "stack"),
+                                                    ("mistral", "fp32", "stack"), ("llama", "bf16", "stack"),
+                                                    ("llama", "int4", "stack"), ("llama", "fp32", "layer"),
+                                                    ("llama", "int4", "front+back")])
+def test_direct_steps_compute_what_the_modules_compute(family, precision, calls, monkeypatch):
     """Bound on every layer (stream layers and their adapters too); a prompt and a speculative step give the
     same tensors, and decodings the same tokens, with the steps and without them. On Llama (whose RoPE is
     the one the kernel computes: transformers' Mistral and Qwen2 keep their own copies) every layer, the stream
-    layers with their row adapters too, takes a single sequence's steps in one kernel call
-    (`rowinv_steps.layer_front`): over fp32 or bf16 weights (q, k, v and gate, up one call each) or 4-bit ones
-    (q/k/v and gate/up fused)."""
+    layers with their row adapters too, takes a single sequence's steps in kernel calls: a step's run of layers
+    in one (`rowinv_steps.layer_stack`, where the kernel computes torch's SiLU), else a layer in one
+    (`layer_step`), else up to the activation and after it (`layer_front`, `layer_back`); over fp32 or bf16
+    weights (q, k, v and gate, up one call each) or 4-bit ones (q/k/v and gate/up fused)."""
+    whole = rowinv_steps.silu_exp() is not None
+    if calls != "front+back" and not whole:
+        pytest.skip("torch runs another vector width than the kernel's build here: no whole-layer calls")
+    if calls != "stack":
+        monkeypatch.setattr(direct_layers, "run_stack", lambda *a: None)
     engine = _engine(family, precision)
-    calls = {"front": [], "back": []}  # the layer front's calls; the down projections', with their adapter or not
-    front, back, step = rowinv_steps.layer_front, rowinv_steps.layer_back, rowinv_steps.layer_step
-    monkeypatch.setattr(rowinv_steps, "layer_front", lambda *a, **k: calls["front"].append(1) or front(*a, **k))
-    monkeypatch.setattr(rowinv_steps, "layer_back", lambda *a: calls["back"].append(a[-1].lora is not None) or back(*a))
-    monkeypatch.setattr(rowinv_steps, "layer_step", lambda *a: (calls["front"].append(1), calls["back"].append(
-        a[-1].lora is not None)) and step(*a))
+    seen = {"front": [], "back": [], "step": [], "stack": []}  # calls; the down projections' with their adapter or not
+    wrap = {"layer_front": lambda f: lambda *a: seen["front"].append(1) or f(*a),
+            "layer_back": lambda f: lambda *a: seen["back"].append(a[-1].lora is not None) or f(*a),
+            "layer_step": lambda f: lambda *a: seen["step"].append(a[-1].lora is not None) or f(*a),
+            "layer_stack": lambda f: lambda *a: seen["stack"].append(1) or f(*a)}
+    for name, w in wrap.items():
+        monkeypatch.setattr(rowinv_steps, name, w(getattr(rowinv_steps, name)))
     fronted = family == "llama"
     with torch.inference_mode():
         assert _bound(engine) == engine.model.config.num_hidden_layers
         steps = [layer.__dict__[compat.DIRECT_STEP] for layer in compat.decoder_layers(engine.model)]
-        assert [s.front is not None for s in steps] == [fronted] * 4
-        assert [s.back is not None for s in steps] == [fronted] * 4
-        if rowinv_steps.silu_exp() is not None:  # torch's SiLU in the kernel: the whole layer one call
-            assert [s.whole for s in steps] == [fronted] * 4
+        assert [s.front is not None for s in steps] == [s.back is not None for s in steps] == [fronted] * 4
+        assert [s.whole for s in steps] == [fronted and whole] * 4
+        if calls == "front+back":
+            for s in steps:
+                s.whole = False
         direct = _probe(engine), _decode(engine)
-        assert bool(calls["front"]) == fronted
-        assert (set(calls["back"]) == {False, True}) == fronted  # down projections with and without their adapter
+        if calls == "stack":
+            assert bool(seen["stack"]) == fronted
+        else:  # down projections with and without their adapter
+            assert (set(seen["step" if calls == "layer" else "back"]) == {False, True}) == fronted
+            assert bool(seen["front"]) == (fronted and calls == "front+back") and not seen["stack"]
         direct_layers.unbind(compat.decoder_layers(engine.model))
         assert _bound(engine) == 0
         library = _probe(engine), _decode(engine)
@@ -84,12 +97,14 @@ def test_a_step_that_differs_is_never_bound(monkeypatch, precision, part):
     layer front or back) leaves the modules in charge, and says so."""
     if part == "front":
         front = rowinv_steps.layer_front
-        monkeypatch.setattr(rowinv_steps, "layer_step", lambda *a: None)  # declined: the front, then the rest
+        for call in ("layer_step", "layer_stack"):  # declined: the front, then the rest
+            monkeypatch.setattr(rowinv_steps, call, lambda *a: None)
         monkeypatch.setattr(rowinv_steps, "layer_front", lambda *a: (lambda h2, gu: (h2, gu * (1 + 2 ** -20)))(*front(*a)))
     elif part == "back":
         back, step = rowinv_steps.layer_back, rowinv_steps.layer_step
         monkeypatch.setattr(rowinv_steps, "layer_back", lambda *a: back(*a) * (1 + 2 ** -20))
         monkeypatch.setattr(rowinv_steps, "layer_step", lambda *a: step(*a) * (1 + 2 ** -20))
+        monkeypatch.setattr(rowinv_steps, "layer_stack", lambda *a: None)
     else:
         mlp = direct_layers.DirectStep._mlp
         monkeypatch.setattr(direct_layers.DirectStep, "_mlp", lambda self, x: mlp(self, x) * (1 + 2 ** -20))

@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from specstream_core.model import compat, masks
+from specstream_core.model import compat, direct_layers, masks
 from specstream_core.model.streams import StreamParams
 
 
@@ -86,8 +86,7 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Te
         pe = compat.rotary(model, h, q_pos)
         # 3. the multi-stream layers (row adapters act on rows >= n only)
         with streams.rows.streams_after(n):
-            for layer in layers[birth:]:
-                h = compat.run_layer(layer, h, mask, pe, cache)
+            h = run_layers(layers[birth:], h, mask, pe, cache)
         h = compat.final_norm(model, h)
         return ForwardOutput(h[:, :n], h[:, n:].reshape(B, s, gamma, d), keep, rows_bottom, h.shape[1], attention,
                              h_birth, kept)
@@ -98,8 +97,17 @@ def _bottom(model, layers, ids, positions, visible, prefix, cache, window, grad:
     mask = masks.additive_mask(prefix, visible, positions, h.dtype, window)
     pe = compat.rotary(model, h, positions)
     with torch.set_grad_enabled(grad):
-        for layer in layers:
-            h = compat.run_layer(layer, h, mask, pe, cache)
+        return run_layers(layers, h, mask, pe, cache)
+
+
+def run_layers(layers, h: torch.Tensor, mask, pe, cache) -> torch.Tensor:
+    """The layers one after another (`compat.run_layer`), or all in one kernel call where their direct steps can
+    take this step together (`direct_layers.run_stack`: the same numbers)."""
+    out = direct_layers.run_stack(layers, h, mask, pe, cache)
+    if out is not None:
+        return out
+    for layer in layers:
+        h = compat.run_layer(layer, h, mask, pe, cache)
     return h
 
 

@@ -991,6 +991,44 @@ int layer_step(const float *h, int64_t q, int64_t d, const float *w1, const floa
   return failed ? -1 : 0;
 }
 
+/* ---- Consecutive layers in one call ------------------------------------------------------------------------
+ * What layer_step takes of one layer that stays the same from step to step (`rowinv_steps.StackLayer` lays it out
+ * alike), so that a step's run of layers is one call: layer_stack runs layer_step on each in turn, the output of
+ * one the input of the next, with the step's RoPE tables, cache slots, keys and stream rows shared. */
+typedef struct {
+  const float *w1, *w2;
+  float eps;
+  int64_t n_qkv_parts, n_gu_parts;
+  const int *kind;
+  const void *const *w;
+  const float *const *dm;
+  const int64_t *n;
+  const float *const *lora;
+  int64_t rank, down_kind;
+  const void *down_w;
+  const float *down_dm, *down_A, *down_B;
+} layer_args;
+
+int layer_stack(int64_t L, const layer_args *const *layer, float *const *k_caches, float *const *v_caches,
+                const float *h, int64_t q, int64_t d, int64_t H, int64_t Hkv, int64_t D, const float *cos,
+                const float *sin, int64_t cap, int64_t start, const int64_t *spec, const int64_t *keys, float scaling,
+                int64_t n_main, const void *expv, float *out, int threads) {
+  float *buf = malloc((size_t)(q * d) * sizeof(float));
+  int failed = !buf;
+  const float *x = h;
+  for (int64_t l = 0; l < L && !failed; l++) {
+    const layer_args *a = layer[l];
+    float *y = (L - 1 - l) % 2 ? buf : out; /* the last layer writes out; each writes where its input is not */
+    failed = layer_step(x, q, d, a->w1, a->w2, a->eps, a->n_qkv_parts, a->n_gu_parts, a->kind, a->w, a->dm, a->n, H,
+                        Hkv, D, cos, sin, k_caches[l], v_caches[l], cap, start, spec, keys, scaling, a->lora, a->rank,
+                        a->lora ? n_main : q, (int)a->down_kind, a->down_w, a->down_dm, a->down_A, a->down_B, expv, y,
+                        threads);
+    x = y;
+  }
+  free(buf);
+  return failed ? -1 : 0;
+}
+
 /* ---- The arithmetic roof ----------------------------------------------------------------------------
  * n steps of 12 independent chains of vector FMAs (enough to keep every FMA unit busy through its latency):
  * timed by the caller, 12 n LANES fused multiply-adds. What this core's vector units can do at most, which

@@ -89,7 +89,7 @@ class BackLinear(NamedTuple):
     lora: tuple | None
 
 
-_typed = None  # the kernel once layer_back, layer_step and silu_rows are typed
+_typed = None  # the kernel once layer_back, layer_step, layer_stack and silu_rows are typed
 _exp: list = []  # [address of torch's vector exp for silu_rows, or None], found once
 
 
@@ -103,6 +103,9 @@ def _library():
                                                                     ptr, ptr, ptr, ptr, ctypes.c_int])
         lib.layer_back.restype = lib.layer_step.restype = ctypes.c_int
         lib.silu_rows.argtypes, lib.silu_rows.restype = [ptr, i64, i64, i64, ptr, ptr], None
+        lib.layer_stack.argtypes = [i64, ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, ptr, ptr, i64, i64, ptr, ptr,
+                                    ctypes.c_float, i64, ptr, ptr, ctypes.c_int]
+        lib.layer_stack.restype = ctypes.c_int
         _typed = lib
     return _typed
 
@@ -167,4 +170,45 @@ def layer_step(h: torch.Tensor, norms: tuple[torch.Tensor, torch.Tensor], eps: f
                             spec.data_ptr(), keys.data_ptr(), scaling, *(adapters if adapters is not None else (None, 0, q)),
                             kind, w.data_ptr(), None if dm is None else dm.data_ptr(), a_w, b_w, silu_exp(),
                             out.data_ptr(), torch.get_num_threads())
+    return None if failed else out
+
+
+class StackLayer(ctypes.Structure):
+    """What `layer_step` takes of one layer that stays the same from step to step, laid out as rowinv.c's
+    layer_args (for `layer_stack`); the tensors and arrays it points into are kept alive by the layer's step."""
+    _fields_ = [("w1", ctypes.c_void_p), ("w2", ctypes.c_void_p), ("eps", ctypes.c_float),
+                ("n_qkv_parts", ctypes.c_int64), ("n_gu_parts", ctypes.c_int64), ("kind", ctypes.c_void_p),
+                ("w", ctypes.c_void_p), ("dm", ctypes.c_void_p), ("n", ctypes.c_void_p), ("lora", ctypes.c_void_p),
+                ("rank", ctypes.c_int64), ("down_kind", ctypes.c_int64), ("down_w", ctypes.c_void_p),
+                ("down_dm", ctypes.c_void_p), ("down_A", ctypes.c_void_p), ("down_B", ctypes.c_void_p)]
+
+    @classmethod
+    def of(cls, norms, eps: float, linears: FrontLinears, adapters, down: BackLinear) -> "StackLayer":
+        """adapters: `layer_front`'s (pointers, rank, row state) or None."""
+        kind, w, dm, _ = down.part
+        a_w, b_w = (down.lora[0].data_ptr(), down.lora[1].data_ptr()) if down.lora is not None else (None, None)
+        addr = ctypes.addressof
+        return cls(norms[0].data_ptr(), norms[1].data_ptr(), eps, *linears.counts, addr(linears.kind),
+                   addr(linears.weight), addr(linears.scales), addr(linears.n),
+                   None if adapters is None else addr(adapters[0]), 0 if adapters is None else adapters[1], kind,
+                   w.data_ptr(), None if dm is None else dm.data_ptr(), a_w, b_w)
+
+
+def layer_stack(layers, h: torch.Tensor, caches: list, heads: int, kv_heads: int, head_dim: int, pe, start: int,
+                attention: tuple[torch.Tensor, torch.Tensor], scaling: float, n_main: int) -> torch.Tensor | None:
+    """One sequence's decoding step through consecutive whole layers in one kernel call (rowinv.c's layer_stack:
+    `layer_step` on each in turn). layers: a C array of pointers to their `StackLayer`s; caches: each layer's
+    (keys buffer, values buffer) of `KVCache.slots`, all written at slot `start`; pe, attention, scaling as
+    `layer_step` takes them; n_main: the first stream row (for layers with row adapters). Returns the last layer's
+    output, or None where the kernel declined."""
+    lib = _library()
+    _, q, d = h.shape
+    count = len(caches)
+    k_caches = (ctypes.c_void_p * count)(*(k.data_ptr() for k, _ in caches))
+    v_caches = (ctypes.c_void_p * count)(*(v.data_ptr() for _, v in caches))
+    out = torch.empty(1, q, d)
+    (cos, sin), (spec, keys) = pe, attention
+    failed = lib.layer_stack(count, layers, k_caches, v_caches, h.data_ptr(), q, d, heads, kv_heads, head_dim,
+                             cos.data_ptr(), sin.data_ptr(), caches[0][0].shape[2], start, spec.data_ptr(),
+                             keys.data_ptr(), scaling, n_main, silu_exp(), out.data_ptr(), torch.get_num_threads())
     return None if failed else out
