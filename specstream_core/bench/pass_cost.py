@@ -246,8 +246,8 @@ def _parts_table(passes: list[dict]) -> list[str]:
         return []
     lines = ["\nWhere the time goes (the kernel's calls timed over a few more rounds; the rest is torch's per-op "
              "work in the model's modules and Python, which no roofline counts; a Llama-form layer's steps of one "
-             "sequence run up to its MLP's activation as one kernel call, counted with the Linears, attention "
-             "inside):\n",
+             "sequence run as kernel calls of whole layers or runs of layers, counted with the Linears, attention, "
+             "norms and SiLU inside):\n",
              "| pass | Linears ms | attention ms | rest ms | (Linears + attention) ÷ roofline |", "|---|---|---|---|---|"]
     for p in passes:
         roof = p.get("roofline_ms")
