@@ -3,7 +3,7 @@ one engine, its kernel library swapped per prompt (the other commit's `rowinv.c`
 eval prompts of the chat corpus (chat-wrapped, as `bench`), plain loop and speculative streaming with the stream
 set's draft, the order reversed every other prompt, one thread; prints tokens/s medians, the per-prompt ratio and
 how many prompts give the same tokens. The other kernel runs the layer steps of its own time: where it lacks the
-whole-layer call (`layer_step`) or the call after the activation (`layer_back`), the direct steps go without them.
+whole-layer calls (`layer_stack`) or the call after the activation (`layer_back`), the direct steps go without them.
 
     python scripts/kernel_ab.py --against da17c5d --precisions int4-a8,fp32 --n 2    # ~2.5 minutes
 """
@@ -23,7 +23,7 @@ from specstream_core.bench.suites import suite_categories, suite_examples  # noq
 from specstream_core.decoding.engine import Engine  # noqa: E402
 from specstream_core.model import compat, defaults, int4_a8, rowinv  # noqa: E402
 
-STEP_CALLS = ("layer_back", "layer_step", "silu_rows")  # symbols an older kernel may lack
+STEP_CALLS = ("layer_back", "layer_stack", "silu_rows")  # symbols an older kernel may lack
 
 
 def _build(source: str):

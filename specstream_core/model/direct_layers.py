@@ -120,7 +120,7 @@ class DirectStep:
                                                       and self.back.lora[3] is self.front.adapters[2])))
         self.stack_args = (rowinv_steps.StackLayer.of(self.front.norms, self.front.eps, self.front.linears,
                                                       self.front.adapters, self.back) if self.whole else None)
-        self._stack: tuple | None = None  # (the steps of a run that starts here, their StackLayers as a C array)
+        self._stack: tuple | None = None  # (the steps of a run that starts here, their StackLayers' C array)
 
     def _stacked(self, qkv) -> bool:
         """A fused q/k/v call whose rows are q's, k's and v's heads in order (what the kernel steps read)."""
@@ -203,25 +203,31 @@ class DirectStep:
                                     start)
         return q.transpose(1, 2), k_buf[:, :, :end], v_buf[:, :, :end]
 
-    def _front(self, h: torch.Tensor, mask, pe, cache):
-        """(h + attention, the gate/up output) of one sequence's decoding step through `rowinv_steps.layer_front`,
-        where this step's attention goes through the kernel's (`compat.kernel_step_keys`); else None."""
+    def _kernel_step(self, h: torch.Tensor, mask, pe, cache):
+        """(this layer's cache slots, the kernel attention's (spec, keys)) where one sequence's decoding step can go
+        through the kernel's layer calls (its attention the kernel's: `compat.kernel_step_keys`); else None."""
         B, q, _ = h.shape
         where = self._slots(h, pe, cache) if B == 1 and h.is_contiguous() else None
         kernel = compat.kernel_step_keys(self.attn, mask, 1, q, where[3]) if where is not None else None
-        if kernel is None or kernel[0] is not rowinv.attend:
+        return None if kernel is None or kernel[0] is not rowinv.attend else (where, kernel[1][0])
+
+    def _front(self, h: torch.Tensor, mask, pe, cache):
+        """(h + attention, the gate/up output) of one sequence's decoding step through `rowinv_steps.layer_front`,
+        or (the layer's output, None) through `rowinv_steps.layer_step` where the layer is `whole`, where
+        `_kernel_step` can take the step; else None."""
+        step = self._kernel_step(h, mask, pe, cache)
+        if step is None:
             return None
-        f = self.front
-        adapters = f.adapters
-        if adapters is not None:  # stream rows n_main.. get the row adapters' deltas (StreamRowLoRA)
-            n = adapters[2].n_main
-            adapters = (adapters[0], adapters[1], q if n is None else min(n, q))
-        args = (h, f.norms, f.eps, f.linears, self.heads, self.kv_heads, pe, where, kernel[1][0], self.scaling, adapters)
+        (where, attention), f, q = step, self.front, h.shape[1]
+        n_main = q if f.adapters is None else rowinv_steps.stream_row(f.adapters[2], q)  # stream rows get the deltas
         if self.whole:  # the layer's output, no gate/up to finish
-            out = rowinv_steps.layer_step(*args, self.back)
+            out = rowinv_steps.layer_step(h, self.stack_args, self.heads, self.kv_heads, self.head_dim, pe, where,
+                                          attention, self.scaling, n_main)
             if out is not None:
                 return out, None
-        return rowinv_steps.layer_front(*args)
+        adapters = None if f.adapters is None else (f.adapters[0], f.adapters[1], n_main)
+        return rowinv_steps.layer_front(h, f.norms, f.eps, f.linears, self.heads, self.kv_heads, pe, where, attention,
+                                        self.scaling, adapters)
 
     def _mlp(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up is None:
@@ -274,19 +280,17 @@ def run_stack(layers, h: torch.Tensor, mask, pe, cache) -> torch.Tensor | None:
     if (len(states) > 1 or first.functions.get(impl) is None
             or any(s.attn.config._attn_implementation != impl for s in steps[1:])):
         return None
-    B, q, _ = h.shape
-    where = first._slots(h, pe, cache) if B == 1 and h.is_contiguous() else None
-    kernel = compat.kernel_step_keys(first.attn, mask, 1, q, where[3]) if where is not None else None
-    if kernel is None or kernel[0] is not rowinv.attend:
+    step = first._kernel_step(h, mask, pe, cache)
+    if step is None:
         return None
+    (where, attention), q = step, h.shape[1]
     if first._stack is None or first._stack[0] != steps:
-        array = (ctypes.POINTER(rowinv_steps.StackLayer) * len(steps))(*(ctypes.pointer(s.stack_args) for s in steps))
-        first._stack = (steps, array)
+        first._stack = (steps, (ctypes.POINTER(rowinv_steps.StackLayer) * len(steps))(*(s.stack_args[0] for s in steps)))
     adapted = next((s.front.adapters for s in steps if s.front.adapters is not None), None)
-    n = adapted[2].n_main if adapted is not None else None
+    n_main = q if adapted is None else rowinv_steps.stream_row(adapted[2], q)
     caches = [cache.slots(s.layer_idx, q)[:2] for s in steps]
     return rowinv_steps.layer_stack(first._stack[1], h, caches, first.heads, first.kv_heads, first.head_dim, pe,
-                                    where[2], kernel[1][0], first.scaling, q if n is None else min(n, q))
+                                    where[2], attention, first.scaling, n_main)
 
 
 def _is_silu(act) -> bool:

@@ -966,7 +966,7 @@ void silu_rows(const float *x, int64_t ld, int64_t q, int64_t n, float *y, const
  * columns of its gate/up output (silu_rows), then layer_back with the down projection (down_kind, down_w,
  * down_dm; its stream-row adapter down_A, down_B of the front's rank and rows, or NULL). out [q, d]: the
  * layer's output. 0, or -1 (no memory, a head over MAX_D). */
-int layer_step(const float *h, int64_t q, int64_t d, const float *w1, const float *w2, float eps, int64_t n_qkv_parts,
+static int layer_step(const float *h, int64_t q, int64_t d, const float *w1, const float *w2, float eps, int64_t n_qkv_parts,
                int64_t n_gu_parts, const int *kind, const void *const *w, const float *const *dm, const int64_t *n,
                int64_t H, int64_t Hkv, int64_t D, const float *cos, const float *sin, float *k_cache, float *v_cache,
                int64_t cap, int64_t start, const int64_t *spec, const int64_t *keys, float scaling,

@@ -89,7 +89,7 @@ class BackLinear(NamedTuple):
     lora: tuple | None
 
 
-_typed = None  # the kernel once layer_back, layer_step, layer_stack and silu_rows are typed
+_typed = None  # the kernel once layer_back, layer_stack and silu_rows are typed
 _exp: list = []  # [address of torch's vector exp for silu_rows, or None], found once
 
 
@@ -99,9 +99,7 @@ def _library():
         lib, i64, ptr = rowinv.library(), ctypes.c_int64, ctypes.c_void_p
         lib.layer_back.argtypes = [ptr, ptr, ptr, i64, i64, i64, i64, ctypes.c_int, ptr, ptr, ptr, ptr, i64, i64, ptr,
                                    ctypes.c_int]
-        lib.layer_step.argtypes = (lib.layer_front.argtypes[:23] + [ctypes.c_float, ptr, i64, i64, ctypes.c_int, ptr, ptr,
-                                                                    ptr, ptr, ptr, ptr, ctypes.c_int])
-        lib.layer_back.restype = lib.layer_step.restype = ctypes.c_int
+        lib.layer_back.restype = ctypes.c_int
         lib.silu_rows.argtypes, lib.silu_rows.restype = [ptr, i64, i64, i64, ptr, ptr], None
         lib.layer_stack.argtypes = [i64, ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, ptr, ptr, i64, i64, ptr, ptr,
                                     ctypes.c_float, i64, ptr, ptr, ctypes.c_int]
@@ -142,7 +140,7 @@ def layer_back(h2: torch.Tensor, act: torch.Tensor, gu: torch.Tensor, up_at: int
     if down.lora is not None:
         a, b, rank, state = down.lora
         a_w, b_w = a.data_ptr(), b.data_ptr()
-        n_main = q if state.n_main is None else min(state.n_main, q)
+        n_main = stream_row(state, q)
     out = torch.empty(1, q, n)
     failed = lib.layer_back(h2.data_ptr(), act.data_ptr(), gu.data_ptr() + up_at * gu.element_size(), gu.shape[-1], q,
                             act.shape[-1], d, kind, w.data_ptr(), None if dm is None else dm.data_ptr(), a_w, b_w, rank,
@@ -150,31 +148,14 @@ def layer_back(h2: torch.Tensor, act: torch.Tensor, gu: torch.Tensor, up_at: int
     return None if failed else out
 
 
-def layer_step(h: torch.Tensor, norms: tuple[torch.Tensor, torch.Tensor], eps: float, linears: FrontLinears,
-               heads: int, kv_heads: int, pe, cache_slots, attention: tuple[torch.Tensor, torch.Tensor], scaling: float,
-               adapters, down: BackLinear) -> torch.Tensor | None:
-    """One sequence's decoding step through a whole Llama-form layer whose MLP activation is SiLU, in one kernel
-    call (rowinv.c's layer_step): `layer_front`, torch's SiLU (`silu_exp`), `layer_back`. Arguments as theirs;
-    returns the layer's output, or None where the kernel declined."""
-    lib = _library()
-    _, q, d = h.shape
-    head_dim = linears.n_qkv // (heads + 2 * kv_heads)
-    k_buf, v_buf, start, _ = cache_slots
-    out = torch.empty(1, q, d)
-    (cos, sin), (spec, keys) = pe, attention
-    kind, w, dm, _ = down.part
-    a_w, b_w = (down.lora[0].data_ptr(), down.lora[1].data_ptr()) if down.lora is not None else (None, None)
-    failed = lib.layer_step(h.data_ptr(), q, d, norms[0].data_ptr(), norms[1].data_ptr(), eps, *linears.counts,
-                            linears.kind, linears.weight, linears.scales, linears.n, heads, kv_heads, head_dim,
-                            cos.data_ptr(), sin.data_ptr(), k_buf.data_ptr(), v_buf.data_ptr(), k_buf.shape[2], start,
-                            spec.data_ptr(), keys.data_ptr(), scaling, *(adapters if adapters is not None else (None, 0, q)),
-                            kind, w.data_ptr(), None if dm is None else dm.data_ptr(), a_w, b_w, silu_exp(),
-                            out.data_ptr(), torch.get_num_threads())
-    return None if failed else out
+def stream_row(state, q: int) -> int:
+    """The first stream row of a step of q rows, by the stream-row adapters' row state (`StreamRowLoRA`): rows from
+    there on get the adapters' deltas; q where there are none."""
+    return q if state.n_main is None else min(state.n_main, q)
 
 
 class StackLayer(ctypes.Structure):
-    """What `layer_step` takes of one layer that stays the same from step to step, laid out as rowinv.c's
+    """What a whole layer's step takes of one layer that stays the same from step to step, laid out as rowinv.c's
     layer_args (for `layer_stack`); the tensors and arrays it points into are kept alive by the layer's step."""
     _fields_ = [("w1", ctypes.c_void_p), ("w2", ctypes.c_void_p), ("eps", ctypes.c_float),
                 ("n_qkv_parts", ctypes.c_int64), ("n_gu_parts", ctypes.c_int64), ("kind", ctypes.c_void_p),
@@ -183,24 +164,39 @@ class StackLayer(ctypes.Structure):
                 ("down_dm", ctypes.c_void_p), ("down_A", ctypes.c_void_p), ("down_B", ctypes.c_void_p)]
 
     @classmethod
-    def of(cls, norms, eps: float, linears: FrontLinears, adapters, down: BackLinear) -> "StackLayer":
-        """adapters: `layer_front`'s (pointers, rank, row state) or None."""
+    def of(cls, norms, eps: float, linears: FrontLinears, adapters, down: BackLinear):
+        """A C array holding a pointer to the layer's StackLayer (what `layer_stack` takes; the structure stays
+        alive with it). adapters: `layer_front`'s (pointers, rank, row state) or None."""
         kind, w, dm, _ = down.part
         a_w, b_w = (down.lora[0].data_ptr(), down.lora[1].data_ptr()) if down.lora is not None else (None, None)
         addr = ctypes.addressof
-        return cls(norms[0].data_ptr(), norms[1].data_ptr(), eps, *linears.counts, addr(linears.kind),
-                   addr(linears.weight), addr(linears.scales), addr(linears.n),
-                   None if adapters is None else addr(adapters[0]), 0 if adapters is None else adapters[1], kind,
-                   w.data_ptr(), None if dm is None else dm.data_ptr(), a_w, b_w)
+        layer = cls(norms[0].data_ptr(), norms[1].data_ptr(), eps, *linears.counts, addr(linears.kind),
+                    addr(linears.weight), addr(linears.scales), addr(linears.n),
+                    None if adapters is None else addr(adapters[0]), 0 if adapters is None else adapters[1], kind,
+                    w.data_ptr(), None if dm is None else dm.data_ptr(), a_w, b_w)
+        return (ctypes.POINTER(cls) * 1)(ctypes.pointer(layer))
 
 
 def layer_stack(layers, h: torch.Tensor, caches: list, heads: int, kv_heads: int, head_dim: int, pe, start: int,
                 attention: tuple[torch.Tensor, torch.Tensor], scaling: float, n_main: int) -> torch.Tensor | None:
-    """One sequence's decoding step through consecutive whole layers in one kernel call (rowinv.c's layer_stack:
-    `layer_step` on each in turn). layers: a C array of pointers to their `StackLayer`s; caches: each layer's
-    (keys buffer, values buffer) of `KVCache.slots`, all written at slot `start`; pe, attention, scaling as
-    `layer_step` takes them; n_main: the first stream row (for layers with row adapters). Returns the last layer's
-    output, or None where the kernel declined."""
+    """One sequence's decoding step through consecutive whole Llama-form layers whose MLP activation is SiLU, in one
+    kernel call (rowinv.c's layer_stack: on each layer in turn `layer_front`, torch's SiLU (`silu_exp`) and
+    `layer_back`). layers: a C array of pointers to their `StackLayer`s; caches: each layer's (keys buffer, values
+    buffer) of `KVCache.slots`, all written at slot `start`; pe, attention, scaling as `layer_front` takes them;
+    n_main: the first stream row (`stream_row`, for layers with row adapters). Returns the last layer's output,
+    or None where the kernel declined."""
+    return _stack(layers, h, caches, heads, kv_heads, head_dim, pe, start, attention, scaling, n_main)
+
+
+def layer_step(h: torch.Tensor, layer, heads: int, kv_heads: int, head_dim: int, pe, cache_slots,
+               attention: tuple[torch.Tensor, torch.Tensor], scaling: float, n_main: int) -> torch.Tensor | None:
+    """One sequence's decoding step through one whole layer (`StackLayer.of`'s array): layer_stack's call on it
+    alone; cache_slots: `KVCache.slots`."""
+    return _stack(layer, h, [cache_slots[:2]], heads, kv_heads, head_dim, pe, cache_slots[2], attention, scaling,
+                  n_main)
+
+
+def _stack(layers, h, caches, heads, kv_heads, head_dim, pe, start, attention, scaling, n_main):
     lib = _library()
     _, q, d = h.shape
     count = len(caches)
