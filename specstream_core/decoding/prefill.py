@@ -25,6 +25,11 @@ def pad_steps(items: list[tuple[list[int], list[int], torch.Tensor]], starts: li
     Rows shorter than the widest get dummy nodes: token 0, the row's first position, visible only to
     themselves. Positions are each row's own prefix length + depth.
     """
+    if len(items) == 1:  # one sequence, nothing to pad: every step of a single decoding (a few µs, not ~40)
+        tokens, node_depths, vis = items[0]
+        positions = torch.tensor([[starts[0] + d for d in node_depths]], dtype=torch.long)
+        return (torch.tensor([tokens], dtype=torch.long).to(device), positions.to(device),
+                vis.to(dtype=torch.bool)[None].clone().to(device))
     width = max(len(tokens) for tokens, _, _ in items)
     B = len(items)
     ids = torch.zeros(B, width, dtype=torch.long)

@@ -32,11 +32,12 @@ class Tree:
     def visibility(self, device=None) -> torch.Tensor:
         """[n, n] bool: node i may attend node k iff k is i or an ancestor of i."""
         n = len(self.tokens)
-        vis = torch.eye(n, dtype=torch.bool)
+        rows: list[list[bool]] = []  # built in Python: a torch op per node cost more than the step's attention
         for i, p in enumerate(self.parents):
-            if p >= 0:
-                vis[i] |= vis[p]
-        return vis.to(device)
+            row = list(rows[p]) if p >= 0 else [False] * n  # parents come before their children
+            row[i] = True
+            rows.append(row)
+        return torch.tensor(rows, dtype=torch.bool).reshape(n, n).to(device)
 
     def subset(self, keep: list[int]) -> "Tree":
         """The tree restricted to `keep` (ascending, closed under parents), parents re-indexed."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from specstream_core.decoding.tree import Tree
+from specstream_core.model import greedy
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class Verdict:
 def verify_greedy(tree: Tree, logits: torch.Tensor) -> Verdict:
     """logits: [n, V] main-stream logits of the tree's nodes."""
     # one host sync per step: the walk needs the argmaxes on the host
-    choice = logits.argmax(dim=-1).tolist()
+    choice = greedy.argmax(logits).tolist()
     children = tree.children()
     path = [0]
     while True:
@@ -91,6 +92,6 @@ def verify_sampling(tree: Tree, logits: torch.Tensor, cfg: SamplingConfig, gener
 def sample_token(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator) -> int:
     """One token from [V] logits (plain decoding and the first token after the prompt)."""
     if cfg.greedy:
-        return int(logits.argmax())
+        return int(greedy.argmax(logits.reshape(-1)))
     probs = target_probs(logits, cfg).cpu().double()
     return int(torch.multinomial(probs, 1, generator=generator))

@@ -121,6 +121,7 @@ class DirectStep:
         self.stack_args = (rowinv_steps.StackLayer.of(self.front.norms, self.front.eps, self.front.linears,
                                                       self.front.adapters, self.back) if self.whole else None)
         self._stack: tuple | None = None  # (the steps of a run that starts here, their StackLayers' C array)
+        self._impls: tuple | None = None  # (the configs of a run that starts here, the attention implementation they name)
 
     def _stacked(self, qkv) -> bool:
         """A fused q/k/v call whose rows are q's, k's and v's heads in order (what the kernel steps read)."""
@@ -275,10 +276,8 @@ def run_stack(layers, h: torch.Tensor, mask, pe, cache) -> torch.Tensor | None:
     if len(steps) < 2 or any(s is None or not s.whole or s.front is None or not s.usable() for s in steps):
         return None
     first = steps[0]
-    impl = first.attn.config._attn_implementation
     states = {id(s.front.adapters[2]) for s in steps if s.front.adapters is not None}
-    if (len(states) > 1 or first.functions.get(impl) is None
-            or any(s.attn.config._attn_implementation != impl for s in steps[1:])):
+    if len(states) > 1 or first.functions.get(_one_implementation(first, steps)) is None:
         return None
     step = first._kernel_step(h, mask, pe, cache)
     if step is None:
@@ -291,6 +290,19 @@ def run_stack(layers, h: torch.Tensor, mask, pe, cache) -> torch.Tensor | None:
     caches = [cache.slots(s.layer_idx, q)[:2] for s in steps]
     return rowinv_steps.layer_stack(first._stack[1], h, caches, first.heads, first.kv_heads, first.head_dim, pe,
                                     where[2], attention, first.scaling, n_main)
+
+
+def _one_implementation(first: DirectStep, steps: tuple) -> str | None:
+    """The attention implementation all `steps` name, or None where they differ. Reading it is slow on transformers'
+    configs (~2 µs, each layer has its own copy), so the answer is kept with the config objects it was read from:
+    implementations change by giving a layer another config (`compat.set_attention_implementation`)."""
+    configs = tuple(s.attn.config for s in steps)
+    memo = first._impls
+    if memo is not None and len(memo[0]) == len(configs) and all(a is b for a, b in zip(memo[0], configs)):
+        return memo[1]
+    impls = {c._attn_implementation for c in configs}
+    first._impls = (configs, next(iter(impls)) if len(impls) == 1 else None)
+    return first._impls[1]
 
 
 def _is_silu(act) -> bool:

@@ -49,6 +49,10 @@ def additive_mask(prefix_lens: list[int], local: torch.Tensor, q_pos: torch.Tens
     B, q, _ = local.shape
     total = max(prefix_lens) + q
     device = local.device
+    if B == 1 and window is None:  # a single decoding's step: its prefix is all visible (3 ops, not ~12)
+        mask = torch.zeros(1, 1, q, total, dtype=dtype, device=device)
+        mask[0, 0, :, prefix_lens[0]:].masked_fill_(~local[0], torch.finfo(dtype).min)
+        return mask
     allowed = torch.zeros(B, q, total, dtype=torch.bool, device=device)
     key_pos = torch.full((B, total), -1, dtype=torch.long, device=device)
     prefix_ar = torch.arange(total, device=device)

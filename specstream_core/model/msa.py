@@ -51,7 +51,7 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Te
     birth_hidden: [B, n, d] main rows entering layer N−Ns, computed earlier (`bottom_hidden`); the
     embedding and the layers below are then skipped (lossless training reuses them: they are frozen).
     """
-    layers = compat.decoder_layers(model)
+    layers = list(compat.decoder_layers(model))  # a list: slicing a ModuleList builds a new module (~65 µs)
     prefix = cache.lengths if cache is not None else [0] * ids.shape[0]
     use_streams = streams is not None and carriers is not None
     birth = streams.cfg.birth_layer if use_streams else len(layers)
@@ -117,7 +117,7 @@ def bottom_hidden(model, ids: torch.Tensor, n_bottom: int) -> torch.Tensor:
 
     Each sequence runs alone, so the result does not depend on what else is in a batch (a resumed
     training run then sees bit-identical features)."""
-    layers = compat.decoder_layers(model)[:n_bottom]
+    layers = list(compat.decoder_layers(model))[:n_bottom]
     rows = []
     for seq in ids:
         x = seq[None]
