@@ -29,7 +29,7 @@ def pad_steps(items: list[tuple[list[int], list[int], torch.Tensor]], starts: li
         tokens, node_depths, vis = items[0]
         positions = torch.tensor([[starts[0] + d for d in node_depths]], dtype=torch.long)
         return (torch.tensor([tokens], dtype=torch.long).to(device), positions.to(device),
-                vis.to(dtype=torch.bool)[None].clone().to(device))
+                vis.to(device=device, dtype=torch.bool, copy=True)[None])
     width = max(len(tokens) for tokens, _, _ in items)
     B = len(items)
     ids = torch.zeros(B, width, dtype=torch.long)

@@ -120,7 +120,7 @@ class DirectStep:
                                                       and self.back.lora[3] is self.front.adapters[2])))
         self.stack_args = (rowinv_steps.StackLayer.of(self.front.norms, self.front.eps, self.front.linears,
                                                       self.front.adapters, self.back) if self.whole else None)
-        self._stack: tuple | None = None  # (the steps of a run that starts here, their StackLayers' C array)
+        self._stack: tuple | None = None  # (the steps of a run that starts here, `_stacked_run` of them)
         self._impls: tuple | None = None  # (the configs of a run that starts here, the attention implementation they name)
 
     def _stacked(self, qkv) -> bool:
@@ -269,27 +269,37 @@ class DirectStep:
 
 def run_stack(layers, h: torch.Tensor, mask, pe, cache) -> torch.Tensor | None:
     """Consecutive layers' decoding step in one kernel call (`rowinv_steps.layer_stack`), where each has a whole-layer
-    direct step that may run now (`DirectStep.whole`, `usable`, one attention implementation) and the step is one the
-    first layer's `_front` would take; else None (the caller runs them one by one). The same kernel calls as the
-    steps one by one, so the same numbers, less ~10 µs of Python a layer."""
+    direct step that may run now (`DirectStep.whole`, `usable`, one attention implementation), their adapters share
+    one row state and the step is one the first layer's `_front` would take; else None (the caller runs them one by
+    one). The same kernel calls as the steps one by one, so the same numbers, less ~10 µs of Python a layer."""
     steps = tuple(getattr(layer, _ATTR, None) for layer in layers)
     if len(steps) < 2 or any(s is None or not s.whole or s.front is None or not s.usable() for s in steps):
         return None
     first = steps[0]
-    states = {id(s.front.adapters[2]) for s in steps if s.front.adapters is not None}
-    if len(states) > 1 or first.functions.get(_one_implementation(first, steps)) is None:
+    if first._stack is None or first._stack[0] != steps:  # what stays the same for this run of steps, once
+        first._stack = (steps, _stacked_run(steps))
+    run = first._stack[1]
+    if run is None or first.functions.get(_one_implementation(first, steps)) is None:
         return None
     step = first._kernel_step(h, mask, pe, cache)
     if step is None:
         return None
     (where, attention), q = step, h.shape[1]
-    if first._stack is None or first._stack[0] != steps:
-        first._stack = (steps, (ctypes.POINTER(rowinv_steps.StackLayer) * len(steps))(*(s.stack_args[0] for s in steps)))
-    adapted = next((s.front.adapters for s in steps if s.front.adapters is not None), None)
-    n_main = q if adapted is None else rowinv_steps.stream_row(adapted[2], q)
+    array, state = run
+    n_main = q if state is None else rowinv_steps.stream_row(state, q)
     caches = [cache.slots(s.layer_idx, q)[:2] for s in steps]
-    return rowinv_steps.layer_stack(first._stack[1], h, caches, first.heads, first.kv_heads, first.head_dim, pe,
-                                    where[2], attention, first.scaling, n_main)
+    return rowinv_steps.layer_stack(array, h, caches, first.heads, first.kv_heads, first.head_dim, pe, where[2],
+                                    attention, first.scaling, n_main)
+
+
+def _stacked_run(steps: tuple) -> tuple | None:
+    """(the C array of whole steps' `StackLayer`s, their stream-row adapters' row state or None), or None where the
+    adapters of the steps have more than one row state."""
+    states = {id(s.front.adapters[2]): s.front.adapters[2] for s in steps if s.front.adapters is not None}
+    if len(states) > 1:
+        return None
+    array = (ctypes.POINTER(rowinv_steps.StackLayer) * len(steps))(*(s.stack_args[0] for s in steps))
+    return array, next(iter(states.values()), None)
 
 
 def _one_implementation(first: DirectStep, steps: tuple) -> str | None:

@@ -446,13 +446,15 @@ static inline __attribute__((always_inline)) void attend_heads(const float *q, i
 static void attend_row_group(const float *q, int64_t q_sh, const float *k, int64_t k_sr, const float *v, int64_t v_sr,
                              int64_t D, int64_t count, const int64_t *keys, float scaling, float *s, int64_t s_stride,
                              float *out, int64_t G) {
+#if defined(__AVX512F__) /* AVX2's 16 registers hold no group's sums */
   int64_t nv = (D + LANES - 1) / LANES;
 #define GROUPED(g, n) if (G == (g) && nv == (n) * 16 / LANES) { \
     attend_heads(q, q_sh, k, k_sr, v, v_sr, D, count, keys, scaling, s, s_stride, out, g, (n) * 16 / LANES); return; }
-#if defined(__AVX512F__) /* AVX2's 16 registers hold no group's sums */
   GROUPED(2, 4) GROUPED(3, 4) GROUPED(4, 4) GROUPED(2, 8)
-#endif
 #undef GROUPED
+#else
+  (void)s_stride;
+#endif
   for (int64_t h = 0; h < G; h++) attend_one(q + h * q_sh, k, k_sr, v, v_sr, D, count, keys, scaling, s, out + h * D);
 }
 
@@ -1021,7 +1023,7 @@ int layer_stack(int64_t L, const layer_args *const *layer, float *const *k_cache
     float *y = (L - 1 - l) % 2 ? buf : out; /* the last layer writes out; each writes where its input is not */
     failed = layer_step(x, q, d, a->w1, a->w2, a->eps, a->n_qkv_parts, a->n_gu_parts, a->kind, a->w, a->dm, a->n, H,
                         Hkv, D, cos, sin, k_caches[l], v_caches[l], cap, start, spec, keys, scaling, a->lora, a->rank,
-                        a->lora ? n_main : q, (int)a->down_kind, a->down_w, a->down_dm, a->down_A, a->down_B, expv, y,
+                        n_main, (int)a->down_kind, a->down_w, a->down_dm, a->down_A, a->down_B, expv, y,
                         threads);
     x = y;
   }
