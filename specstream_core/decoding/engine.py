@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import torch
 
-from specstream_core.model import compat, direct_layers, hub, masks, msa, rowinv
+from specstream_core.model import compat, direct_layers, draft_weights, hub, masks, msa, rowinv
 from specstream_core.decoding import loop
 from specstream_core.decoding.config import DecodeConfig, Result, decode_fields
 from specstream_core.decoding.drafters import Drafter
@@ -28,7 +28,8 @@ from specstream_core.model.lora import apply_shared_lora  # noqa: F401 - re-expo
 
 class Engine:
     def __init__(self, model, tokenizer=None, streams: StreamParams | None = None, name: str = "model",
-                 precision: str = "fp32", chat: bool = True, ngrams: NgramStore | None = None):
+                 precision: str = "fp32", chat: bool = True, ngrams: NgramStore | None = None,
+                 stream_weights: str = "auto"):
         compat_check(model)
         self.chat = chat  # wrap text prompts in the tokenizer's chat template, when it has one
         self.model = model
@@ -45,11 +46,25 @@ class Engine:
             eos = getattr(model.config, "eos_token_id", None)
         self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else ([eos] if eos is not None else []))
         self._lm_head = compat.lm_head(model)
+        self.stream_weights = "same"
         if self.row_exact:
             compat.use_row_exact_attention(model)
-            direct_layers.bind(compat.decoder_layers(model), lambda: _probe(self))
+        self.set_stream_weights(stream_weights)
         self._causal_cache: dict[int, torch.Tensor] = {}
         self.token_text = lru_cache(maxsize=65536)(self._token_text)
+
+    def set_stream_weights(self, kind: str = "auto") -> str:
+        """What the stream rows of the multi-stream layers are computed with (model/draft_weights.py: "auto", "same",
+        "int4-a8"); drafts change, output never does. Rebinds the direct layer steps. Returns the resolved kind."""
+        layers = compat.decoder_layers(self.model)
+        direct_layers.unbind(layers)
+        if self.streams is not None and self.row_exact:
+            self.stream_weights = draft_weights.apply(self.streams, self.model, kind)
+        else:
+            self.stream_weights = draft_weights.resolve(kind, None, self.model)
+        if self.row_exact:
+            direct_layers.bind(layers, lambda: _probe(self))
+        return self.stream_weights
 
     # ---- construction ------------------------------------------------------------------------
     @classmethod

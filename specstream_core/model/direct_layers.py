@@ -36,7 +36,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from specstream_core.model import compat, rowinv, rowinv_steps
+from specstream_core.model import compat, draft_weights, rowinv, rowinv_steps
 
 LAYERS = ("LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer")  # forward of Llama's form
 _ATTR = compat.DIRECT_STEP
@@ -61,6 +61,7 @@ class _Front(NamedTuple):
     linears: rowinv_steps.FrontLinears  # q/k/v (fused or three), o, gate/up (fused or two)
     adapters: tuple | None  # `lora_weights`
     slices: list  # gate's and up's columns of the gate/up output
+    drafts: list | None  # the stream rows' draft Linears' parts (`_draft_parts`): q, k, v, o, gate, up
 
 
 def _kernel_part(module: nn.Module) -> tuple | None:
@@ -112,14 +113,20 @@ class DirectStep:
         self.stores = kernel_rope and self._stacked(self.qkv)
         self.front = self._front_weights(layer) if kernel_rope else None
         self.back = self._back_weights(mlp.down_proj) if self.front is not None else None
+        draft = (draft_weights.kernel_drafts(self.front.drafts, mlp.down_proj, _kernel_part, len(self.front.linears.n),
+                                             self.qkv is not None or self.gate_up is not None)
+                 if self.back is not None else None)
         # the whole step one kernel call: SiLU as torch computes it (`rowinv_steps.silu_exp`), the down projection's
         # adapter (if any) of the front's rank and rows
         self.whole = (self.back is not None and _is_silu(mlp.act_fn) and rowinv_steps.silu_exp() is not None
                       and (self.back.lora is None) == (self.front.adapters is None)
                       and (self.back.lora is None or (self.back.lora[2] == self.front.adapters[1]
                                                       and self.back.lora[3] is self.front.adapters[2])))
+        if draft is False or (draft is not None and not self.whole):  # draft Linears run in whole steps only
+            self.front = self.back = None
+            self.whole = False
         self.stack_args = (rowinv_steps.StackLayer.of(self.front.norms, self.front.eps, self.front.linears,
-                                                      self.front.adapters, self.back) if self.whole else None)
+                                                      self.front.adapters, self.back, draft) if self.whole else None)
         self._stack: tuple | None = None  # (the steps of a run that starts here, `_stacked_run` of them)
         self._impls: tuple | None = None  # (the configs of a run that starts here, the attention implementation they name)
 
@@ -152,8 +159,10 @@ class DirectStep:
             return None
         width = gate_up[0][3] if gate_up_fused is None else None
         slices = gate_up_fused.slices if gate_up_fused is not None else [(0, width), (width, 2 * width)]
+        drafts = [getattr(m, "draft", None) for m in wrapped]
         return _Front((norms[0].weight, norms[1].weight), float(norms[0].variance_epsilon),
-                      rowinv_steps.FrontLinears(qkv, o, gate_up), adapters, slices)
+                      rowinv_steps.FrontLinears(qkv, o, gate_up), adapters, slices,
+                      None if all(d is None for d in drafts) else [_kernel_part(d) if d is not None else None for d in drafts])
 
     @staticmethod
     def _back_weights(down: nn.Module) -> "rowinv_steps.BackLinear | None":

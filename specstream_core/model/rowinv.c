@@ -812,6 +812,32 @@ static int lin(int kind, const void *w, const float *dm, const float *x, int64_t
   return 0;
 }
 
+/* A stream layer's draft Linears (NULL: none): a cheaper copy of each of the layer's Linears (the front's parts in
+ * order, then down) that computes the stream rows n_main.. only. Stream rows draft tokens and never verify them,
+ * and main rows never see them, so what they are computed with changes drafts, never output; the main rows keep
+ * the layer's own weights, and on a row-invariant kernel their sums are the same whatever other rows the call has. */
+typedef struct {
+  const int *kind;
+  const void *const *w;
+  const float *const *dm;
+  int64_t down_kind;
+  const void *down_w;
+  const float *down_dm;
+  int64_t min_rows; /* the copies take the stream rows where there are at least this many (fewer cost little more
+                       than the main rows' read of the weights) */
+} draft_args;
+
+/* lin on rows 0 .. q - 1, the draft weights (dw: NULL, none) taking rows n_main.. where there are min_rows of them */
+static int lin_rows(int kind, const void *w, const float *dm, int dkind, const void *dw, const float *ddm,
+                    int64_t min_rows, const float *x, int64_t q, int64_t n_main, int64_t K, int64_t N, float *y,
+                    int64_t ldy, int threads) {
+  if (!dw || q - n_main < min_rows || n_main >= q) return lin(kind, w, dm, x, q, K, N, y, ldy, threads);
+  int failed = n_main > 0 ? lin(kind, w, dm, x, n_main, K, N, y, ldy, threads) : 0;
+  return failed ? failed : lin(dkind, dw, ddm, x + n_main * K, q - n_main, K, N, y + n_main * ldy, ldy, threads);
+}
+#define DRAFT_PART(dr, i) (dr) ? (dr)->kind[i] : 0, (dr) ? (dr)->w[i] : NULL, (dr) ? (dr)->dm[i] : NULL, \
+                          (dr) ? (dr)->min_rows : 0
+
 /* ---- RoPE and the cache write -------------------------------------------------------------------------
  * A step's fused q/k/v rows [B, q, (H + 2 Hkv) D] (qkv, contiguous) out to where attention reads them:
  * q rotated into q_out [B, q, H, D]; k rotated and v as they are into the cache's slots start .. start + q
@@ -875,15 +901,15 @@ static int lora_add(const float *x, int64_t q, int64_t n, int64_t K, const float
  * call, or q, k and v), o, then n_gu_parts writing gate's and up's columns of gu (one fused call, or gate and
  * up): kind[i], w[i], dm[i] (LIN_Q4's scales, else NULL), n[i] outputs. lora: NULL, or the A and B weights of
  * the q, k, v, o, gate and up row adapters (rank `rank`) that rows n_main.. get. */
-int layer_front(const float *h, int64_t q, int64_t d, const float *w1, const float *w2, float eps, int64_t n_qkv_parts,
-                int64_t n_gu_parts, const int *kind, const void *const *w, const float *const *dm, const int64_t *n,
-                int64_t H, int64_t Hkv, int64_t D, const float *cos, const float *sin, float *k_cache, float *v_cache,
-                int64_t cap, int64_t start, const int64_t *spec, const int64_t *keys, float scaling, float *h2,
-                float *gu, const float *const *lora, int64_t rank, int64_t n_main, int threads) {
+static int front(const float *h, int64_t q, int64_t d, const float *w1, const float *w2, float eps, int64_t n_qkv_parts,
+                 int64_t n_gu_parts, const int *kind, const void *const *w, const float *const *dm, const int64_t *n,
+                 int64_t H, int64_t Hkv, int64_t D, const float *cos, const float *sin, float *k_cache, float *v_cache,
+                 int64_t cap, int64_t start, const int64_t *spec, const int64_t *keys, float scaling, float *h2,
+                 float *gu, const float *const *lora, int64_t rank, int64_t n_main, const draft_args *dr, int threads) {
   int64_t n_qkv = (H + 2 * Hkv) * D, o_at = n_qkv_parts, n_gu = 0;
   for (int64_t i = 0; i < n_gu_parts; i++) n_gu += n[o_at + 1 + i];
   int64_t I = n_gu / 2;
-  if (!lora) n_main = q; /* no row adapters: nothing to add */
+  if (!lora) n_main = q; /* no row adapters: nothing to add, no stream rows to draft with */
   float *x = malloc((size_t)(q * d) * sizeof(float)), *qkv = malloc((size_t)(q * n_qkv) * sizeof(float));
   float *qr = malloc((size_t)(q * H * D) * sizeof(float)), *a = malloc((size_t)(q * H * D) * sizeof(float));
   float *o = malloc((size_t)(q * d) * sizeof(float));
@@ -891,7 +917,7 @@ int layer_front(const float *h, int64_t q, int64_t d, const float *w1, const flo
   if (!failed) {
     rmsnorm_f32(h, q, d, w1, eps, x);
     for (int64_t i = 0, col = 0; i < n_qkv_parts && !failed; col += n[i], i++)
-      failed = lin(kind[i], w[i], dm[i], x, q, d, n[i], qkv + col, n_qkv, threads);
+      failed = lin_rows(kind[i], w[i], dm[i], DRAFT_PART(dr, i), x, q, n_main, d, n[i], qkv + col, n_qkv, threads);
     if (!failed && n_main < q) /* q, k, v adapters (lora: A, B of q, k, v, o, gate, up) */
       failed = lora_add(x, q, n_main, d, lora[0], lora[1], rank, qkv, n_qkv, H * D, threads) ||
                lora_add(x, q, n_main, d, lora[2], lora[3], rank, qkv + H * D, n_qkv, Hkv * D, threads) ||
@@ -903,21 +929,29 @@ int layer_front(const float *h, int64_t q, int64_t d, const float *w1, const flo
                         threads);
   }
   if (!failed) {
-    failed = lin(kind[o_at], w[o_at], dm[o_at], a, q, H * D, d, o, d, threads);
+    failed = lin_rows(kind[o_at], w[o_at], dm[o_at], DRAFT_PART(dr, o_at), a, q, n_main, H * D, d, o, d, threads);
     if (!failed && n_main < q) failed = lora_add(a, q, n_main, H * D, lora[6], lora[7], rank, o, d, d, threads);
   }
   if (!failed) {
     for (int64_t i = 0; i < q * d; i++) h2[i] = h[i] + o[i];
     rmsnorm_f32(h2, q, d, w2, eps, x);
     for (int64_t i = 0, col = 0; i < n_gu_parts && !failed; col += n[o_at + 1 + i], i++)
-      failed = lin(kind[o_at + 1 + i], w[o_at + 1 + i], dm[o_at + 1 + i], x, q, d, n[o_at + 1 + i], gu + col, n_gu,
-                   threads);
+      failed = lin_rows(kind[o_at + 1 + i], w[o_at + 1 + i], dm[o_at + 1 + i], DRAFT_PART(dr, o_at + 1 + i), x, q,
+                        n_main, d, n[o_at + 1 + i], gu + col, n_gu, threads);
     if (!failed && n_main < q)
       failed = lora_add(x, q, n_main, d, lora[8], lora[9], rank, gu, n_gu, I, threads) ||
                lora_add(x, q, n_main, d, lora[10], lora[11], rank, gu + I, n_gu, I, threads);
   }
   free(x), free(qkv), free(qr), free(a), free(o);
   return failed ? -1 : 0;
+}
+int layer_front(const float *h, int64_t q, int64_t d, const float *w1, const float *w2, float eps, int64_t n_qkv_parts,
+                int64_t n_gu_parts, const int *kind, const void *const *w, const float *const *dm, const int64_t *n,
+                int64_t H, int64_t Hkv, int64_t D, const float *cos, const float *sin, float *k_cache, float *v_cache,
+                int64_t cap, int64_t start, const int64_t *spec, const int64_t *keys, float scaling, float *h2,
+                float *gu, const float *const *lora, int64_t rank, int64_t n_main, int threads) {
+  return front(h, q, d, w1, w2, eps, n_qkv_parts, n_gu_parts, kind, w, dm, n, H, Hkv, D, cos, sin, k_cache, v_cache,
+               cap, start, spec, keys, scaling, h2, gu, lora, rank, n_main, NULL, threads);
 }
 
 /* ---- A decoding step's layer after its MLP's activation ---------------------------------------------------
@@ -926,21 +960,28 @@ int layer_front(const float *h, int64_t q, int64_t d, const float *w1, const flo
  * (lin: kind, w, dm, d outputs), its stream-row adapter's delta added to rows n_main.. (lora_A [r, I], lora_B
  * [d, r], or NULL: StreamRowLoRA's adds), then the residual. Each product and sum is the one the torch ops
  * make, so the same numbers; one call instead of ~5 Python-level operations. Returns 0, or -1 (no memory). */
-int layer_back(const float *h2, const float *a, const float *up, int64_t ld_up, int64_t q, int64_t I, int64_t d,
-               int kind, const void *w, const float *dm, const float *lora_A, const float *lora_B, int64_t rank,
-               int64_t n_main, float *out, int threads) {
+static int back(const float *h2, const float *a, const float *up, int64_t ld_up, int64_t q, int64_t I, int64_t d,
+                int kind, const void *w, const float *dm, const float *lora_A, const float *lora_B, int64_t rank,
+                int64_t n_main, const draft_args *dr, float *out, int threads) {
   float *m = malloc((size_t)(q * I) * sizeof(float)), *y = malloc((size_t)(q * d) * sizeof(float));
   int failed = !m || !y;
   if (!failed) {
     for (int64_t i = 0; i < q; i++)
       for (int64_t j = 0; j < I; j++) m[i * I + j] = a[i * I + j] * up[i * ld_up + j];
-    failed = lin(kind, w, dm, m, q, I, d, y, d, threads);
+    failed = dr ? lin_rows(kind, w, dm, (int)dr->down_kind, dr->down_w, dr->down_dm, dr->min_rows, m, q, n_main, I, d,
+                           y, d, threads)
+                : lin(kind, w, dm, m, q, I, d, y, d, threads);
     if (!failed && lora_A && n_main < q) failed = lora_add(m, q, n_main, I, lora_A, lora_B, rank, y, d, d, threads);
     if (!failed)
       for (int64_t i = 0; i < q * d; i++) out[i] = h2[i] + y[i];
   }
   free(m), free(y);
   return failed ? -1 : 0;
+}
+int layer_back(const float *h2, const float *a, const float *up, int64_t ld_up, int64_t q, int64_t I, int64_t d,
+               int kind, const void *w, const float *dm, const float *lora_A, const float *lora_B, int64_t rank,
+               int64_t n_main, float *out, int threads) {
+  return back(h2, a, up, ld_up, q, I, d, kind, w, dm, lora_A, lora_B, rank, n_main, NULL, out, threads);
 }
 
 /* ---- torch's SiLU, and a whole layer's step -------------------------------------------------------------
@@ -973,8 +1014,8 @@ static int layer_step(const float *h, int64_t q, int64_t d, const float *w1, con
                int64_t H, int64_t Hkv, int64_t D, const float *cos, const float *sin, float *k_cache, float *v_cache,
                int64_t cap, int64_t start, const int64_t *spec, const int64_t *keys, float scaling,
                const float *const *lora, int64_t rank, int64_t n_main, int down_kind, const void *down_w,
-               const float *down_dm, const float *down_A, const float *down_B, const void *expv, float *out,
-               int threads) {
+               const float *down_dm, const float *down_A, const float *down_B, const draft_args *dr,
+               const void *expv, float *out, int threads) {
   int64_t n_gu = 0, o_at = n_qkv_parts;
   for (int64_t i = 0; i < n_gu_parts; i++) n_gu += n[o_at + 1 + i];
   int64_t I = n_gu / 2;
@@ -982,12 +1023,12 @@ static int layer_step(const float *h, int64_t q, int64_t d, const float *w1, con
   float *act = malloc((size_t)(q * I) * sizeof(float));
   int failed = !h2 || !gu || !act;
   if (!failed)
-    failed = layer_front(h, q, d, w1, w2, eps, n_qkv_parts, n_gu_parts, kind, w, dm, n, H, Hkv, D, cos, sin, k_cache,
-                         v_cache, cap, start, spec, keys, scaling, h2, gu, lora, rank, n_main, threads);
+    failed = front(h, q, d, w1, w2, eps, n_qkv_parts, n_gu_parts, kind, w, dm, n, H, Hkv, D, cos, sin, k_cache,
+                   v_cache, cap, start, spec, keys, scaling, h2, gu, lora, rank, n_main, lora ? dr : NULL, threads);
   if (!failed) {
     silu_rows(gu, n_gu, q, I, act, expv);
-    failed = layer_back(h2, act, gu + I, n_gu, q, I, d, down_kind, down_w, down_dm, lora ? down_A : NULL, down_B, rank,
-                        lora ? n_main : q, out, threads);
+    failed = back(h2, act, gu + I, n_gu, q, I, d, down_kind, down_w, down_dm, lora ? down_A : NULL, down_B, rank,
+                  lora ? n_main : q, lora ? dr : NULL, out, threads);
   }
   free(h2), free(gu), free(act);
   return failed ? -1 : 0;
@@ -1009,6 +1050,7 @@ typedef struct {
   int64_t rank, down_kind;
   const void *down_w;
   const float *down_dm, *down_A, *down_B;
+  const draft_args *draft; /* NULL, or the layer's draft Linears for its stream rows */
 } layer_args;
 
 int layer_stack(int64_t L, const layer_args *const *layer, float *const *k_caches, float *const *v_caches,
@@ -1023,7 +1065,7 @@ int layer_stack(int64_t L, const layer_args *const *layer, float *const *k_cache
     float *y = (L - 1 - l) % 2 ? buf : out; /* the last layer writes out; each writes where its input is not */
     failed = layer_step(x, q, d, a->w1, a->w2, a->eps, a->n_qkv_parts, a->n_gu_parts, a->kind, a->w, a->dm, a->n, H,
                         Hkv, D, cos, sin, k_caches[l], v_caches[l], cap, start, spec, keys, scaling, a->lora, a->rank,
-                        n_main, (int)a->down_kind, a->down_w, a->down_dm, a->down_A, a->down_B, expv, y,
+                        n_main, (int)a->down_kind, a->down_w, a->down_dm, a->down_A, a->down_B, a->draft, expv, y,
                         threads);
     x = y;
   }

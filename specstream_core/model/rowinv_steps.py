@@ -82,6 +82,23 @@ def layer_front(h: torch.Tensor, norms: tuple[torch.Tensor, torch.Tensor], eps: 
     return None if failed else (h2, gu)
 
 
+class DraftLinears(ctypes.Structure):
+    """A layer's draft Linears for its stream rows (`model/draft_weights.py`), laid out as rowinv.c's draft_args: the
+    front's parts in `FrontLinears`' order, then down, each (kind, weight, scales or None, outputs)."""
+    _fields_ = [("kind", ctypes.c_void_p), ("w", ctypes.c_void_p), ("dm", ctypes.c_void_p), ("down_kind", ctypes.c_int64),
+                ("down_w", ctypes.c_void_p), ("down_dm", ctypes.c_void_p), ("min_rows", ctypes.c_int64)]
+
+    @classmethod
+    def of(cls, front: list[tuple], down: tuple, min_rows: int) -> "DraftLinears":
+        arrays = FrontLinears(front[:-3], front[-3], front[-2:]) if len(front) == 6 else None
+        if arrays is None:
+            raise ValueError("draft Linears take q, k, v, o, gate and up one call each")
+        draft = cls(ctypes.addressof(arrays.kind), ctypes.addressof(arrays.weight), ctypes.addressof(arrays.scales),
+                    down[0], down[1].data_ptr(), None if down[2] is None else down[2].data_ptr(), min_rows)
+        draft.keep = (arrays, down)  # the arrays and tensors it points into
+        return draft
+
+
 class BackLinear(NamedTuple):
     """A layer's down projection as `layer_back` takes it: (kind, weight, scales or None, outputs) as in
     `FrontLinears`, and its stream-row adapter (A and B weights, rank, row state) or None."""
@@ -161,19 +178,23 @@ class StackLayer(ctypes.Structure):
                 ("n_qkv_parts", ctypes.c_int64), ("n_gu_parts", ctypes.c_int64), ("kind", ctypes.c_void_p),
                 ("w", ctypes.c_void_p), ("dm", ctypes.c_void_p), ("n", ctypes.c_void_p), ("lora", ctypes.c_void_p),
                 ("rank", ctypes.c_int64), ("down_kind", ctypes.c_int64), ("down_w", ctypes.c_void_p),
-                ("down_dm", ctypes.c_void_p), ("down_A", ctypes.c_void_p), ("down_B", ctypes.c_void_p)]
+                ("down_dm", ctypes.c_void_p), ("down_A", ctypes.c_void_p), ("down_B", ctypes.c_void_p),
+                ("draft", ctypes.c_void_p)]
 
     @classmethod
-    def of(cls, norms, eps: float, linears: FrontLinears, adapters, down: BackLinear):
+    def of(cls, norms, eps: float, linears: FrontLinears, adapters, down: BackLinear, draft: DraftLinears | None = None):
         """A C array holding a pointer to the layer's StackLayer (what `layer_stack` takes; the structure stays
-        alive with it). adapters: `layer_front`'s (pointers, rank, row state) or None."""
+        alive with it). adapters: `layer_front`'s (pointers, rank, row state) or None; draft: the stream rows' draft
+        Linears, or None."""
         kind, w, dm, _ = down.part
         a_w, b_w = (down.lora[0].data_ptr(), down.lora[1].data_ptr()) if down.lora is not None else (None, None)
         addr = ctypes.addressof
         layer = cls(norms[0].data_ptr(), norms[1].data_ptr(), eps, *linears.counts, addr(linears.kind),
                     addr(linears.weight), addr(linears.scales), addr(linears.n),
                     None if adapters is None else addr(adapters[0]), 0 if adapters is None else adapters[1], kind,
-                    w.data_ptr(), None if dm is None else dm.data_ptr(), a_w, b_w)
+                    w.data_ptr(), None if dm is None else dm.data_ptr(), a_w, b_w,
+                    None if draft is None else ctypes.addressof(draft))
+        layer.keep = draft
         return (ctypes.POINTER(cls) * 1)(ctypes.pointer(layer))
 
 

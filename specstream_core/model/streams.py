@@ -22,7 +22,7 @@ from dataclasses import asdict
 import torch
 from torch import nn
 
-from specstream_core.model import compat, direct_layers, hub, rowinv
+from specstream_core.model import compat, direct_layers, draft_weights, hub, rowinv
 from specstream_core.model.stream_config import (ADAPTER_TARGETS, CONFIG_NAME, FORMAT_VERSION, LORA_DIR, MAX_GAMMA,  # noqa: F401
                                                  WEIGHTS_NAME, StreamConfig, check_gamma, read_stream_config)
 from specstream_core.errors import SpecstreamError
@@ -63,12 +63,21 @@ class StreamRowLoRA(nn.Module):
         self.lora_B = nn.Linear(rank, out_features, bias=False)
         nn.init.kaiming_uniform_(self.lora_A.weight, a=math.sqrt(5))
         nn.init.zeros_(self.lora_B.weight)
+        self.__dict__["draft"] = None  # a cheaper copy of base for the stream rows (model/draft_weights.py); not saved
+
+    def set_draft(self, draft: nn.Module | None) -> None:
+        self.__dict__["draft"] = draft
 
     def forward(self, x):
-        y = self.base(x)
         n = self.state.n_main
         if n is None or n >= x.shape[-2]:
-            return y
+            return self.base(x)
+        if (self.draft is not None and x.shape[-2] - n >= draft_weights.MIN_ROWS
+                and not torch.is_grad_enabled()):  # main rows on base, stream rows on the copy
+            main, rest = x[..., :n, :].contiguous(), x[..., n:, :].contiguous()
+            y = torch.cat([self.base(main), self.draft(rest.to(torch.float32)).to(main.dtype)], dim=-2)
+        else:
+            y = self.base(x)
         xs = x[..., n:, :].to(self.lora_A.weight.dtype)
         delta = self.lora_B(self.lora_A(xs)).to(y.dtype)
         y[..., n:, :] += delta  # in place: y is a fresh output the base layer's backward does not need
@@ -104,6 +113,7 @@ class StreamParams(nn.Module):
         # rows always use the full head, so verification and output are unchanged
         self.register_buffer("draft_vocab", torch.arange(cfg.draft_vocab_size) if cfg.draft_vocab_size else None)
         self._draft_head: tuple | None = None  # (head cut to the draft vocabulary, source weights, (device, dtype))
+        self.cheap_draft_head = False  # that cut an 8-bit copy (model/draft_weights.py)
 
     # ---- construction ------------------------------------------------------------------
     @classmethod
@@ -203,6 +213,8 @@ class StreamParams(nn.Module):
             idx = self.draft_vocab.to(source.device)
             if hasattr(head, "rows"):
                 sub = head.rows(idx)
+            elif self.cheap_draft_head and getattr(head, "bias", None) is None:
+                sub = draft_weights.head_rows(source.detach()[idx])
             else:
                 bias = head.bias[idx].detach() if getattr(head, "bias", None) is not None else None
                 sub = nn.Linear(head.in_features, idx.numel(), bias=bias is not None, device=source.device,

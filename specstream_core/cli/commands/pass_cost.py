@@ -17,7 +17,7 @@ import platform
 import warnings
 
 from specstream_core.cli.args import write_text
-from specstream_core.model import defaults
+from specstream_core.model import defaults, draft_weights
 from specstream_core.errors import SpecstreamError
 from specstream_core.model.streams import check_gamma
 
@@ -29,6 +29,8 @@ def add_arguments(p) -> None:
     p.add_argument("--gamma", type=int, default=4, help="streams of fresh (untrained) stream parameters")
     p.add_argument("--n-stream-layers", type=int, default=None, help="multi-stream layers of fresh streams")
     p.add_argument("--precisions", default="fp32", help="comma-separated subset of fp32, bf16, nf4, int8, int4, int4-a8")
+    p.add_argument("--stream-weights", default="auto", help="comma-separated: what the multi-stream layers' stream rows "
+                   "are computed with, each measured in turn (auto, same, int4-a8: model/draft_weights.py)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--context", type=int, default=256, help="tokens already in the KV cache")
@@ -57,10 +59,28 @@ def _plan(args) -> tuple[tuple[int, ...], list[str], list[str | None]]:
     if args.context < 1:
         raise SpecstreamError(f"--context must be at least 1 token, got {args.context}")
     stream_dirs = [x.strip() for x in args.streams.split(",") if x.strip()] or [None]
+    args.stream_weights = [x.strip() for x in args.stream_weights.split(",") if x.strip()] or ["auto"]
+    bad = [x for x in args.stream_weights if x not in draft_weights.KINDS]
+    if bad:
+        raise SpecstreamError(f"--stream-weights must list some of {', '.join(draft_weights.KINDS)}, got {bad[0]!r}")
     for d in stream_dirs:
         if d is not None and not os.path.isfile(os.path.join(d, "streams_config.json")):
             raise SpecstreamError(f"{d} is not a stream directory (no streams_config.json)")
     return verify_rows, precisions, stream_dirs
+
+
+def _settings(args, engine, base: str, streams: str, machine, stream_weights: str) -> dict:
+    import torch
+
+    from specstream_core.model import rowinv
+
+    return {"model": base, "streams": streams, "precision": engine.precision, "device": str(engine.device),
+            "linears": rowinv.linears_label(engine.model), "stream_weights": stream_weights,
+            "threads": torch.get_num_threads(), "context": args.context, "repeats": args.repeats,
+            "gamma": engine.streams.cfg.gamma, "n_stream_layers": engine.streams.cfg.n_stream_layers,
+            "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+            "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+            "torch": torch.__version__, "machine": machine.to_dict()}
 
 
 def run(args) -> int:
@@ -68,7 +88,6 @@ def run(args) -> int:
 
     from specstream_core.bench.plots import pass_cost_figure, svg_bars
     from specstream_core.decoding.engine import Engine
-    from specstream_core.model import rowinv
     from specstream_core.bench.pass_cost import figure_series, markdown, measure, to_json
 
     verify_rows, precisions, stream_dirs = _plan(args)
@@ -90,20 +109,24 @@ def run(args) -> int:
                 engine = Engine.load(base, streams_dir=streams, precision=precision, device=args.device,
                                      gamma=args.gamma, n_stream_layers=args.n_stream_layers)
             name = os.path.basename(streams.rstrip("/")) if streams else f"fresh streams (γ {args.gamma})"
-            label = f"{precision} · {name}"
-            print(f"measuring {label} ...", flush=True)
-            costs = measure(engine, context=args.context, verify_rows=verify_rows, repeats=args.repeats,
-                            progress=not args.no_progress, machine=machine)
-            settings = {"model": base, "streams": streams or name, "precision": precision, "device": str(engine.device),
-                        "linears": rowinv.linears_label(engine.model),
-                        "threads": torch.get_num_threads(), "context": args.context, "repeats": args.repeats,
-                        "gamma": engine.streams.cfg.gamma, "n_stream_layers": engine.streams.cfg.n_stream_layers,
-                        "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
-                        "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                        "torch": torch.__version__, "machine": machine.to_dict()}
-            runs.append(to_json(label, costs, settings))
+            measured = set()
+            for asked in args.stream_weights:
+                try:
+                    kind = engine.set_stream_weights(asked)
+                except SpecstreamError as exc:
+                    print(f"skipping {precision} with --stream-weights {asked}: {exc}", flush=True)
+                    continue
+                if kind in measured:  # "auto" is one of the others
+                    continue
+                measured.add(kind)
+                label = f"{precision} · {name}" + (" · 4-bit stream rows" if kind == "int4-a8" else "")
+                print(f"measuring {label} ...", flush=True)
+                costs = measure(engine, context=args.context, verify_rows=verify_rows, repeats=args.repeats,
+                                progress=not args.no_progress, machine=machine)
+                runs.append(to_json(label, costs, _settings(args, engine, base, streams or name, machine, kind)))
             del engine
     tables = markdown(runs)
+
     print(tables)
     if args.json:
         write_text(args.json, json.dumps({"runs": runs}, indent=1) + "\n")
