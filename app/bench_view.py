@@ -19,7 +19,8 @@ from specstream_core.errors import SpecstreamError
 
 DEFAULT_PATH = os.path.join(defaults.ROOT, "docs", "bench", "peers-int4-a8.json")
 PASS_COST_PATH = os.path.join(defaults.ROOT, "docs", "bench", "pass-cost.json")
-PASS_COST_COMMAND = ("python -m specstream_core pass-cost --precisions int4-a8,bf16,fp32 --threads 1 --repeats 20 "
+PASS_COST_COMMAND = ("python -m specstream_core pass-cost --precisions int4-a8,bf16,fp32 --stream-weights same,int4-a8 "
+                     "--threads 1 --repeats 20 "
                      "--json docs/bench/pass-cost.json --markdown docs/bench/pass-cost.md --plots docs/bench/")
 DRAFT_TAU_PATH = os.path.join(defaults.ROOT, "docs", "bench", "draft-tau.json")
 DRAFT_TAU_COMMAND = ("python -m specstream_core draft-tau --dtype fp32 --n 20 --check 3 --drafts streams,streams/k1111,"
