@@ -63,6 +63,7 @@ def test_cli_generate_json(model_dir, tmp_path):
     (["--prompt", "abc", "--max-new-tokens", "8", "--seed", "-1"], "seed"),
     (["--prompt", "abc", "--max-new-tokens", "8", "--stop", ""], "stop strings"),  # "" is in every text: one token
     (["--prompt", "ab\udcff", "--max-new-tokens", "8"], "not Unicode text"),  # a non-UTF-8 byte in argv
+    (["--prompt", "abc", "--stream-weights", "int4-a8"], "4-bit stream-row weights need"),  # fresh streams: no adapters
 ])
 def test_cli_bad_settings(model_dir, args, needle, capsys):
     from specstream_core.cli import main

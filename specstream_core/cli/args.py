@@ -31,6 +31,11 @@ def add_model_arguments(p) -> None:
                         "model (its file's 4-bit groups against 8-bit activations, as llama.cpp computes; --quantize "
                         "int4 keeps fp32 activations and is the fp32 model exactly), and bf16 for others; fp32 "
                         "elsewhere), fp32 or bf16")
+    p.add_argument("--stream-weights", choices=("auto", "same", "int4-a8"), default="auto",
+                   help="what the multi-stream layers' stream rows (drafts only) are computed with: auto (default: 4-bit "
+                        "copies where a pass has 8 or more stream rows on fp32 or bf16 Linears of the row-invariant "
+                        "kernel, and an 8-bit draft head), same (the layers' own weights) or int4-a8; output never "
+                        "changes (model/draft_weights.py)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--raw", action="store_true",
                    help="send the prompt text as it is (default: wrap it in the model's chat template, if it has one)")
@@ -95,7 +100,8 @@ def load_engine(args, quiet: bool = False):
         if quiet:
             warnings.simplefilter("ignore")
         return Engine.load(base, streams, precision=precision, device=args.device, gamma=args.gamma,
-                           n_stream_layers=args.n_stream_layers, chat=not getattr(args, "raw", False))
+                           n_stream_layers=args.n_stream_layers, chat=not getattr(args, "raw", False),
+                           stream_weights=getattr(args, "stream_weights", "auto"))
 
 
 def write_text(path: str, text: str) -> None:

@@ -70,14 +70,15 @@ class Engine:
     @classmethod
     def load(cls, base: str, streams_dir: str | None = None, precision: str = DEFAULT_PRECISION, device: str = "cpu",
              gamma: int = 4, n_stream_layers: int | None = None, exact_nf4: bool = True,
-             fresh_streams: bool = True, chat: bool = True, kernel: str | None = None) -> "Engine":
+             fresh_streams: bool = True, chat: bool = True, kernel: str | None = None,
+             stream_weights: str = "auto") -> "Engine":
         """Base model (directory or hub id) + stream directory (or hub id); fresh streams when none is given.
 
         precision: auto (int4-a8 on a GGUF-converted base such as the default model, int4 there without
         AVX512-VNNI, else bf16 weights on the row-invariant CPU kernel, else fp32; `resolve_precision`), fp32,
         bf16, nf4, int8, int4 or int4-a8. chat: wrap text prompts as a user turn of the model's chat template (when it
         has one). kernel: the CPU fp32/bf16 Linears (auto, rowinv, torch; default: $SPECSTREAM_KERNEL or auto,
-        model/rowinv.py)."""
+        model/rowinv.py). stream_weights: what the stream rows are computed with (`set_stream_weights`)."""
         if streams_dir is not None:
             streams_dir = hub.local_dir(streams_dir)  # a hub repo id: its snapshot
             read_stream_config(streams_dir)  # fail on a bad adapter before loading a large model
@@ -95,7 +96,7 @@ class Engine:
             warn_fresh(gamma)
             streams = StreamParams.fresh(model, gamma=gamma, n_stream_layers=n_stream_layers)
         return cls(model, tokenizer, streams, name=os.path.basename(base.rstrip("/")) or base,
-                   precision=load.precision, chat=chat, ngrams=ngrams)
+                   precision=load.precision, chat=chat, ngrams=ngrams, stream_weights=stream_weights)
 
     @property
     def row_exact(self) -> bool:
