@@ -52,8 +52,8 @@ def resolve(kind: str, params, model) -> str:
         raise SpecstreamError(f"unknown stream-row weights {kind!r}; choose one of {', '.join(KINDS)}")
     ok = params is not None and usable(params, model)
     if kind == "int4-a8" and not ok:
-        raise SpecstreamError("4-bit stream-row weights need stream-row adapters on fp32 or bf16 Linears of the "
-                              "row-invariant kernel and a CPU with AVX512-VNNI")
+        raise SpecstreamError("4-bit stream-row weights need a stream set with row adapters, on fp32 or bf16 Linears of the "
+                              "row-invariant kernel (--dtype fp32 or bf16, no --quantize) and a CPU with AVX512-VNNI")
     return "int4-a8" if kind == "int4-a8" or (kind == "auto" and ok) else "same"
 
 
