@@ -61,7 +61,7 @@ class _Front(NamedTuple):
     linears: rowinv_steps.FrontLinears  # q/k/v (fused or three), o, gate/up (fused or two)
     adapters: tuple | None  # `lora_weights`
     slices: list  # gate's and up's columns of the gate/up output
-    drafts: list | None  # the stream rows' draft Linears' parts (`_draft_parts`): q, k, v, o, gate, up
+    drafts: list | None  # the kernel parts of q, k, v, o, gate and up's stream-row copies (`draft_weights.kernel_drafts`)
 
 
 def _kernel_part(module: nn.Module) -> tuple | None:
