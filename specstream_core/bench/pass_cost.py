@@ -28,7 +28,7 @@ from typing import Callable
 
 import torch
 
-from specstream_core.model import compat, draft_weights, msa, rowinv
+from specstream_core.model import compat, msa, rowinv
 from specstream_core.model.cache import KVCache
 from specstream_core.bench.pass_parts import measure_parts
 from specstream_core.bench.results import read_json
@@ -207,7 +207,7 @@ def markdown(runs: list[dict]) -> str:
         st = run["settings"]
         linears = f", Linears on {st['linears']}" if st.get("linears") else ""
         if st.get("stream_weights") == "int4-a8":
-            linears += f", stream rows on 4-bit copies where a pass has {draft_weights.MIN_ROWS} or more"
+            linears += f", stream rows on 4-bit copies where a pass has {st.get('stream_min_rows', '?')} or more"
         parts.append(f"**{run['label']}** — after a {st['context']}-token prefix, {st['device']}{linears}, {st['threads']} "
                      f"thread(s), median of {st['repeats']} rounds (kinds rotated within each round)\n\n"
                      "| pass | tree nodes | rows (bottom / multi-stream layers) | median ms | × plain | τ to break even | "

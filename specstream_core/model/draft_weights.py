@@ -30,9 +30,10 @@ from specstream_core.errors import SpecstreamError
 from specstream_core.model import int4, int4_a8, int8_head, rowinv, rowinv_steps
 
 KINDS = ("auto", "same", "int4-a8")
-# the copies take a step's stream rows where there are at least this many: the default drafts of the default model
-# run one stream (4 stream rows beside 4 main rows), which the main rows' read of the weights carries almost free
-# (scripts/stream_weights_ab.py: 0.99x with the copies on every stream row)
+# the copies take a step's stream rows where there are at least this many. On the default model the stream set's draft
+# runs one stream (4 stream rows beside 4 main rows), which the main rows' read of the weights carries almost free: with
+# the copies from 4 rows it ran level with 8 (1.00x per prompt in fp32 and bf16, 40 eval prompts, ad-hoc A/B); 2 rows
+# (γ = 1) gained nothing in fp32 (pass-cost, 19.8 -> 20.2 ms); 6 rows (γ = 2) moved within this host's noise
 MIN_ROWS = 8
 
 

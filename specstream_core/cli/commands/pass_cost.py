@@ -76,6 +76,7 @@ def _settings(args, engine, base: str, streams: str, machine, stream_weights: st
 
     return {"model": base, "streams": streams, "precision": engine.precision, "device": str(engine.device),
             "linears": rowinv.linears_label(engine.model), "stream_weights": stream_weights,
+            "stream_min_rows": draft_weights.MIN_ROWS,
             "threads": torch.get_num_threads(), "context": args.context, "repeats": args.repeats,
             "gamma": engine.streams.cfg.gamma, "n_stream_layers": engine.streams.cfg.n_stream_layers,
             "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
