@@ -458,6 +458,113 @@ static void attend_row_group(const float *q, int64_t q_sh, const float *k, int64
   for (int64_t h = 0; h < G; h++) attend_one(q + h * q_sh, k, k_sr, v, v_sr, D, count, keys, scaling, s, out + h * D);
 }
 
+#if defined(__AVX512F__)
+/* How many of two rows' keys are the same keys from the first on (row i's key j: keys_i[j], or j without a list). */
+static int64_t common_keys(int64_t c0, const int64_t *k0, int64_t c1, const int64_t *k1) {
+  int64_t n = c0 < c1 ? c0 : c1, j = 0;
+  if (!k0 && !k1) return n;
+  while (j < n && (k0 ? k0[j] : j) == (k1 ? k1[j] : j)) j++;
+  return j;
+}
+
+/* Two rows' G heads over one key/value head, where the rows' first `common` keys are the same keys (a step's rows
+ * share the cached prefix): the blocks of 16 keys inside it are scored for both rows while they sit in L1, and each
+ * of its value vectors is read once for both, so the prefix streams from L2 once a pair of rows instead of once a
+ * row; each row's other keys then go as attend_heads takes them. Every (row, head) gets the operations attend_heads
+ * gives it alone, in the same order (the same score blocks, softmax, and one chain of FMAs a value vector, key by
+ * key), so the same bits. 2 * G * NV accumulators in registers: compile-time G and NV. */
+static inline __attribute__((always_inline)) void attend_heads2(const float *const q[2], int64_t q_sh, const float *k,
+                                                                 int64_t k_sr, const float *v, int64_t v_sr, int64_t D,
+                                                                 const int64_t count[2], const int64_t *const keys[2],
+                                                                 int64_t common, float scaling, float *const s[2],
+                                                                 int64_t s_stride, float *const out[2], const int G,
+                                                                 const int64_t NV) {
+  int64_t joint = common / KEYS_A_BLOCK * KEYS_A_BLOCK, j0[2] = {joint, joint};
+  vec qv[2][4][MAX_D / LANES > 8 ? 8 : MAX_D / LANES];
+  UNROLLED for (int r = 0; r < 2; r++)
+    UNROLLED for (int h = 0; h < G; h++)
+      UNROLLED for (int64_t c = 0; c < NV; c++) qv[r][h][c] = load_x(q[r] + h * q_sh + c * LANES, LANES);
+  for (int64_t b = 0; b < joint; b += KEYS_A_BLOCK)
+    UNROLLED for (int r = 0; r < 2; r++)
+      for (int h = 0; h < G; h++) score_block(qv[r][h], k, k_sr, D, b, count[r], keys[r], scaling, s[r] + h * s_stride, NV);
+  UNROLLED for (int r = 0; r < 2; r++)
+    for (; j0[r] < count[r]; j0[r] += KEYS_A_BLOCK)
+      for (int h = 0; h < G; h++)
+        score_block(qv[r][h], k, k_sr, D, j0[r], count[r], keys[r], scaling, s[r] + h * s_stride, NV);
+  float inv[2][4];
+  UNROLLED for (int r = 0; r < 2; r++)
+    for (int h = 0; h < G; h++) inv[r][h] = 1.0f / softmax_in_place(s[r] + h * s_stride, count[r]);
+  vec a[2][4][8];
+  UNROLLED for (int r = 0; r < 2; r++)
+    UNROLLED for (int h = 0; h < G; h++)
+      UNROLLED for (int64_t c = 0; c < NV; c++) a[r][h][c] = vzero();
+  for (int64_t j = 0; j < common; j++) {
+    const float *vp = v + (keys[0] ? keys[0][j] : j) * v_sr;
+    vec vv[8];
+    UNROLLED for (int64_t c = 0; c < NV; c++) vv[c] = load_x(vp + c * LANES, LANES);
+    UNROLLED for (int r = 0; r < 2; r++)
+      UNROLLED for (int h = 0; h < G; h++) {
+        vec p = vset1(s[r][h * s_stride + j]);
+        UNROLLED for (int64_t c = 0; c < NV; c++) a[r][h][c] = vfmadd(p, vv[c], a[r][h][c]);
+      }
+  }
+  UNROLLED for (int r = 0; r < 2; r++) {
+    for (int64_t j = common; j < count[r]; j++) {
+      const float *vp = v + (keys[r] ? keys[r][j] : j) * v_sr;
+      vec vv[8];
+      UNROLLED for (int64_t c = 0; c < NV; c++) vv[c] = load_x(vp + c * LANES, LANES);
+      UNROLLED for (int h = 0; h < G; h++) {
+        vec p = vset1(s[r][h * s_stride + j]);
+        UNROLLED for (int64_t c = 0; c < NV; c++) a[r][h][c] = vfmadd(p, vv[c], a[r][h][c]);
+      }
+    }
+    UNROLLED for (int h = 0; h < G; h++)
+      UNROLLED for (int64_t c = 0; c < NV; c++) store_x(out[r] + h * D + c * LANES, vmul(a[r][h][c], vset1(inv[r][h])), LANES);
+  }
+}
+#endif
+
+
+/* Rows i0 and i1 (i1 < 0: none) over key/value head g: together where a compiled pair shape fits (AVX-512: 2 to 4
+ * heads of 64, whole vectors) and both see keys, else each alone (attend_row_group). */
+static void attend_pair(const float *q, int64_t q_sr, int64_t q_sh, const float *k, int64_t k_sr, const float *v,
+                        int64_t v_sr, int64_t D, int64_t Hq, int64_t g, int64_t group, const int64_t *spec,
+                        const int64_t *keys, float scaling, float *s, int64_t s_stride, float *out, int64_t i0,
+                        int64_t i1) {
+  int64_t rows[2] = {i0, i1}, h = g * group;
+#if defined(__AVX512F__)
+  if (i1 >= 0 && spec[2 * i0] > 0 && spec[2 * i1] > 0 && D == 64 && group >= 2 && group <= 4) {
+    const float *qs[2];
+    const int64_t *kl[2];
+    int64_t count[2];
+    float *ss[2], *os[2];
+    for (int r = 0; r < 2; r++) {
+      int64_t i = rows[r];
+      qs[r] = q + i * q_sr + h * q_sh, count[r] = spec[2 * i];
+      kl[r] = spec[2 * i + 1] < 0 ? NULL : keys + spec[2 * i + 1];
+      ss[r] = s + r * group * s_stride, os[r] = out + (i * Hq + h) * D;
+    }
+    int64_t common = common_keys(count[0], kl[0], count[1], kl[1]);
+    if (group == 2) attend_heads2(qs, q_sh, k, k_sr, v, v_sr, D, count, kl, common, scaling, ss, s_stride, os, 2, 4);
+    else if (group == 3) attend_heads2(qs, q_sh, k, k_sr, v, v_sr, D, count, kl, common, scaling, ss, s_stride, os, 3, 4);
+    else attend_heads2(qs, q_sh, k, k_sr, v, v_sr, D, count, kl, common, scaling, ss, s_stride, os, 4, 4);
+    return;
+  }
+#endif
+  for (int r = 0; r < 2; r++) {
+    int64_t i = rows[r];
+    if (i < 0) continue;
+    int64_t count = spec[2 * i];
+    const int64_t *kl = spec[2 * i + 1] < 0 ? NULL : keys + spec[2 * i + 1];
+    if (count == 0) {
+      memset(out + (i * Hq + h) * D, 0, (size_t)(group * D) * sizeof(float));
+      continue;
+    }
+    attend_row_group(q + i * q_sr + h * q_sh, q_sh, k, k_sr, v, v_sr, D, count, kl, scaling, s, s_stride,
+                     out + (i * Hq + h) * D, group);
+  }
+}
+
 /* q: rows x heads with strides (q_sr, q_sh) in floats, last dim contiguous; k, v likewise per key and
  * per key/value head. Row i sees spec[2i] keys: the first ones (spec[2i+1] < 0) or keys[spec[2i+1] ...].
  * out: [rows, Hq, D] contiguous. Returns 0, or -1 for a head size over MAX_D / no memory. */
@@ -468,21 +575,16 @@ int attend_f32(const float *q, int64_t q_sr, int64_t q_sh, const float *k, int64
   int64_t most = 0;
   for (int64_t i = 0; i < rows; i++) most = spec[2 * i] > most ? spec[2 * i] : most;
   int failed = 0;
+  int64_t pairs = (rows + 1) / 2;
   _Pragma("omp parallel num_threads(threads)") {
-    float *s = malloc((size_t)((most + LANES) * (Hq / Hkv)) * sizeof(float)); /* scores of a group's heads */
+    float *s = malloc((size_t)(2 * (most + LANES) * (Hq / Hkv)) * sizeof(float)); /* scores of two rows' heads */
     if (!s) failed = 1;
-    _Pragma("omp for schedule(static)") for (int64_t t = 0; t < rows * Hkv; t++) {
+    _Pragma("omp for schedule(static)") for (int64_t t = 0; t < pairs * Hkv; t++) {
       if (!s) continue;
-      /* by key/value head, then row: one head's keys stay in cache while every row reads them */
-      int64_t group = Hq / Hkv, g = t / rows, i = t % rows, h = g * group;
-      int64_t count = spec[2 * i];
-      const int64_t *kl = spec[2 * i + 1] < 0 ? NULL : keys + spec[2 * i + 1];
-      if (count == 0) {
-        memset(out + (i * Hq + h) * D, 0, (size_t)(group * D) * sizeof(float));
-        continue;
-      }
-      attend_row_group(q + i * q_sr + h * q_sh, q_sh, k + g * k_sh, k_sr, v + g * v_sh, v_sr, D, count, kl, scaling, s,
-                       most + LANES, out + (i * Hq + h) * D, group);
+      /* by key/value head, then pair of rows: one head's keys stay in cache while every row reads them */
+      int64_t group = Hq / Hkv, g = t / pairs, p = t % pairs;
+      attend_pair(q, q_sr, q_sh, k + g * k_sh, k_sr, v + g * v_sh, v_sr, D, Hq, g, group, spec, keys, scaling, s,
+                  most + LANES, out, 2 * p, 2 * p + 1 < rows ? 2 * p + 1 : -1);
     }
     free(s);
   }
