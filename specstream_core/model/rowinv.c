@@ -401,45 +401,66 @@ static void attend_one(const float *q, const float *k, int64_t k_sr, const float
   else attend_nv(q, k, k_sr, v, v_sr, D, count, keys, scaling, s, out, nv);
 }
 
-/* The G query heads of one row that share a key/value head (grouped-query attention), together: a block of 16
- * keys is scored for every head while it sits in L1, and each value vector is read once for all G heads, so
- * the keys and values stream from L2 once a row instead of once a head. Each head's scores are summed as
- * score_block sums them; its weighted values in one chain a vector, key by key. G * NV accumulators in
- * registers: compile-time G and NV. A head's result depends only on its own query and keys. */
-static inline __attribute__((always_inline)) void attend_heads(const float *q, int64_t q_sh, const float *k, int64_t k_sr,
-                                                                const float *v, int64_t v_sr, int64_t D, int64_t count,
-                                                                const int64_t *keys, float scaling, float *s,
-                                                                int64_t s_stride, float *out, const int G,
-                                                                const int64_t NV) {
-  for (int64_t j0 = 0; j0 < count; j0 += KEYS_A_BLOCK)
-    for (int h = 0; h < G; h++) {
+/* The G query heads of R rows (1 or 2) that share a key/value head (grouped-query attention), together: a block of
+ * 16 keys is scored for every head of every row while it sits in L1, and each value vector is read once for all of
+ * them, so the keys and values stream from L2 once per R rows instead of once a head. Two rows go together over the
+ * first `common` keys, the keys both see (a step's rows share the cached prefix); each row's other keys follow alone.
+ * Each head's scores are summed as score_block sums them and its weighted values in one chain a vector, key by key,
+ * whatever R is: a head's result depends only on its own query and keys. R * G * NV accumulators in registers:
+ * compile-time R, G and NV. */
+#define PART(c) (D - (c) * LANES < LANES ? (int)(D - (c) * LANES) : LANES)
+static inline __attribute__((always_inline)) void attend_heads(const float *const q[], int64_t q_sh, const float *k,
+                                                                int64_t k_sr, const float *v, int64_t v_sr, int64_t D,
+                                                                const int64_t count[], const int64_t *const keys[],
+                                                                int64_t common, float scaling, float *const s[],
+                                                                int64_t s_stride, float *const out[], const int R,
+                                                                const int G, const int64_t NV) {
+  if (R == 1) common = count[0];
+  int64_t joint = R == 1 ? common : common / KEYS_A_BLOCK * KEYS_A_BLOCK; /* whole blocks of keys both rows see */
+  for (int r = 0; r < R; r++)
+    for (int64_t j0 = r ? joint : 0; j0 < count[r]; j0 += KEYS_A_BLOCK) /* the joint blocks, then row r's own */
+      for (int rr = r; rr < (j0 < joint ? R : r + 1); rr++)
+        for (int h = 0; h < G; h++) {
 #if defined(__AVX512F__)
-      vec qv[MAX_D / LANES];
-      UNROLLED for (int64_t c = 0; c < NV; c++)
-        qv[c] = load_x(q + h * q_sh + c * LANES, D - c * LANES < LANES ? (int)(D - c * LANES) : LANES);
+          vec qv[MAX_D / LANES];
+          UNROLLED for (int64_t c = 0; c < NV; c++) qv[c] = load_x(q[rr] + h * q_sh + c * LANES, PART(c));
 #else
-      const vec *qv = (const vec *)(q + h * q_sh);
+          const vec *qv = (const vec *)(q[rr] + h * q_sh);
 #endif
-      score_block(qv, k, k_sr, D, j0, count, keys, scaling, s + h * s_stride, NV);
-    }
-  float inv[4]; /* fixed sizes (G <= 4, NV <= 8): a variable-length array would keep the sums in memory */
-  for (int h = 0; h < G; h++) inv[h] = 1.0f / softmax_in_place(s + h * s_stride, count);
-  vec a[4][8];
-  UNROLLED for (int h = 0; h < G; h++)
-    UNROLLED for (int64_t c = 0; c < NV; c++) a[h][c] = vzero();
-  for (int64_t j = 0; j < count; j++) {
-    const float *vp = v + (keys ? keys[j] : j) * v_sr;
+          score_block(qv, k, k_sr, D, j0, count[rr], keys[rr], scaling, s[rr] + h * s_stride, NV);
+        }
+  float inv[2][4]; /* fixed sizes (R <= 2, G <= 4, NV <= 8): a variable-length array would keep the sums in memory */
+  for (int r = 0; r < R; r++)
+    for (int h = 0; h < G; h++) inv[r][h] = 1.0f / softmax_in_place(s[r] + h * s_stride, count[r]);
+  vec a[2][4][8];
+  UNROLLED for (int r = 0; r < R; r++)
+    UNROLLED for (int h = 0; h < G; h++)
+      UNROLLED for (int64_t c = 0; c < NV; c++) a[r][h][c] = vzero();
+  for (int64_t j = 0; j < common; j++) {
+    const float *vp = v + (keys[0] ? keys[0][j] : j) * v_sr;
     vec vv[8];
-    UNROLLED for (int64_t c = 0; c < NV; c++) vv[c] = load_x(vp + c * LANES, D - c * LANES < LANES ? (int)(D - c * LANES) : LANES);
-    UNROLLED for (int h = 0; h < G; h++) {
-      vec p = vset1(s[h * s_stride + j]);
-      UNROLLED for (int64_t c = 0; c < NV; c++) a[h][c] = vfmadd(p, vv[c], a[h][c]);
-    }
+    UNROLLED for (int64_t c = 0; c < NV; c++) vv[c] = load_x(vp + c * LANES, PART(c));
+    UNROLLED for (int r = 0; r < R; r++)
+      UNROLLED for (int h = 0; h < G; h++) {
+        vec p = vset1(s[r][h * s_stride + j]);
+        UNROLLED for (int64_t c = 0; c < NV; c++) a[r][h][c] = vfmadd(p, vv[c], a[r][h][c]);
+      }
   }
-  UNROLLED for (int h = 0; h < G; h++)
-    UNROLLED for (int64_t c = 0; c < NV; c++)
-      store_x(out + h * D + c * LANES, vmul(a[h][c], vset1(inv[h])), D - c * LANES < LANES ? (int)(D - c * LANES) : LANES);
+  UNROLLED for (int r = 0; r < R; r++) {
+    for (int64_t j = common; j < count[r]; j++) {
+      const float *vp = v + (keys[r] ? keys[r][j] : j) * v_sr;
+      vec vv[8];
+      UNROLLED for (int64_t c = 0; c < NV; c++) vv[c] = load_x(vp + c * LANES, PART(c));
+      UNROLLED for (int h = 0; h < G; h++) {
+        vec p = vset1(s[r][h * s_stride + j]);
+        UNROLLED for (int64_t c = 0; c < NV; c++) a[r][h][c] = vfmadd(p, vv[c], a[r][h][c]);
+      }
+    }
+    UNROLLED for (int h = 0; h < G; h++)
+      UNROLLED for (int64_t c = 0; c < NV; c++) store_x(out[r] + h * D + c * LANES, vmul(a[r][h][c], vset1(inv[r][h])), PART(c));
+  }
 }
+#undef PART
 
 /* The G heads at q (stride q_sh) of one row, grouped where a compiled shape fits (AVX-512: 2 to 4 heads of 64,
  * 2 of 128), else one at a time. Which path a model takes depends only on its shapes. */
@@ -448,8 +469,11 @@ static void attend_row_group(const float *q, int64_t q_sh, const float *k, int64
                              float *out, int64_t G) {
 #if defined(__AVX512F__) /* AVX2's 16 registers hold no group's sums */
   int64_t nv = (D + LANES - 1) / LANES;
+  const float *qs[1] = {q};
+  const int64_t cs[1] = {count}, *ks[1] = {keys};
+  float *ss[1] = {s}, *os[1] = {out};
 #define GROUPED(g, n) if (G == (g) && nv == (n) * 16 / LANES) { \
-    attend_heads(q, q_sh, k, k_sr, v, v_sr, D, count, keys, scaling, s, s_stride, out, g, (n) * 16 / LANES); return; }
+    attend_heads(qs, q_sh, k, k_sr, v, v_sr, D, cs, ks, count, scaling, ss, s_stride, os, 1, g, (n) * 16 / LANES); return; }
   GROUPED(2, 4) GROUPED(3, 4) GROUPED(4, 4) GROUPED(2, 8)
 #undef GROUPED
 #else
@@ -458,7 +482,6 @@ static void attend_row_group(const float *q, int64_t q_sh, const float *k, int64
   for (int64_t h = 0; h < G; h++) attend_one(q + h * q_sh, k, k_sr, v, v_sr, D, count, keys, scaling, s, out + h * D);
 }
 
-#if defined(__AVX512F__)
 /* How many of two rows' keys are the same keys from the first on (row i's key j: keys_i[j], or j without a list). */
 static int64_t common_keys(int64_t c0, const int64_t *k0, int64_t c1, const int64_t *k1) {
   int64_t n = c0 < c1 ? c0 : c1, j = 0;
@@ -467,73 +490,16 @@ static int64_t common_keys(int64_t c0, const int64_t *k0, int64_t c1, const int6
   return j;
 }
 
-/* Two rows' G heads over one key/value head, where the rows' first `common` keys are the same keys (a step's rows
- * share the cached prefix): the blocks of 16 keys inside it are scored for both rows while they sit in L1, and each
- * of its value vectors is read once for both, so the prefix streams from L2 once a pair of rows instead of once a
- * row; each row's other keys then go as attend_heads takes them. Every (row, head) gets the operations attend_heads
- * gives it alone, in the same order (the same score blocks, softmax, and one chain of FMAs a value vector, key by
- * key), so the same bits. 2 * G * NV accumulators in registers: compile-time G and NV. */
-static inline __attribute__((always_inline)) void attend_heads2(const float *const q[2], int64_t q_sh, const float *k,
-                                                                 int64_t k_sr, const float *v, int64_t v_sr, int64_t D,
-                                                                 const int64_t count[2], const int64_t *const keys[2],
-                                                                 int64_t common, float scaling, float *const s[2],
-                                                                 int64_t s_stride, float *const out[2], const int G,
-                                                                 const int64_t NV) {
-  int64_t joint = common / KEYS_A_BLOCK * KEYS_A_BLOCK, j0[2] = {joint, joint};
-  vec qv[2][4][MAX_D / LANES > 8 ? 8 : MAX_D / LANES];
-  UNROLLED for (int r = 0; r < 2; r++)
-    UNROLLED for (int h = 0; h < G; h++)
-      UNROLLED for (int64_t c = 0; c < NV; c++) qv[r][h][c] = load_x(q[r] + h * q_sh + c * LANES, LANES);
-  for (int64_t b = 0; b < joint; b += KEYS_A_BLOCK)
-    UNROLLED for (int r = 0; r < 2; r++)
-      for (int h = 0; h < G; h++) score_block(qv[r][h], k, k_sr, D, b, count[r], keys[r], scaling, s[r] + h * s_stride, NV);
-  UNROLLED for (int r = 0; r < 2; r++)
-    for (; j0[r] < count[r]; j0[r] += KEYS_A_BLOCK)
-      for (int h = 0; h < G; h++)
-        score_block(qv[r][h], k, k_sr, D, j0[r], count[r], keys[r], scaling, s[r] + h * s_stride, NV);
-  float inv[2][4];
-  UNROLLED for (int r = 0; r < 2; r++)
-    for (int h = 0; h < G; h++) inv[r][h] = 1.0f / softmax_in_place(s[r] + h * s_stride, count[r]);
-  vec a[2][4][8];
-  UNROLLED for (int r = 0; r < 2; r++)
-    UNROLLED for (int h = 0; h < G; h++)
-      UNROLLED for (int64_t c = 0; c < NV; c++) a[r][h][c] = vzero();
-  for (int64_t j = 0; j < common; j++) {
-    const float *vp = v + (keys[0] ? keys[0][j] : j) * v_sr;
-    vec vv[8];
-    UNROLLED for (int64_t c = 0; c < NV; c++) vv[c] = load_x(vp + c * LANES, LANES);
-    UNROLLED for (int r = 0; r < 2; r++)
-      UNROLLED for (int h = 0; h < G; h++) {
-        vec p = vset1(s[r][h * s_stride + j]);
-        UNROLLED for (int64_t c = 0; c < NV; c++) a[r][h][c] = vfmadd(p, vv[c], a[r][h][c]);
-      }
-  }
-  UNROLLED for (int r = 0; r < 2; r++) {
-    for (int64_t j = common; j < count[r]; j++) {
-      const float *vp = v + (keys[r] ? keys[r][j] : j) * v_sr;
-      vec vv[8];
-      UNROLLED for (int64_t c = 0; c < NV; c++) vv[c] = load_x(vp + c * LANES, LANES);
-      UNROLLED for (int h = 0; h < G; h++) {
-        vec p = vset1(s[r][h * s_stride + j]);
-        UNROLLED for (int64_t c = 0; c < NV; c++) a[r][h][c] = vfmadd(p, vv[c], a[r][h][c]);
-      }
-    }
-    UNROLLED for (int h = 0; h < G; h++)
-      UNROLLED for (int64_t c = 0; c < NV; c++) store_x(out[r] + h * D + c * LANES, vmul(a[r][h][c], vset1(inv[r][h])), LANES);
-  }
-}
-#endif
-
-
-/* Rows i0 and i1 (i1 < 0: none) over key/value head g: together where a compiled pair shape fits (AVX-512: 2 to 4
- * heads of 64, whole vectors) and both see keys, else each alone (attend_row_group). */
+/* Rows i0 and i1 (i1 < 0: none) over key/value head g, whose first `common` keys are the same: together where a
+ * compiled pair shape fits (AVX-512: 2 to 4 heads of 64) and both see keys, else each alone (attend_row_group). */
 static void attend_pair(const float *q, int64_t q_sr, int64_t q_sh, const float *k, int64_t k_sr, const float *v,
                         int64_t v_sr, int64_t D, int64_t Hq, int64_t g, int64_t group, const int64_t *spec,
-                        const int64_t *keys, float scaling, float *s, int64_t s_stride, float *out, int64_t i0,
-                        int64_t i1) {
+                        const int64_t *keys, int64_t common, float scaling, float *s, int64_t s_stride, float *out,
+                        int64_t i0, int64_t i1) {
   int64_t rows[2] = {i0, i1}, h = g * group;
 #if defined(__AVX512F__)
-  if (i1 >= 0 && spec[2 * i0] > 0 && spec[2 * i1] > 0 && D == 64 && group >= 2 && group <= 4) {
+  if (i1 >= 0 && spec[2 * i0] > 0 && spec[2 * i1] > 0 && (D + LANES - 1) / LANES == 64 / LANES && group >= 2 &&
+      group <= 4) {
     const float *qs[2];
     const int64_t *kl[2];
     int64_t count[2];
@@ -544,12 +510,13 @@ static void attend_pair(const float *q, int64_t q_sr, int64_t q_sh, const float 
       kl[r] = spec[2 * i + 1] < 0 ? NULL : keys + spec[2 * i + 1];
       ss[r] = s + r * group * s_stride, os[r] = out + (i * Hq + h) * D;
     }
-    int64_t common = common_keys(count[0], kl[0], count[1], kl[1]);
-    if (group == 2) attend_heads2(qs, q_sh, k, k_sr, v, v_sr, D, count, kl, common, scaling, ss, s_stride, os, 2, 4);
-    else if (group == 3) attend_heads2(qs, q_sh, k, k_sr, v, v_sr, D, count, kl, common, scaling, ss, s_stride, os, 3, 4);
-    else attend_heads2(qs, q_sh, k, k_sr, v, v_sr, D, count, kl, common, scaling, ss, s_stride, os, 4, 4);
+    if (group == 2) attend_heads(qs, q_sh, k, k_sr, v, v_sr, D, count, kl, common, scaling, ss, s_stride, os, 2, 2, 4);
+    else if (group == 3) attend_heads(qs, q_sh, k, k_sr, v, v_sr, D, count, kl, common, scaling, ss, s_stride, os, 2, 3, 4);
+    else attend_heads(qs, q_sh, k, k_sr, v, v_sr, D, count, kl, common, scaling, ss, s_stride, os, 2, 4, 4);
     return;
   }
+#else
+  (void)common;
 #endif
   for (int r = 0; r < 2; r++) {
     int64_t i = rows[r];
@@ -575,7 +542,12 @@ int attend_f32(const float *q, int64_t q_sr, int64_t q_sh, const float *k, int64
   int64_t most = 0;
   for (int64_t i = 0; i < rows; i++) most = spec[2 * i] > most ? spec[2 * i] : most;
   int failed = 0;
-  int64_t pairs = (rows + 1) / 2;
+  int64_t pairs = (rows + 1) / 2, *common = malloc((size_t)(pairs + 1) * sizeof(int64_t));
+  if (!common) return -1;
+  for (int64_t p = 0; p < pairs; p++) /* the keys rows 2p and 2p + 1 share, once for every key/value head */
+    common[p] = 2 * p + 1 < rows ? common_keys(spec[4 * p], spec[4 * p + 1] < 0 ? NULL : keys + spec[4 * p + 1],
+                                               spec[4 * p + 2], spec[4 * p + 3] < 0 ? NULL : keys + spec[4 * p + 3])
+                                 : 0;
   _Pragma("omp parallel num_threads(threads)") {
     float *s = malloc((size_t)(2 * (most + LANES) * (Hq / Hkv)) * sizeof(float)); /* scores of two rows' heads */
     if (!s) failed = 1;
@@ -583,11 +555,12 @@ int attend_f32(const float *q, int64_t q_sr, int64_t q_sh, const float *k, int64
       if (!s) continue;
       /* by key/value head, then pair of rows: one head's keys stay in cache while every row reads them */
       int64_t group = Hq / Hkv, g = t / pairs, p = t % pairs;
-      attend_pair(q, q_sr, q_sh, k + g * k_sh, k_sr, v + g * v_sh, v_sr, D, Hq, g, group, spec, keys, scaling, s,
-                  most + LANES, out, 2 * p, 2 * p + 1 < rows ? 2 * p + 1 : -1);
+      attend_pair(q, q_sr, q_sh, k + g * k_sh, k_sr, v + g * v_sh, v_sr, D, Hq, g, group, spec, keys, common[p],
+                  scaling, s, most + LANES, out, 2 * p, 2 * p + 1 < rows ? 2 * p + 1 : -1);
     }
     free(s);
   }
+  free(common);
   return failed ? -1 : 0;
 }
 

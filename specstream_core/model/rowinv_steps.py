@@ -90,9 +90,9 @@ class DraftLinears(ctypes.Structure):
 
     @classmethod
     def of(cls, front: list[tuple], down: tuple, min_rows: int) -> "DraftLinears":
-        arrays = FrontLinears(front[:-3], front[-3], front[-2:]) if len(front) == 6 else None
-        if arrays is None:
+        if len(front) != 6:
             raise ValueError("draft Linears take q, k, v, o, gate and up one call each")
+        arrays = FrontLinears(front[:3], front[3], front[4:])
         draft = cls(ctypes.addressof(arrays.kind), ctypes.addressof(arrays.weight), ctypes.addressof(arrays.scales),
                     down[0], down[1].data_ptr(), None if down[2] is None else down[2].data_ptr(), min_rows)
         draft.keep = (arrays, down)  # the arrays and tensors it points into
