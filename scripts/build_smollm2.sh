@@ -10,7 +10,8 @@
 # TRAIN_MINUTES (per stream set, default 65), STEPS (default 450), STAGES (default "corpus distill lossless
 # ngrams traces card"; add "shared", "medusa" and "draft" for the other stream set, the heads and the assisted-generation draft), INIT_FROM (a trained
 # lossless stream directory to continue from on new data: `train --init-from`; the shipped set was made so:
-# 500 steps on the first 1,104 answers, then INIT_FROM=<those streams> STEPS=1100 on all 6,400).
+# 500 steps on the first 1,104 answers, then INIT_FROM=<those streams> STEPS=1100 on all 6,400), RANK (the lossless
+# set's adapter rank, default 32; with INIT_FROM a larger rank grows the set it starts from).
 # On a GPU the same commands run through accelerate (`accelerate launch -m specstream_core train ...`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,7 +50,7 @@ COMMON="--data $BUILD/train.jsonl --eval-data $BUILD/eval80.jsonl --distill --di
         --steps $STEPS --minutes $TRAIN_MINUTES --recommend-topk ${TOPK:-1} --recommend-budget ${BUDGET:-4} --recommend-lookup ${LOOKUP:-3} --recommend-ngrams"
 if has lossless; then  # 3. lossless streams (base frozen; stream rows get rank-32 adapters)
   stamp "lossless streams"
-  $PY -m specstream_core train --out "$OUT/streams-lossless" --mode lossless --lr "${LR:-3e-3}" --adapter-rank 32 \
+  $PY -m specstream_core train --out "$OUT/streams-lossless" --mode lossless --lr "${LR:-3e-3}" --adapter-rank "${RANK:-32}" \
       $COMMON ${INIT_FROM:+--init-from "$INIT_FROM"} $(resume_flag "$OUT/streams-lossless")
 fi
 if has ngrams; then  # 3b. the lossless set's n-gram store: the base's answers to the train prompts (~10 s)

@@ -300,6 +300,14 @@ def test_init_from_continues_a_trained_stream_set(tmp_path):
     with pytest.raises(SpecstreamError, match="init-from"):
         train(tiny_model("llama", seed=0), replace(cfg, gamma=2, init_from=str(tmp_path / "a")), data,
               str(tmp_path / "d"), progress=False, log=quiet)
+    # a larger adapter rank grows the adapters: the new part starts at zero, so the eval is the same again
+    grown = train(tiny_model("llama", seed=0), replace(cfg, steps=1, lr=1e-12, adapter_rank=8,
+                                                       init_from=str(tmp_path / "a")), data,
+                  str(tmp_path / "e"), eval_data=data, progress=False, log=quiet)
+    assert grown["eval"]["stream_top1"] == pytest.approx(first["eval"]["stream_top1"], abs=1e-6)
+    with pytest.raises(SpecstreamError, match=r"init-from .*adapter\..* has shape \(4, "):
+        train(tiny_model("llama", seed=0), replace(cfg, adapter_rank=2, init_from=str(tmp_path / "a")), data,
+              str(tmp_path / "f"), progress=False, log=quiet)
 
 
 def test_a_continued_set_keeps_the_recommended_draft_of_the_set_it_started_from(tmp_path):

@@ -70,7 +70,11 @@ def build_streams(model, cfg: TrainConfig, draft_vocab: list[int] | None = None)
 
 def warm_start(streams: StreamParams, directory: str) -> None:
     """Copy a trained stream set's tensors into fresh `streams` of the same shapes (a longer run on more
-    data continues from a shorter one). The draft vocabulary stays the new data's own."""
+    data continues from a shorter one). The draft vocabulary stays the new data's own.
+
+    Row adapters may grow: a rank-r set warm-starts a larger rank. Its A rows and B columns fill the first r
+    of each; the new B columns start at zero (as a fresh adapter's B does), so the grown set computes exactly
+    what the smaller one did, and training starts where it stands."""
     tensors = read_stream_weights(directory)
     targets = streams.named_tensors()
     missing = sorted(set(targets) - set(tensors))
@@ -78,10 +82,22 @@ def warm_start(streams: StreamParams, directory: str) -> None:
         raise SpecstreamError(f"--init-from {directory}: it lacks {missing[:3]} (made with other settings?)")
     with torch.no_grad():
         for name, target in targets.items():
-            if tensors[name].shape != target.shape:
-                raise SpecstreamError(f"--init-from {directory}: {name} has shape {tuple(tensors[name].shape)}, "
+            source = tensors[name].to(target.dtype)
+            if source.shape != target.shape and not _grows_rank(name, source, target):
+                raise SpecstreamError(f"--init-from {directory}: {name} has shape {tuple(source.shape)}, "
                                       f"these settings need {tuple(target.shape)}")
-            target.copy_(tensors[name].to(target.dtype))
+            if name.endswith(".B"):
+                target.zero_()
+            target[tuple(slice(0, n) for n in source.shape)].copy_(source)
+
+
+def _grows_rank(name: str, source: torch.Tensor, target: torch.Tensor) -> bool:
+    """An adapter of a smaller rank: A (rank, in) grows in rows, B (out, rank) in columns, nothing else."""
+    if not name.startswith("adapter.") or source.dim() != 2:
+        return False
+    rank_axis = 0 if name.endswith(".A") else 1
+    other = 1 - rank_axis
+    return source.shape[other] == target.shape[other] and source.shape[rank_axis] < target.shape[rank_axis]
 
 
 def trainable(model, streams: StreamParams) -> list[torch.Tensor]:

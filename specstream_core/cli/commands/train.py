@@ -48,8 +48,8 @@ def add_arguments(p) -> None:
     p.add_argument("--feature-cache-gb", type=float, default=4.0,
                    help="lossless: memory for reusing the frozen lower layers' output per sequence (0 = off)")
     p.add_argument("--init-from", default="", help="start from this trained stream directory's tensors (same "
-                   "gamma, layers and ranks) instead of fresh ones; its recommended draft carries over unless "
-                   "--recommend-* says otherwise")
+                   "gamma and layers; a larger --adapter-rank grows its adapters, the new part starting at zero) "
+                   "instead of fresh ones; its recommended draft carries over unless --recommend-* says otherwise")
     p.add_argument("--recommend-topk", default="", help="store a recommended draft tree (e.g. 3,2,1,1) with the streams")
     p.add_argument("--recommend-prune", type=float, default=None, help="store a recommended pruning threshold")
     p.add_argument("--recommend-budget", type=int, default=None, help="store a recommended node budget")
