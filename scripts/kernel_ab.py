@@ -1,6 +1,6 @@
 """The row-invariant kernel of another commit against the working tree's, on the default model, in one process:
-one engine, its kernel library swapped per prompt (the other commit's `rowinv.c` built beside this one), the
-eval prompts of the chat corpus (chat-wrapped, as `bench`), plain loop and speculative streaming with the stream
+an engine per kernel, loaded under it (the other commit's `rowinv.c` built beside this one; the weights in each
+kernel's own layout), kernel and engine swapped per prompt, the eval prompts of the chat corpus (chat-wrapped, as `bench`), plain loop and speculative streaming with the stream
 set's draft, the order reversed every other prompt, one thread; prints tokens/s medians, the per-prompt ratio and
 how many prompts give the same tokens. The other kernel runs the layer steps of its own time: where it lacks the
 whole-layer calls (`layer_stack`) or the call after the activation (`layer_back`), the direct steps go without them.
@@ -21,20 +21,31 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from specstream_core.bench.suites import suite_categories, suite_examples  # noqa: E402
 from specstream_core.decoding.engine import Engine  # noqa: E402
-from specstream_core.model import compat, defaults, int4_a8, rowinv  # noqa: E402
+from specstream_core.model import compat, defaults, greedy, int4_a8, rowinv, rowinv_steps  # noqa: E402
 
 STEP_CALLS = ("layer_back", "layer_stack", "silu_rows")  # symbols an older kernel may lack
+TYPED = (int4_a8, rowinv_steps, greedy)  # modules that keep the library they typed in `_typed`
 
 
-def _build(source: str):
-    """The kernel built from `source` (as rowinv builds its own), and int4-a8's typing of it."""
+def _build(source: str) -> tuple:
+    """The kernel built from `source` (as rowinv builds its own), then each module's typing of it: what `_use`
+    puts back, so that every call (the whole-layer steps' too) goes to this kernel."""
     keep = rowinv.SOURCE
-    rowinv.SOURCE, rowinv._lib, rowinv._why, int4_a8._typed = source, None, None, None
+    rowinv.SOURCE, rowinv._lib, rowinv._why = source, None, None
+    for module in TYPED:
+        module._typed = None
     try:
         lib = rowinv.library()
-        return lib, (int4_a8.library() if int4_a8.available() else None)
+        typed = (int4_a8.library() if int4_a8.available() else None, rowinv_steps._library(), greedy._library())
+        return (lib,) + typed
     finally:
         rowinv.SOURCE = keep
+
+
+def _use(state: tuple) -> None:
+    rowinv._lib = state[0]
+    for module, typed in zip(TYPED, state[1:]):
+        module._typed = typed
 
 
 def kernels(commit: str) -> dict:
@@ -42,6 +53,8 @@ def kernels(commit: str) -> dict:
                           capture_output=True, text=True).stdout
     lacks = [name for name in STEP_CALLS if f" {name}(" not in text]
     stubs = "".join(f"\nint {name}(void) {{ return -1; }} /* not in {commit}: never called */" for name in lacks)
+    if " rowinv_span(" not in text:  # blocked weights before spans of columns: one span, all of K
+        stubs += "\nlong long rowinv_span(long long K) { return K; }"
     path = os.path.join(tempfile.mkdtemp(), "rowinv.c")
     with open(path, "w") as f:
         f.write(text + stubs + "\n")
@@ -61,27 +74,21 @@ def main() -> None:
     prompts = [e["prompt"] for c in suite_categories("chat") for e in suite_examples("chat", c, args.n)]
     base, streams = defaults.resolve(None, None)
     for precision in args.precisions.split(","):
-        rowinv._lib, int4_a8._typed = built["working tree"][0]
-        engine = Engine.load(base, streams, precision=precision)
-        steps = [layer.__dict__[compat.DIRECT_STEP] for layer in compat.decoder_layers(engine.model)
-                 if compat.DIRECT_STEP in layer.__dict__]
-        own = [(s.back, s.whole) for s in steps]
+        engines = {name: _engine(built[name], base, streams, precision) for name in names}
 
         def use(name):
-            (rowinv._lib, int4_a8._typed), older = built[name]
-            for s, (back, whole) in zip(steps, own):
-                s.back, s.whole = (None, False) if older else (back, whole)
+            _use(built[name][0])
+            return engines[name]
 
         for mode in ("ar", "ss"):
-            cfg = engine.decode_config(mode=mode, max_new_tokens=args.max_new_tokens)
+            cfg = engines[names[1]].decode_config(mode=mode, max_new_tokens=args.max_new_tokens)
             for name in names:  # warm-up
-                use(name)
-                engine.generate(prompts[0], cfg)
+                use(name).generate(prompts[0], cfg)
             speed, same = {name: [] for name in names}, 0
             for i, prompt in enumerate(prompts):
                 tokens = {}
                 for name in (names if i % 2 == 0 else names[::-1]):
-                    use(name)
+                    engine = use(name)
                     t = time.perf_counter()
                     r = engine.generate(prompt, cfg)
                     speed[name].append(len(r.token_ids) / (time.perf_counter() - t))
@@ -93,6 +100,18 @@ def main() -> None:
                   f"{statistics.median(speed[names[1]]):.1f}; working tree / {names[0]} per prompt {ratio:.2f}x; "
                   f"same tokens on {same}/{len(prompts)}")
 
+
+def _engine(kernel, base, streams, precision):
+    """An engine loaded under `kernel` (its Linears' blocked weights in that kernel's layout, which may differ
+    between commits); an older kernel without the whole-layer calls runs the direct steps without them."""
+    state, older = kernel
+    _use(state)
+    engine = Engine.load(base, streams, precision=precision)
+    for layer in compat.decoder_layers(engine.model):
+        step = layer.__dict__.get(compat.DIRECT_STEP)
+        if step is not None and older:
+            step.back, step.whole = None, False
+    return engine
 
 if __name__ == "__main__":
     main()

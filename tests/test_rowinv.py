@@ -18,7 +18,8 @@ needs_kernel = pytest.mark.skipif(not rowinv.available(), reason=f"kernel unavai
 
 @needs_kernel
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("n,k", [(96, 128), (7, 40), (1, 16), (33, 1000), (33, 1008)])  # tails in both dimensions
+@pytest.mark.parametrize("n,k", [(96, 128), (7, 40), (1, 16), (33, 1000), (33, 1008)])  # tails in both dimensions;
+# K = 1008: the blocked layout in spans of columns (384, 384, 240), for a few rows span by span, for 13 block by block
 def test_the_kernel_computes_x_w_t_and_each_row_alone(dtype, n, k):
     g = torch.Generator().manual_seed(n + k)
     w = torch.randn(n, k, generator=g).to(dtype)
@@ -39,6 +40,7 @@ def test_the_kernel_computes_x_w_t_and_each_row_alone(dtype, n, k):
     assert torch.equal(rowinv.linear(x.reshape(13, 1, k).bfloat16(), w).float(),
                        rowinv.linear(x.bfloat16().float(), w).bfloat16().float().reshape(13, 1, n))
     _blocked_equals_row_major(x, w)
+    assert (rowinv.library().rowinv_span(k) < k) == (k > 768)  # the spans above are what this case exercises
 
 
 def _blocked_equals_row_major(x, w):
@@ -52,6 +54,13 @@ def _blocked_equals_row_major(x, w):
     for m in range(1, x.shape[0] + 1):
         assert torch.equal(rowinv.linear(x[:m], wb, None, n), y[:m])
         assert torch.equal(rowinv.linear(x[m - 1:m], wb, None, n), y[m - 1:m])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:  # threads split the blocks (within each span), never a sum
+        for m in (3, x.shape[0]):
+            assert torch.equal(rowinv.linear(x[:m], wb, None, n), y[:m])
+    finally:
+        torch.set_num_threads(threads)
     module = rowinv.RowInvariantLinear(k, n, bias=False, dtype=w.dtype)
     with torch.no_grad():
         module.weight.copy_(w)
@@ -77,8 +86,9 @@ def test_the_avx2_build_is_row_invariant_too(monkeypatch, tmp_path):
         for m in range(1, 8):
             assert torch.equal(rowinv.linear(x[:m], w), y[:m])
             assert torch.equal(rowinv.linear(x[m - 1:m], w), y[m - 1:m])
-        w2 = torch.randn(37, 208, generator=g).to(dtype)  # a multiple of 8 lanes: blocked
-        _blocked_equals_row_major(torch.randn(7, 208, generator=g), w2)
+        for k in (208, 1040):  # a multiple of 8 lanes: blocked (1040: in spans of columns)
+            _blocked_equals_row_major(torch.randn(7, k, generator=g), torch.randn(37, k, generator=g).to(dtype))
+    assert rowinv.library().rowinv_span(1040) < 1040
     layer = int4.Int4Linear(*int4.quantize_groups(torch.randn(37, 224, generator=g)), kernel=True)
     x = torch.randn(11, 224, generator=g)
     y = rowinv.linear_q4(x, layer.q4, layer.dm, 37)

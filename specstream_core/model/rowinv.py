@@ -106,26 +106,19 @@ def _load():
         lib = ctypes.CDLL(path)
     except (OSError, subprocess.SubprocessError) as exc:
         return None, f"the kernel did not build: {exc}"
-    args = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
-            ctypes.c_int]
-    for fn in (lib.linear_f32, lib.linear_bf16, lib.linear_f32b, lib.linear_bf16b):
-        fn.argtypes, fn.restype = args, None
-    i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    lib.attend_f32.argtypes = [ptr, i64, i64, ptr, i64, i64, ptr, i64, i64, i64, i64, i64, i64, ptr, ptr,
-                               ctypes.c_float, ptr, ctypes.c_int]
-    lib.attend_f32.restype = ctypes.c_int
-    lib.rmsnorm_f32.argtypes = [ptr, i64, i64, ptr, ctypes.c_float, ptr]
-    lib.rmsnorm_f32.restype = None
-    for fn in (lib.linear_q4, lib.linear_q8):
-        fn.argtypes, fn.restype = [ptr, i64, i64, ptr, ptr, i64, ptr, ctypes.c_int], None
-    lib.rope_store.argtypes = [ptr, i64, i64, i64, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, i64]
-    lib.rope_store.restype = None
-    lib.layer_front.argtypes = [ptr, i64, i64, ptr, ptr, ctypes.c_float, i64, i64, ptr, ptr, ptr, ptr, i64, i64, i64,
-                                ptr, ptr, ptr, ptr, i64, i64, ptr, ptr, ctypes.c_float, ptr, ptr, ptr, i64, i64,
-                                ctypes.c_int]
-    lib.layer_front.restype = ctypes.c_int
-    lib.rowinv_lanes.restype = ctypes.c_int
-    lib.fma_burn.argtypes, lib.fma_burn.restype = [i64], ctypes.c_float
+    i64, ptr, f32, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float, ctypes.c_int
+    linear, q = [ptr, i64, i64, ptr, i64, ptr, i32], [ptr, i64, i64, ptr, ptr, i64, ptr, i32]
+    calls = {"linear_f32": (linear, None), "linear_bf16": (linear, None), "linear_f32b": (linear, None),
+             "linear_bf16b": (linear, None), "linear_q4": (q, None), "linear_q8": (q, None),
+             "attend_f32": ([ptr, i64, i64, ptr, i64, i64, ptr, i64, i64, i64, i64, i64, i64, ptr, ptr, f32, ptr, i32], i32),
+             "rmsnorm_f32": ([ptr, i64, i64, ptr, f32, ptr], None),
+             "rope_store": ([ptr, i64, i64, i64, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, i64], None),
+             "layer_front": ([ptr, i64, i64, ptr, ptr, f32, i64, i64, ptr, ptr, ptr, ptr, i64, i64, i64, ptr, ptr, ptr,
+                              ptr, i64, i64, ptr, ptr, f32, ptr, ptr, ptr, i64, i64, i32], i32),
+             "rowinv_lanes": ([], i32), "rowinv_span": ([i64], i64), "fma_burn": ([i64], f32)}
+    for name, (argtypes, restype) in calls.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = argtypes, restype
     return lib, ""
 
 
@@ -198,10 +191,16 @@ def from_blocks(t: torch.Tensor, n: int) -> torch.Tensor:
 
 
 def blocked(weight: torch.Tensor) -> torch.Tensor | None:
-    """An fp32 or bf16 weight [N, K] as linear_f32b / linear_bf16b read it, `to_blocks` of LANES columns (one
-    sequential read a block); None where K is not a multiple of LANES."""
-    lanes = (_lib or library()).rowinv_lanes()
-    return None if weight.shape[1] % lanes else to_blocks(pad_rows(weight.detach()), weight.shape[1] // lanes)
+    """An fp32 or bf16 weight [N, K] as linear_f32b / linear_bf16b read it: K in the kernel's spans of columns
+    (`rowinv_span`; all of K where K is small), each span `to_blocks` of LANES columns, one span after another (one
+    sequential read a call); None where K is not a multiple of LANES."""
+    lib = _lib or library()
+    lanes, k = lib.rowinv_lanes(), weight.shape[1]
+    if k % lanes:
+        return None
+    w, span = pad_rows(weight.detach()), lib.rowinv_span(k)
+    spans = [w[:, k0:k0 + span] for k0 in range(0, k, span)]
+    return to_blocks(w, k // lanes) if span >= k else torch.cat([to_blocks(s, s.shape[1] // lanes).view(-1) for s in spans])
 
 
 def _rows_and_out(x: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
