@@ -9,7 +9,7 @@ import torch
 
 from specstream_core import DecodeConfig, Engine, StreamParams
 from specstream_core.errors import SpecstreamError
-from specstream_core.model import default_model, int4, int4_a8, int8_head, loading, rowinv
+from specstream_core.model import default_model, int4, int4_a8, int8_head, loading, rowinv, rowinv_build
 from specstream_core.model.loading import LoadConfig, load_model
 from tiny_models import hf_greedy, prompts, save_tiny_model_dir, tiny_model
 
@@ -69,12 +69,33 @@ def _blocked_equals_row_major(x, w):
         assert torch.equal(module(x), rowinv.linear(x, w * 2))
 
 
-@pytest.mark.skipif(not {"avx2", "fma"} <= rowinv._cpu_flags(), reason="this CPU lacks AVX2 + FMA")
+@pytest.mark.skipif(not rowinv.available(), reason="the kernel cannot run here")
+def test_the_l2_prefetch_changes_no_sum(monkeypatch, tmp_path):
+    """The vendor tuning (`rowinv_build.tuning_flags`: an L2 prefetch ahead of the blocked Linears) only moves
+    data: a build with it and one without give the same sums, at spans and without."""
+    monkeypatch.setenv("SPECSTREAM_CACHE", str(tmp_path))
+    g = torch.Generator().manual_seed(3)
+    x, w = torch.randn(9, 1024, generator=g), torch.randn(37, 1024, generator=g)
+    out = {}
+    for ahead in ("0", "16384"):
+        monkeypatch.setenv("SPECSTREAM_L2_AHEAD", ahead)
+        monkeypatch.setattr(rowinv, "_why", None)
+        monkeypatch.setattr(rowinv, "_lib", None)
+        assert rowinv_build.tuning_flags() == ([] if ahead == "0" else [f"-DL2_AHEAD={ahead}"])
+        for dtype in (torch.float32, torch.bfloat16):
+            wb = rowinv.blocked(w.to(dtype))
+            out[ahead, dtype] = [rowinv.linear(x[:m], wb, None, 37) for m in (1, 5, 9)]
+    assert len(os.listdir(tmp_path / "kernels")) == 2  # two builds
+    for dtype in (torch.float32, torch.bfloat16):
+        assert all(torch.equal(a, b) for a, b in zip(out["0", dtype], out["16384", dtype]))
+
+
+@pytest.mark.skipif(not {"avx2", "fma"} <= rowinv_build.cpu_flags(), reason="this CPU lacks AVX2 + FMA")
 def test_the_avx2_build_is_row_invariant_too(monkeypatch, tmp_path):
     """The build a CPU without AVX-512 gets, built and checked here whatever this CPU has."""
     monkeypatch.setattr(rowinv, "_why", None)
     monkeypatch.setattr(rowinv, "_lib", None)
-    monkeypatch.setattr(rowinv, "_cpu_flags", lambda: {"avx2", "fma"})
+    monkeypatch.setattr(rowinv_build, "cpu_flags", lambda: {"avx2", "fma"})
     monkeypatch.setenv("SPECSTREAM_CACHE", str(tmp_path))
     assert rowinv.available(), rowinv.unavailable_reason()
     assert rowinv.isa() == "avx2"
@@ -143,7 +164,7 @@ def test_a_machine_without_the_kernel_runs_torch_and_says_why(monkeypatch, tmp_p
     with pytest.raises(SpecstreamError, match="cannot run here"):
         rowinv.install(model, "rowinv")
     monkeypatch.setattr(rowinv, "_why", None)
-    monkeypatch.setattr(rowinv, "_cpu_flags", lambda: {"sse2"})
+    monkeypatch.setattr(rowinv_build, "cpu_flags", lambda: {"sse2"})
     assert not rowinv.available() and "neither AVX-512 nor AVX2" in rowinv.unavailable_reason()
     with pytest.raises(SpecstreamError, match="unknown kernel"):
         LoadConfig("x", kernel="fast")

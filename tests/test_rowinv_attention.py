@@ -7,7 +7,7 @@ import torch
 from torch.nn import functional as F
 
 from specstream_core import DecodeConfig
-from specstream_core.model import compat, rowinv
+from specstream_core.model import compat, rowinv, rowinv_build
 from test_rowinv import _mismatches, _near_tie
 
 needs_kernel = pytest.mark.skipif(not rowinv.available(), reason=f"kernel unavailable: {rowinv.unavailable_reason()}")
@@ -73,7 +73,7 @@ def test_attention_is_sdpa_and_each_row_alone(hq, hkv, d):
 def test_the_avx2_builds_attention_too(monkeypatch, tmp_path):
     monkeypatch.setattr(rowinv, "_why", None)
     monkeypatch.setattr(rowinv, "_lib", None)
-    monkeypatch.setattr(rowinv, "_cpu_flags", lambda: {"avx2", "fma"})
+    monkeypatch.setattr(rowinv_build, "cpu_flags", lambda: {"avx2", "fma"})
     monkeypatch.setenv("SPECSTREAM_CACHE", str(tmp_path))
     if not rowinv.available():
         pytest.skip(rowinv.unavailable_reason())

@@ -163,6 +163,9 @@ DEFINE_KERNEL(ROW_MAJOR_LOOP, linear_bf16, uint16_t, load_bf16)
  * 48 KB L1 of this AMD EPYC: 141 us against 112 at one row; in spans of 384, 107 us (an ad-hoc A/B of 30 such
  * matrices, same sums). More rows (a prompt) go block by block, each block's spans in turn, parked on the stack. */
 #define PF_BYTES 8192
+#ifndef L2_AHEAD /* bytes ahead the weights are also prefetched into L2 (0: not); the build sets it per CPU vendor */
+#define L2_AHEAD 0 /* (rowinv_build.py: 16384 on Intel, where it took 5 fp32 rows of SmolLM2's layers -13 %) */
+#endif
 #define KSPAN 384
 static inline int64_t span_of(int64_t K) { return K > 2 * KSPAN ? KSPAN : K; }
 int64_t rowinv_span(int64_t K) { return span_of(K); }
@@ -181,8 +184,10 @@ int64_t rowinv_span(int64_t K) { return span_of(K); }
     const WT *p = wb + (k) * NB;                                                                       \
     vec a = LOAD(p, LANES), b = LOAD(p + LANES, LANES), c = LOAD(p + 2 * LANES, LANES),                \
         d = LOAD(p + 3 * LANES, LANES);                                                                \
-    UNROLLED for (int f = 0; f < (int)(NB * LANES * sizeof(WT)); f += 64)                              \
+    UNROLLED for (int f = 0; f < (int)(NB * LANES * sizeof(WT)); f += 64) {                            \
       _mm_prefetch((const char *)p + PF_BYTES + f, _MM_HINT_T0);                                       \
+      if (L2_AHEAD) _mm_prefetch((const char *)p + L2_AHEAD + f, _MM_HINT_T1);                         \
+    }                                                                                                  \
     UNROLLED for (int i = 0; i < MM; i++) {                                                            \
       vec xv = load_x(x + i * K + (k), LANES);                                                         \
       KEEP(xv);                                                                                        \

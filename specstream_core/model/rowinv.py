@@ -21,11 +21,8 @@ gradients), CUDA tensors and transformers' own `generate` inside `torch_linears(
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
-import shutil
 import subprocess
-import tempfile
 import threading
 from contextlib import contextmanager
 
@@ -34,14 +31,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from specstream_core.errors import SpecstreamError
-from specstream_core.model import compat, default_model
+from specstream_core.model import compat, rowinv_build
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rowinv.c")
-# the builds, best first: (CPU flags it needs, compiler flags); rowinv.c picks its code by the flags
-_AVX512 = (("avx512f", "avx512dq", "avx512vl", "avx512bw", "fma"), ["-mavx512f", "-mavx512dq", "-mavx512vl",
-                                                                  "-mavx512bw", "-mfma"])
-BUILDS = ((_AVX512[0] + ("avx512_vnni",), _AVX512[1] + ["-mavx512vnni"]), _AVX512, (("avx2", "fma"), ["-mavx2", "-mfma"]))
-CFLAGS = ["-O3", "-fopenmp", "-shared", "-fPIC"]
 KERNELS = ("auto", "rowinv", "torch")  # auto: rowinv where it can run; torch: never
 
 _lock = threading.Lock()
@@ -50,59 +42,18 @@ _why: str | None = None  # why the kernel cannot run here (None: not tried yet, 
 _local = threading.local()  # torch_linears() switches the kernel off for one thread
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
-def _compiler() -> str | None:
-    return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
-
-
-def _isa_flags() -> list[str] | None:
-    """The compiler flags of the best build this CPU runs, or None where it runs none."""
-    have = _cpu_flags()
-    return next((flags for needs, flags in BUILDS if all(f in have for f in needs)), None)
-
-
-def _library_path(cc: str, flags: list[str]) -> str:
-    with open(SOURCE, "rb") as f:
-        key = hashlib.sha256(f.read() + " ".join([cc] + flags + CFLAGS).encode()).hexdigest()[:16]
-    return os.path.join(default_model.cache_root(), "kernels", f"rowinv-{key}.so")
-
-
-def _build(cc: str, flags: list[str], path: str) -> None:
-    """Compile into a temporary file beside `path`, then rename: concurrent builds never see half a file."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(path))
-    os.close(fd)
-    try:
-        out = subprocess.run([cc, *flags, *CFLAGS, SOURCE, "-o", tmp], capture_output=True, text=True, timeout=120)
-        if out.returncode:
-            raise OSError((out.stderr or out.stdout).strip().splitlines()[-1] if (out.stderr or out.stdout) else "failed")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def _load():
-    flags = _isa_flags()
+    flags = rowinv_build.isa_flags()
     if flags is None:
         return None, "this CPU has neither AVX-512 nor AVX2 with FMA"
-    cc = _compiler()
+    cc = rowinv_build.compiler()
     if cc is None:
         return None, "no C compiler found (install gcc, or set CC)"
-    path = _library_path(cc, flags)
+    flags = flags + rowinv_build.tuning_flags()
+    path = rowinv_build.library_path(SOURCE, cc, flags)
     try:
         if not os.path.exists(path):
-            _build(cc, flags, path)
+            rowinv_build.build(SOURCE, cc, flags, path)
         lib = ctypes.CDLL(path)
     except (OSError, subprocess.SubprocessError) as exc:
         return None, f"the kernel did not build: {exc}"
