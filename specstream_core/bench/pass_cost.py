@@ -28,7 +28,7 @@ from typing import Callable
 
 import torch
 
-from specstream_core.model import compat, msa, rowinv
+from specstream_core.model import compat, greedy, msa, rowinv
 from specstream_core.model.cache import KVCache
 from specstream_core.bench.pass_parts import measure_parts
 from specstream_core.bench.results import read_json
@@ -134,7 +134,7 @@ def pass_kinds(engine, context: int = 256, verify_rows=(2, 3, 5, 9)) -> tuple[li
             with _step_attention(engine):
                 out = msa.forward(engine.model, tokens, pos, visible, streams=streams if g else None,
                                   carriers=carriers, cache=cache, window=engine.window, num_streams=g or None)
-            engine.logits(out.main[0]).argmax(dim=-1).tolist()  # verification rows, host sync as in decoding
+            greedy.argmax(engine.logits(out.main[0])).tolist()  # verification rows, host sync, as `verify` does
             if g:  # one node's streams: the next draft, over the draft vocabulary as the drafters rank it
                 scores, ids = engine.draft_scores(out.streams[0, k - 1])
                 best = scores.argmax(dim=-1)
