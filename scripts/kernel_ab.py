@@ -51,9 +51,6 @@ def _use(state: tuple) -> None:
 def kernels(commit: str) -> dict:
     text = subprocess.run(["git", "-C", ROOT, "show", f"{commit}:specstream_core/model/rowinv.c"], check=True,
                           capture_output=True, text=True).stdout
-    if " linear_kouter(" not in text:  # row adapters' B read as B [N, r] then; now as B^T (model/lowrank.py)
-        raise SystemExit(f"{commit}'s kernel takes the row adapters in their old layout: compare against a commit "
-                         "that has linear_kouter (2026-12-04 on)")
     lacks = [name for name in STEP_CALLS if f" {name}(" not in text]
     stubs = "".join(f"\nint {name}(void) {{ return -1; }} /* not in {commit}: never called */" for name in lacks)
     if " rowinv_span(" not in text:  # blocked weights before spans of columns: one span, all of K

@@ -36,7 +36,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from specstream_core.model import compat, draft_weights, lowrank, rowinv, rowinv_steps
+from specstream_core.model import compat, draft_weights, rowinv, rowinv_steps
 
 LAYERS = ("LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer")  # forward of Llama's form
 _ATTR = compat.DIRECT_STEP
@@ -175,7 +175,8 @@ class DirectStep:
         if base is down:
             return rowinv_steps.BackLinear(part, None)
         a, b = down.lora_A, down.lora_B
-        if not lowrank.on_kernel(a, b):  # B's weight lies transposed: the kernel reads B^T (`lowrank`)
+        if not all(isinstance(m, rowinv.RowInvariantLinear) and m.bias is None and m.weight.dtype is torch.float32
+                   and m.weight.is_contiguous() for m in (a, b)):
             return None
         return rowinv_steps.BackLinear(part, (a.weight, b.weight, a.out_features, down.state))
 
@@ -338,7 +339,8 @@ def lora_weights(adapters: list[nn.Module], count: int):
     rank = adapters[0].lora_A.out_features
     if (len(adapters) != count or any(m.state is not adapters[0].state or m.lora_A.out_features != rank
                                       for m in adapters)
-            or not all(lowrank.on_kernel(m.lora_A, m.lora_B) for m in adapters)):  # B: its B^T buffer's address
+            or not all(isinstance(w, rowinv.RowInvariantLinear) and w.bias is None and w.weight.dtype is torch.float32
+                       and w.weight.is_contiguous() for w in weights)):
         return False
     return rowinv_steps.pointers([w.weight for w in weights]), rank, adapters[0].state
 

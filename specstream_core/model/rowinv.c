@@ -1056,60 +1056,28 @@ void rope_store(const float *qkv, int64_t B, int64_t q, int64_t H, int64_t Hkv, 
  *   gu = rmsnorm(h2, w2) Wgu^T.
  * One call instead of ~25 Python-level operations. h [q, d] in; h2 [q, d], gu [q, n_gu] out. Returns 0, or
  * -1 (no memory, a head over MAX_D). */
-/* ---- a low-rank factor: x W^T for a short K (a row adapter's second factor) ----------------------------------
- * y[i, 0 .. N) (row stride ldy) = x[i, 0 .. K) W^T, or y += it (add: the product rounded first, then one add, as
- * torch's `y += x W^T` rounds), from WT = W^T [K, N], contiguous. Each output is summed over j = 0 .. K - 1 in
- * order from zero, LANES outputs a vector and KO vectors at a time: no fold. Through linear_f32 a rank-32
- * adapter's second factor spent more on folding its 32-term dot products than on their FMAs. Row-invariant: a
- * row's sums never see another row, nor how N is cut into vectors. */
-#if defined(__AVX512F__)
-#define KO 8
-#else
-#define KO 4
-#endif
-void linear_kouter(const float *x, int64_t M, int64_t K, const float *WT, int64_t N, float *y, int64_t ldy, int add) {
-  for (int64_t i = 0; i < M; i++) {
-    const float *xi = x + i * K;
-    float *yi = y + i * ldy;
-    int64_t n0 = 0;
-    for (; n0 + KO * LANES <= N; n0 += KO * LANES) {
-      vec a[KO];
-      UNROLLED for (int c = 0; c < KO; c++) a[c] = vzero();
-      for (int64_t j = 0; j < K; j++) {
-        vec xv = vset1(xi[j]);
-        const float *w = WT + j * N + n0;
-        UNROLLED for (int c = 0; c < KO; c++) a[c] = vfmadd(xv, load_x(w + c * LANES, LANES), a[c]);
-      }
-      UNROLLED for (int c = 0; c < KO; c++)
-        store_x(yi + n0 + c * LANES, add ? vadd(load_x(yi + n0 + c * LANES, LANES), a[c]) : a[c], LANES);
-    }
-    for (; n0 < N; n0 += LANES) {
-      int n = N - n0 < LANES ? (int)(N - n0) : LANES;
-      vec a = vzero();
-      for (int64_t j = 0; j < K; j++) a = vfmadd(vset1(xi[j]), load_x(WT + j * N + n0, n), a);
-      store_x(yi + n0, add ? vadd(load_x(yi + n0, n), a) : a, n);
-    }
-  }
-}
-
 /* Stream rows n .. q - 1 of y (row stride ld, N columns) += (x A^T) B^T of the same rows of x [q, K]: a row
- * adapter as StreamRowLoRA computes it (linear_f32, then linear_kouter's product added), A [r, K], BT = B^T [r, N]. */
-static int lora_add(const float *x, int64_t q, int64_t n, int64_t K, const float *A, const float *BT, int64_t r,
+ * adapter as StreamRowLoRA computes it (linear_f32 twice, then the add), A [r, K], B [N, r]. */
+static int lora_add(const float *x, int64_t q, int64_t n, int64_t K, const float *A, const float *B, int64_t r,
                     float *y, int64_t ld, int64_t N, int threads) {
   int64_t m = q - n;
   if (m <= 0) return 0;
-  float *t = malloc((size_t)(m * r) * sizeof(float));
-  if (!t) return -1;
-  linear_f32(x + n * K, m, K, A, r, t, threads);
-  linear_kouter(t, m, r, BT, N, y + n * ld, ld, 1);
-  free(t);
-  return 0;
+  float *t = malloc((size_t)(m * r) * sizeof(float)), *delta = malloc((size_t)(m * N) * sizeof(float));
+  if (t && delta) {
+    linear_f32(x + n * K, m, K, A, r, t, threads);
+    linear_f32(t, m, r, B, N, delta, threads);
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < N; j++) y[(n + i) * ld + j] += delta[i * N + j];
+  }
+  int failed = !t || !delta;
+  free(t), free(delta);
+  return failed ? -1 : 0;
 }
 
 /* The layer's Linears, in order: n_qkv_parts writing q's, k's and v's columns of qkv side by side (one fused
  * call, or q, k and v), o, then n_gu_parts writing gate's and up's columns of gu (one fused call, or gate and
- * up): kind[i], w[i], dm[i] (LIN_Q4's scales, else NULL), n[i] outputs. lora: NULL, or the A [r, K] and B^T
- * [r, N] weights (lowrank.py) of the q, k, v, o, gate and up row adapters (rank `rank`) that rows n_main.. get. */
+ * up): kind[i], w[i], dm[i] (LIN_Q4's scales, else NULL), n[i] outputs. lora: NULL, or the A and B weights of
+ * the q, k, v, o, gate and up row adapters (rank `rank`) that rows n_main.. get. */
 static int front(const float *h, int64_t q, int64_t d, const float *w1, const float *w2, float eps, int64_t n_qkv_parts,
                  int64_t n_gu_parts, const int *kind, const void *const *w, const float *const *dm, const int64_t *n,
                  int64_t H, int64_t Hkv, int64_t D, const float *cos, const float *sin, float *k_cache, float *v_cache,
@@ -1167,7 +1135,7 @@ int layer_front(const float *h, int64_t q, int64_t d, const float *w1, const flo
  * out = h2 + down(a * up) for rows q, as the modules compute it after layer_front: the activation's output a
  * [q, I] times the up projection's columns (up, row stride ld_up) element by element, the down projection
  * (lin: kind, w, dm, d outputs), its stream-row adapter's delta added to rows n_main.. (lora_A [r, I], lora_B
- * as B^T [r, d], or NULL: StreamRowLoRA's adds), then the residual. Each product and sum is the one the torch ops
+ * [d, r], or NULL: StreamRowLoRA's adds), then the residual. Each product and sum is the one the torch ops
  * make, so the same numbers; one call instead of ~5 Python-level operations. Returns 0, or -1 (no memory). */
 static int back(const float *h2, const float *a, const float *up, int64_t ld_up, int64_t q, int64_t I, int64_t d,
                 int kind, const void *w, const float *dm, const float *lora_A, const float *lora_B, int64_t rank,

@@ -66,7 +66,6 @@ def _load():
              "rope_store": ([ptr, i64, i64, i64, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, i64], None),
              "layer_front": ([ptr, i64, i64, ptr, ptr, f32, i64, i64, ptr, ptr, ptr, ptr, i64, i64, i64, ptr, ptr, ptr,
                               ptr, i64, i64, ptr, ptr, f32, ptr, ptr, ptr, i64, i64, i32], i32),
-             "linear_kouter": ([ptr, i64, i64, ptr, i64, ptr, i64, i32], None),
              "rowinv_lanes": ([], i32), "rowinv_span": ([i64], i64), "fma_burn": ([i64], f32)}
     for name, (argtypes, restype) in calls.items():
         fn = getattr(lib, name)

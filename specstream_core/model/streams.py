@@ -22,7 +22,7 @@ from dataclasses import asdict
 import torch
 from torch import nn
 
-from specstream_core.model import compat, direct_layers, draft_weights, hub, lowrank, rowinv
+from specstream_core.model import compat, direct_layers, draft_weights, hub, rowinv
 from specstream_core.model.stream_config import (ADAPTER_TARGETS, CONFIG_NAME, FORMAT_VERSION, LORA_DIR, MAX_GAMMA,  # noqa: F401
                                                  WEIGHTS_NAME, StreamConfig, check_gamma, read_stream_config)
 from specstream_core.errors import SpecstreamError
@@ -152,7 +152,7 @@ class StreamParams(nn.Module):
                                                 base.in_features, base.out_features).to(device)
                         if rowinv.uses_kernel(model):  # a few stream rows: the kernel's call is far cheaper than MKL's
                             rowinv.make_row_invariant(wrapper.lora_A)
-                            lowrank.make_low_rank(wrapper.lora_B)  # its weight laid out transposed
+                            rowinv.make_row_invariant(wrapper.lora_B)
                         setattr(parent, name, wrapper)
                         self.adapters[f"{li}_{parent_name}_{name}"] = wrapper
         self._attached_to = model
