@@ -71,8 +71,8 @@ def _blocked_equals_row_major(x, w):
 
 @pytest.mark.skipif(not rowinv.available(), reason="the kernel cannot run here")
 def test_the_l2_prefetch_changes_no_sum(monkeypatch, tmp_path):
-    """The vendor tuning (`rowinv_build.tuning_flags`: an L2 prefetch ahead of the blocked Linears) only moves
-    data: a build with it and one without give the same sums, at spans and without."""
+    """The vendor tuning (`rowinv_build.tuning_flags`: an L2 prefetch ahead of the blocked Linears and of the 4- and
+    8-bit weights against 8-bit activations) only moves data: a build with it and one without give the same sums."""
     monkeypatch.setenv("SPECSTREAM_CACHE", str(tmp_path))
     g = torch.Generator().manual_seed(3)
     x, w = torch.randn(9, 1024, generator=g), torch.randn(37, 1024, generator=g)
@@ -85,9 +85,14 @@ def test_the_l2_prefetch_changes_no_sum(monkeypatch, tmp_path):
         for dtype in (torch.float32, torch.bfloat16):
             wb = rowinv.blocked(w.to(dtype))
             out[ahead, dtype] = [rowinv.linear(x[:m], wb, None, 37) for m in (1, 5, 9)]
+        monkeypatch.setattr(int4_a8, "_typed", None)
+        if int4_a8.available():  # the 4- and 8-bit weights against 8-bit activations prefetch the same way
+            q4 = int4.Int4Linear(*int4.quantize_groups(w), a8=True)
+            q8 = int8_head.Int8Linear(*int8_head.quantize_groups(w), a8=True)
+            out[ahead, "a8"] = [layer(x[:m]) for layer in (q4, q8) for m in (1, 5, 9)]
     assert len(os.listdir(tmp_path / "kernels")) == 2  # two builds
-    for dtype in (torch.float32, torch.bfloat16):
-        assert all(torch.equal(a, b) for a, b in zip(out["0", dtype], out["16384", dtype]))
+    for kind in (torch.float32, torch.bfloat16) + (("a8",) if ("0", "a8") in out else ()):
+        assert all(torch.equal(a, b) for a, b in zip(out["0", kind], out["16384", kind]))
 
 
 @pytest.mark.skipif(not {"avx2", "fma"} <= rowinv_build.cpu_flags(), reason="this CPU lacks AVX2 + FMA")

@@ -164,7 +164,7 @@ DEFINE_KERNEL(ROW_MAJOR_LOOP, linear_bf16, uint16_t, load_bf16)
  * matrices, same sums). More rows (a prompt) go block by block, each block's spans in turn, parked on the stack. */
 #define PF_BYTES 8192
 #ifndef L2_AHEAD /* bytes ahead the weights are also prefetched into L2 (0: not); the build sets it per CPU vendor */
-#define L2_AHEAD 0 /* (rowinv_build.py: 16384 on Intel, where it took 5 fp32 rows of SmolLM2's layers -13 %) */
+#define L2_AHEAD 0 /* (rowinv_build.py: 16384 on Intel; blocked fp32/bf16 and the 8-bit-activation kernels) */
 #endif
 #define KSPAN 384
 static inline int64_t span_of(int64_t K) { return K > 2 * KSPAN ? KSPAN : K; }
@@ -856,6 +856,7 @@ static void quantize_q8(const float *x, int64_t M, int64_t K, int8_t *xq, float 
     for (int64_t g = 0; g < G; g++) {                                                                     \
       const uint8_t *wg = w + g * 4 * 64;                                                                 \
       UNROLLED for (int c = 0; c < 4; c++) _mm_prefetch((const char *)wg + A8_AHEAD + c * 64, _MM_HINT_T0); \
+      if (L2_AHEAD) UNROLLED for (int c = 0; c < 4; c++) _mm_prefetch((const char *)wg + L2_AHEAD + c * 64, _MM_HINT_T1); \
       __m512i acc[MM];                                                                                    \
       UNROLLED for (int i = 0; i < MM; i++) acc[i] = _mm512_setzero_si512();                              \
       UNROLLED for (int c = 0; c < 4; c++) {                                                              \
@@ -915,6 +916,7 @@ static int linear_a8(const a8_fn *blocks, int64_t GB, const float *x, int64_t M,
     for (int64_t g = 0; g < G; g++) {                                                                     \
       const uint8_t *wg = w + g * 8 * 64;                                                                 \
       UNROLLED for (int c = 0; c < 8; c++) _mm_prefetch((const char *)wg + 2 * A8_AHEAD + c * 64, _MM_HINT_T0); \
+      if (L2_AHEAD) UNROLLED for (int c = 0; c < 8; c++) _mm_prefetch((const char *)wg + L2_AHEAD + c * 64, _MM_HINT_T1); \
       __m512i acc[MM];                                                                                    \
       UNROLLED for (int i = 0; i < MM; i++) acc[i] = _mm512_setzero_si512();                              \
       UNROLLED for (int c = 0; c < 8; c++) {                                                              \

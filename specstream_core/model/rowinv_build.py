@@ -4,7 +4,9 @@ else AVX2 + FMA), the compiler, the tuning for its vendor, and a build cached by
 Tuning: on Intel CPUs the blocked fp32 / bf16 Linears also prefetch their weights into L2, 16 KB ahead
 (`-DL2_AHEAD=16384`, beside the L1 prefetch 8 KB ahead every build has). On a 2-core Xeon with AVX-512 and AMX
 (one thread, SmolLM2's layer shapes, ad-hoc A/B) this took 5 rows of the 30 layers from 42.6 to 36.9 ms and one
-row from 36.6 to 35.3 in fp32, and one bf16 row from 23.0 to 18.7 ms; on the AMD EPYC hosts an L2 prefetch in place
+row from 36.6 to 35.3 in fp32, and one bf16 row from 23.0 to 18.7 ms; the 4-bit weights against 8-bit activations
+(int4-a8) prefetch the same way: its plain loop 1.05-1.07x, its speculative one level. On the AMD EPYC hosts an L2
+prefetch in place
 of the L1 one was slower, and this addition was not measured there, so AMD builds go without. `SPECSTREAM_L2_AHEAD`
 (bytes, 0: off) overrides it on any CPU.
 """
