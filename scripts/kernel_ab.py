@@ -1,7 +1,7 @@
 """The row-invariant kernel of another commit against the working tree's, on the default model, in one process:
 an engine per kernel, loaded under it (the other commit's `rowinv.c` built beside this one; the weights in each
-kernel's own layout), kernel and engine swapped per prompt, the eval prompts of the chat corpus (chat-wrapped, as `bench`), plain loop and speculative streaming with the stream
-set's draft, the order reversed every other prompt, one thread; prints tokens/s medians, the per-prompt ratio and
+kernel's own layout), kernel and engine swapped per prompt, the eval prompts of the chat corpus (chat-wrapped, as
+`bench`), plain loop and speculative streaming with the stream set's draft, the order reversed every other prompt, one thread; prints tokens/s medians, the per-prompt ratio and
 how many prompts give the same tokens. The other kernel runs the layer steps of its own time: where it lacks the
 whole-layer calls (`layer_stack`) or the call after the activation (`layer_back`), the direct steps go without them.
 
@@ -21,31 +21,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from specstream_core.bench.suites import suite_categories, suite_examples  # noqa: E402
 from specstream_core.decoding.engine import Engine  # noqa: E402
-from specstream_core.model import compat, defaults, greedy, int4_a8, rowinv, rowinv_steps  # noqa: E402
+from specstream_core.model import compat, defaults, rowinv  # noqa: E402
 
 STEP_CALLS = ("layer_back", "layer_stack", "silu_rows")  # symbols an older kernel may lack
-TYPED = (int4_a8, rowinv_steps, greedy)  # modules that keep the library they typed in `_typed`
 
 
-def _build(source: str) -> tuple:
-    """The kernel built from `source` (as rowinv builds its own), then each module's typing of it: what `_use`
-    puts back, so that every call (the whole-layer steps' too) goes to this kernel."""
+def _build(source: str):
+    """The kernel built from `source`, as rowinv builds its own (the modules that type their own calls of it,
+    `rowinv.typed`, follow whichever library rowinv holds)."""
     keep = rowinv.SOURCE
     rowinv.SOURCE, rowinv._lib, rowinv._why = source, None, None
-    for module in TYPED:
-        module._typed = None
     try:
-        lib = rowinv.library()
-        typed = (int4_a8.library() if int4_a8.available() else None, rowinv_steps._library(), greedy._library())
-        return (lib,) + typed
+        return rowinv.library()
     finally:
         rowinv.SOURCE = keep
-
-
-def _use(state: tuple) -> None:
-    rowinv._lib = state[0]
-    for module, typed in zip(TYPED, state[1:]):
-        module._typed = typed
 
 
 def kernels(commit: str) -> dict:
@@ -77,7 +66,7 @@ def main() -> None:
         engines = {name: _engine(built[name], base, streams, precision) for name in names}
 
         def use(name):
-            _use(built[name][0])
+            rowinv._lib = built[name][0]
             return engines[name]
 
         for mode in ("ar", "ss"):
@@ -104,8 +93,7 @@ def main() -> None:
 def _engine(kernel, base, streams, precision):
     """An engine loaded under `kernel` (its Linears' blocked weights in that kernel's layout, which may differ
     between commits); an older kernel without the whole-layer calls runs the direct steps without them."""
-    state, older = kernel
-    _use(state)
+    rowinv._lib, older = kernel
     engine = Engine.load(base, streams, precision=precision)
     for layer in compat.decoder_layers(engine.model):
         step = layer.__dict__.get(compat.DIRECT_STEP)

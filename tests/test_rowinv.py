@@ -85,7 +85,6 @@ def test_the_l2_prefetch_changes_no_sum(monkeypatch, tmp_path):
         for dtype in (torch.float32, torch.bfloat16):
             wb = rowinv.blocked(w.to(dtype))
             out[ahead, dtype] = [rowinv.linear(x[:m], wb, None, 37) for m in (1, 5, 9)]
-        monkeypatch.setattr(int4_a8, "_typed", None)
         if int4_a8.available():  # the 4- and 8-bit weights against 8-bit activations prefetch the same way
             q4 = int4.Int4Linear(*int4.quantize_groups(w), a8=True)
             q8 = int8_head.Int8Linear(*int8_head.quantize_groups(w), a8=True)

@@ -11,20 +11,19 @@ import torch
 
 from specstream_core.model import rowinv
 
-_typed = None  # the kernel once `argmax_rows` is typed, or False where it does not run
+_typed: list = [None, None]  # [the kernel library, it typed for `argmax_rows` or None]: rowinv.typed
+
+
+def _setup(lib):
+    if not hasattr(lib, "argmax_rows"):
+        return None
+    ptr, i64 = ctypes.c_void_p, ctypes.c_int64
+    lib.argmax_rows.argtypes, lib.argmax_rows.restype = [ptr, i64, i64, i64, ptr], ctypes.c_int
+    return lib
 
 
 def _library():
-    global _typed
-    if _typed is None:
-        lib = rowinv.library()
-        if lib is None or not hasattr(lib, "argmax_rows"):
-            _typed = False
-        else:
-            ptr, i64 = ctypes.c_void_p, ctypes.c_int64
-            lib.argmax_rows.argtypes, lib.argmax_rows.restype = [ptr, i64, i64, i64, ptr], ctypes.c_int
-            _typed = lib
-    return _typed
+    return rowinv.typed(_typed, _setup)
 
 
 def argmax(logits: torch.Tensor) -> torch.Tensor:

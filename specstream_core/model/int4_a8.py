@@ -32,7 +32,7 @@ from specstream_core.model import rowinv
 
 GROUP = 32
 TILE = 16  # output rows per tile
-_typed = None  # the kernel once its 8-bit calls are typed (`library`)
+_typed: list = [None, None]  # [the kernel library, it typed for its 8-bit calls or None]: rowinv.typed
 
 
 def available() -> bool:
@@ -41,18 +41,18 @@ def available() -> bool:
 
 
 def library():
-    """The kernel with its 8-bit calls typed, or None where int4-a8 does not run (checked once)."""
-    global _typed
-    if _typed is None:
-        lib = rowinv.library()
-        if lib is None or not hasattr(lib, "rowinv_a8") or not lib.rowinv_a8():
-            return None
-        ptr, i64 = ctypes.c_void_p, ctypes.c_int64
-        for fn in (lib.linear_q4a8_ld, lib.linear_q8a8_ld):
-            fn.restype, fn.argtypes = ctypes.c_int, [ptr, i64, i64, ptr, ptr, i64, ptr, i64, ctypes.c_int]
-        lib.dot8_burn.restype, lib.dot8_burn.argtypes = ctypes.c_int, [i64]
-        _typed = lib
-    return _typed
+    """The kernel with its 8-bit calls typed, or None where int4-a8 does not run."""
+    return rowinv.typed(_typed, _setup)
+
+
+def _setup(lib):
+    if not hasattr(lib, "rowinv_a8") or not lib.rowinv_a8():
+        return None
+    ptr, i64 = ctypes.c_void_p, ctypes.c_int64
+    for fn in (lib.linear_q4a8_ld, lib.linear_q8a8_ld):
+        fn.restype, fn.argtypes = ctypes.c_int, [ptr, i64, i64, ptr, ptr, i64, ptr, i64, ctypes.c_int]
+    lib.dot8_burn.restype, lib.dot8_burn.argtypes = ctypes.c_int, [i64]
+    return lib
 
 
 def unavailable_reason() -> str:
@@ -106,12 +106,12 @@ def unpack_q8(data: torch.Tensor, dm: torch.Tensor, n: int) -> tuple[torch.Tenso
 def linear(x: torch.Tensor, nibbles: torch.Tensor, dm: torch.Tensor, n: int) -> torch.Tensor:
     """x W^T for 4-bit W (`pack`) with x rounded to 8 bits per group of 32 (module docstring); x fp32 or bf16
     [..., K]. The result has x's dtype."""
-    return _call((_typed or library()).linear_q4a8_ld, x, nibbles, dm, n)
+    return _call(library().linear_q4a8_ld, x, nibbles, dm, n)
 
 
 def linear_q8(x: torch.Tensor, data: torch.Tensor, dm: torch.Tensor, n: int) -> torch.Tensor:
     """x W^T for 8-bit W (`pack_q8`), x rounded to 8 bits per group of 32."""
-    return _call((_typed or library()).linear_q8a8_ld, x, data, dm, n)
+    return _call(library().linear_q8a8_ld, x, data, dm, n)
 
 
 def _call(fn, x: torch.Tensor, w: torch.Tensor, dm: torch.Tensor, n: int) -> torch.Tensor:

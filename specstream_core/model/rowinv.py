@@ -89,6 +89,17 @@ def library():
     return _lib
 
 
+def typed(cache: list, setup):
+    """What `setup(lib)` made of the kernel library the Linears use now (a module's typing of its own calls: the
+    library, or None where they do not run here), made again whenever that library changes (another build in a
+    test, another commit's in kernel_ab), so no module calls a library the weights were not laid out for.
+    cache: the module's [library, result], kept between calls."""
+    lib = _lib or library()
+    if cache[0] is not lib:
+        cache[:] = [lib, None if lib is None else setup(lib)]
+    return cache[1]
+
+
 def available() -> bool:
     return library() is not None
 

@@ -106,23 +106,24 @@ class BackLinear(NamedTuple):
     lora: tuple | None
 
 
-_typed = None  # the kernel once layer_back, layer_stack and silu_rows are typed
+_typed: list = [None, None]  # [the kernel library, it typed for layer_back, layer_stack and silu_rows]: rowinv.typed
 _exp: list = []  # [address of torch's vector exp for silu_rows, or None], found once
 
 
+def _setup(lib):
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    lib.layer_back.argtypes = [ptr, ptr, ptr, i64, i64, i64, i64, ctypes.c_int, ptr, ptr, ptr, ptr, i64, i64, ptr,
+                               ctypes.c_int]
+    lib.layer_back.restype = ctypes.c_int
+    lib.silu_rows.argtypes, lib.silu_rows.restype = [ptr, i64, i64, i64, ptr, ptr], None
+    lib.layer_stack.argtypes = [i64, ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, ptr, ptr, i64, i64, ptr, ptr,
+                                ctypes.c_float, i64, ptr, ptr, ctypes.c_int]
+    lib.layer_stack.restype = ctypes.c_int
+    return lib
+
+
 def _library():
-    global _typed
-    if _typed is None:
-        lib, i64, ptr = rowinv.library(), ctypes.c_int64, ctypes.c_void_p
-        lib.layer_back.argtypes = [ptr, ptr, ptr, i64, i64, i64, i64, ctypes.c_int, ptr, ptr, ptr, ptr, i64, i64, ptr,
-                                   ctypes.c_int]
-        lib.layer_back.restype = ctypes.c_int
-        lib.silu_rows.argtypes, lib.silu_rows.restype = [ptr, i64, i64, i64, ptr, ptr], None
-        lib.layer_stack.argtypes = [i64, ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, ptr, ptr, i64, i64, ptr, ptr,
-                                    ctypes.c_float, i64, ptr, ptr, ctypes.c_int]
-        lib.layer_stack.restype = ctypes.c_int
-        _typed = lib
-    return _typed
+    return rowinv.typed(_typed, _setup)
 
 
 def silu_exp() -> int | None:
