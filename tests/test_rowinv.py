@@ -90,6 +90,9 @@ def test_the_l2_prefetch_changes_no_sum(monkeypatch, tmp_path):
             q8 = int8_head.Int8Linear(*int8_head.quantize_groups(w), a8=True)
             out[ahead, "a8"] = [layer(x[:m]) for layer in (q4, q8) for m in (1, 5, 9)]
     assert len(os.listdir(tmp_path / "kernels")) == 2  # two builds
+    monkeypatch.setenv("SPECSTREAM_L2_AHEAD", "16k")
+    with pytest.warns(UserWarning, match="not a number of bytes"):
+        rowinv_build.tuning_flags()
     for kind in (torch.float32, torch.bfloat16) + (("a8",) if ("0", "a8") in out else ()):
         assert all(torch.equal(a, b) for a, b in zip(out["0", kind], out["16384", kind]))
 

@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import warnings
 
 from specstream_core.model import default_model
 
@@ -57,6 +58,9 @@ def isa_flags() -> list[str] | None:
 def tuning_flags() -> list[str]:
     """This CPU's tuning defines (`L2_AHEAD`; $SPECSTREAM_L2_AHEAD, in bytes, overrides the vendor's)."""
     ahead = os.environ.get("SPECSTREAM_L2_AHEAD", "").strip()
+    if ahead and not ahead.isdigit():
+        warnings.warn(f"SPECSTREAM_L2_AHEAD={ahead!r} is not a number of bytes (0: off); this CPU's default is used",
+                      stacklevel=2)
     bytes_ahead = int(ahead) if ahead.isdigit() else L2_AHEAD.get(_cpuinfo("vendor_id"), 0)
     return [f"-DL2_AHEAD={bytes_ahead}"] if bytes_ahead else []
 
