@@ -11,7 +11,8 @@
 # ngrams traces card"; add "shared", "medusa" and "draft" for the other stream set, the heads and the assisted-generation draft), INIT_FROM (a trained
 # lossless stream directory to continue from on new data: `train --init-from`; the shipped set was made so:
 # 500 steps on the first 1,104 answers, then INIT_FROM=<those streams> STEPS=1100 on all 6,400), RANK (the lossless
-# set's adapter rank, default 32; with INIT_FROM a larger rank grows the set it starts from).
+# set's adapter rank, default 32; with INIT_FROM a larger rank grows the set it starts from), NS (stream layers,
+# default 4; with INIT_FROM a set with fewer gives the top layers' adapters).
 # On a GPU the same commands run through accelerate (`accelerate launch -m specstream_core train ...`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,7 +47,7 @@ if has distill; then  # 2. the base model's greedy answers (~1.3 s per answer on
 fi
 COMMON="--data $BUILD/train.jsonl --eval-data $BUILD/eval80.jsonl --distill --distilled-only
         --distill-cache $BUILD/answers.jsonl --distill-max-new-tokens 96 --draft-vocab 8192
-        --gamma 4 --n-stream-layers 4 --batch-size 4 --seq-len 256 --threads $THREADS
+        --gamma 4 --n-stream-layers ${NS:-4} --batch-size 4 --seq-len 256 --threads $THREADS
         --steps $STEPS --minutes $TRAIN_MINUTES --recommend-topk ${TOPK:-1} --recommend-budget ${BUDGET:-4} --recommend-lookup ${LOOKUP:-3} --recommend-ngrams"
 if has lossless; then  # 3. lossless streams (base frozen; stream rows get rank-32 adapters)
   stamp "lossless streams"

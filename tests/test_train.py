@@ -308,6 +308,19 @@ def test_init_from_continues_a_trained_stream_set(tmp_path):
     with pytest.raises(SpecstreamError, match=r"init-from .*adapter\..* has shape \(4, "):
         train(tiny_model("llama", seed=0), replace(cfg, adapter_rank=2, init_from=str(tmp_path / "a")), data,
               str(tmp_path / "f"), progress=False, log=quiet)
+    # more stream layers: the top layers' adapters come from the smaller set, the added lower layer's start fresh
+    from specstream_core.model.streams import read_stream_weights
+
+    deeper = train(tiny_model("llama", seed=0), replace(cfg, steps=1, lr=1e-12, n_stream_layers=3,
+                                                        init_from=str(tmp_path / "a")), data,
+                   str(tmp_path / "g"), eval_data=data, progress=False, log=quiet)
+    assert deeper["eval"]["stream_top1"] != pytest.approx(first["eval"]["stream_top1"], abs=1e-6)
+    small, big = read_stream_weights(str(tmp_path / "a")), read_stream_weights(str(tmp_path / "g"))
+    top = [n for n in small if n.startswith("adapter.")]
+    added = sorted(set(big) - set(small))
+    assert top and added and all(n.startswith("adapter.") for n in added)
+    assert all(torch.allclose(big[n], small[n], atol=1e-6) for n in top)
+    assert all(big[n].abs().max() < 1e-6 for n in added if n.endswith(".B"))  # fresh B (one step at lr 1e-12)
 
 
 def test_a_continued_set_keeps_the_recommended_draft_of_the_set_it_started_from(tmp_path):

@@ -74,14 +74,22 @@ def warm_start(streams: StreamParams, directory: str) -> None:
 
     Row adapters may grow: a rank-r set warm-starts a larger rank. Its A rows and B columns fill the first r
     of each; the new B columns start at zero (as a fresh adapter's B does), so the grown set computes exactly
-    what the smaller one did, and training starts where it stands."""
+    what the smaller one did, and training starts where it stands.
+
+    A set with more stream layers may start from one with fewer: the top layers' adapters come from it, the
+    added lower layers' start fresh (B at zero). That is a head start, not the same function: the stream rows
+    now enter the stack lower down and pass through the added layers before reaching the trained ones."""
     tensors = read_stream_weights(directory)
     targets = streams.named_tensors()
     missing = sorted(set(targets) - set(tensors))
+    lower = _added_lower_layers(tensors, targets)
+    missing = [name for name in missing if name not in lower]
     if missing:
         raise SpecstreamError(f"--init-from {directory}: it lacks {missing[:3]} (made with other settings?)")
     with torch.no_grad():
         for name, target in targets.items():
+            if name in lower:
+                continue
             source = tensors[name].to(target.dtype)
             if source.shape != target.shape and not _grows_rank(name, source, target):
                 raise SpecstreamError(f"--init-from {directory}: {name} has shape {tuple(source.shape)}, "
@@ -89,6 +97,18 @@ def warm_start(streams: StreamParams, directory: str) -> None:
             if name.endswith(".B"):
                 target.zero_()
             target[tuple(slice(0, n) for n in source.shape)].copy_(source)
+
+
+def _added_lower_layers(tensors: dict, targets: dict) -> set[str]:
+    """The target's adapter names for layers below the source set's lowest stream layer (none if the source
+    has no adapters or the target no lower layers)."""
+    def layer(name: str) -> int:
+        return int(name.split(".")[1].split("_")[0])
+
+    have = [layer(n) for n in tensors if n.startswith("adapter.")]
+    if not have:
+        return set()
+    return {n for n in targets if n.startswith("adapter.") and n not in tensors and layer(n) < min(have)}
 
 
 def _grows_rank(name: str, source: torch.Tensor, target: torch.Tensor) -> bool:
