@@ -9,7 +9,8 @@ import torch
 
 from specstream_core import DecodeConfig, Engine, StreamParams
 from specstream_core.errors import SpecstreamError
-from specstream_core.model import default_model, int4, int4_a8, int8_head, loading, rowinv, rowinv_build
+from specstream_core.model import (compat, default_model, int4, int4_a8, int8_head, loading, rowinv, rowinv_build,
+                                   rowinv_steps, rowinv_tiles)
 from specstream_core.model.loading import LoadConfig, load_model
 from tiny_models import hf_greedy, prompts, save_tiny_model_dir, tiny_model
 
@@ -62,11 +63,64 @@ def _blocked_equals_row_major(x, w):
     finally:
         torch.set_num_threads(threads)
     module = rowinv.RowInvariantLinear(k, n, bias=False, dtype=w.dtype)
+    tiles = rowinv_tiles.tiled(w, rowinv.library()) is not None  # bf16 on AMX tiles where they run (test_bf16_on_amx_tiles)
+    kernel = (lambda x, w: rowinv.linear_tiled(x, rowinv_tiles.tiled(w, rowinv.library()), None, n)) if tiles else rowinv.linear
     with torch.no_grad():
         module.weight.copy_(w)
-        assert torch.equal(module(x), y)
+        assert torch.equal(module(x), kernel(x, w)) and module._tiled == tiles
         module.weight.mul_(2)  # changed in place: the module's blocked copy follows
-        assert torch.equal(module(x), rowinv.linear(x, w * 2))
+        assert torch.equal(module(x), kernel(x, w * 2))
+
+
+@pytest.mark.skipif(not rowinv.available() or not rowinv_tiles.amx(rowinv.library()), reason="no AMX tiles here")
+def test_bf16_on_amx_tiles_sums_each_row_alone(monkeypatch):
+    """bf16 weights on the AMX tile unit (`rowinv_tiles`): x rounded to bf16 times W in fp32 sums, each row's
+    result the same whatever the other rows of its call (1 to 40 rows: one and two row tiles, then another step)
+    and however many threads; weights it cannot take (N or K not a multiple of 32, fp32) stay on the vector kernel,
+    as do all with SPECSTREAM_AMX=0."""
+    g = torch.Generator().manual_seed(7)
+    for n, k in ((96, 128), (64, 1536), (1536, 576)):
+        w, x = (torch.randn(n, k, generator=g) * 0.05).bfloat16(), torch.randn(40, k, generator=g)
+        wt = rowinv_tiles.tiled(w, rowinv.library())
+        y = rowinv.linear_tiled(x, wt, None, n)
+        exact = x.bfloat16().double() @ w.double().T
+        assert (y.double() - exact).abs().max() < 1e-5 * k ** 0.5
+        assert not torch.equal(y, rowinv.linear(x, w))  # not the vector kernel's sums (x kept in fp32 there)
+        for m in range(1, 41):
+            assert torch.equal(rowinv.linear_tiled(x[:m], wt, None, n), y[:m])
+            assert torch.equal(rowinv.linear_tiled(x[m - 1:m], wt, None, n), y[m - 1:m])
+        threads = torch.get_num_threads()
+        torch.set_num_threads(2)
+        try:
+            assert torch.equal(rowinv.linear_tiled(x, wt, None, n), y)
+        finally:
+            torch.set_num_threads(threads)
+    assert rowinv_tiles.tiled(torch.zeros(48, 64, dtype=torch.bfloat16), rowinv.library()) is None
+    assert rowinv_tiles.tiled(torch.zeros(64, 48, dtype=torch.bfloat16), rowinv.library()) is None
+    assert rowinv_tiles.tiled(torch.zeros(64, 64), rowinv.library()) is None
+    monkeypatch.setattr(rowinv_tiles, "AMX", False)
+    assert rowinv_tiles.tiled(torch.zeros(64, 64, dtype=torch.bfloat16), rowinv.library()) is None
+
+
+@pytest.mark.skipif(not rowinv.available() or not rowinv_tiles.amx(rowinv.library()), reason="no AMX tiles here")
+def test_bf16_on_tiles_decodes_exactly_with_the_adapters_on_tiles_too():
+    """A bf16 model on AMX tiles whose stream-row adapters fit them (rank 32): the adapters' deltas run on tiles in the
+    modules and in the kernel's layer steps alike (bind found them equal bit for bit, so the steps stay bound), and
+    speculative output is plain output."""
+    model = tiny_model("llama", seed=5, logit_scale=1.0, hidden=128, layers=4, num_attention_heads=4,
+                       num_key_value_heads=2)
+    rowinv.install(model, "rowinv", torch.bfloat16)
+    streams = StreamParams.fresh(model, gamma=3, n_stream_layers=2, adapter_rank=32, seed=1)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in streams.trainable_parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+    engine = Engine(model, None, streams, precision="bf16")
+    assert all(a.tiled_factors() is not None for a in streams.adapters.values())
+    assert _mismatches(engine, (2, 2, 1)) == 0 and _mismatches(engine, (1, 1, 1)) == 0
+    steps = [layer.__dict__.get(compat.DIRECT_STEP) for layer in compat.decoder_layers(model)]
+    assert all(s is not None and s.whole for s in steps)
+    assert all(s.front.adapters[1] & rowinv_steps.LORA_TILES for s in steps[-2:])  # the stream layers' adapters
 
 
 @pytest.mark.skipif(not rowinv.available(), reason="the kernel cannot run here")

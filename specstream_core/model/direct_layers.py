@@ -17,11 +17,10 @@ the same tensors come out. q/k/v and gate/up that are members of one fused int4 
 stream-row adapter included) and the residual one more call (`rowinv_steps.layer_back`). Where the kernel
 computes torch's SiLU bit for bit (`rowinv_steps.silu_exp`), the whole layer is one call (`layer_step`) and a
 step's run of such layers one call too (`run_stack`, `rowinv_steps.layer_stack`).
-On SmolLM2 in int4 a plain pass went from 14.6 to 8.9 ms (docs/BENCHMARKS.md, "The pass without its
-Python"). It is no copy of the modeling code to maintain: `bind` checks each
-model once, by running a prompt and a decoding step both ways and comparing the results bit for bit, and
-leaves the library's own modules in charge wherever they differ (another transformers version, another
-architecture) or wherever a step needs what only the modules do:
+On SmolLM2 in int4 a plain pass went from 14.6 to 8.9 ms (docs/BENCHMARKS.md, "The pass without its Python").
+It is no copy of the modeling code to maintain: `bind` checks each model once, by running a prompt and a decoding
+step both ways and comparing the results bit for bit, and leaves the library's own modules in charge wherever they
+differ (another transformers version, another architecture) or wherever a step needs what only the modules do:
 - gradients (training), forward hooks (attention capture), a layer not bound;
 - anything but the engines on the row-invariant kernel (`Engine.row_exact`), which alone bind.
 """
@@ -43,8 +42,7 @@ _ATTR = compat.DIRECT_STEP
 
 
 def _fused_parts(mods: list[nn.Module]):
-    """The one fused int4 call (`int4.FusedInt4`) whose parts (`int4.Int4Part`) the modules are, in
-    order, or None."""
+    """The one fused int4 call (`int4.FusedInt4`) whose parts (`int4.Int4Part`) the modules are, in order, or None."""
     groups = [getattr(m, "fused", None) for m in mods]
     if any(type(m).__name__ != "Int4Part" or not g for m, g in zip(mods, groups)):
         return None
@@ -77,6 +75,8 @@ def _kernel_part(module: nn.Module) -> tuple | None:
     if w.dtype not in (torch.float32, torch.bfloat16) or not w.is_contiguous() or not w.is_cpu:
         return None
     wb, f32 = module.blocked_weight(), w.dtype is torch.float32
+    if module._tiled:  # bf16 on AMX tiles (`rowinv.tiled`)
+        return rowinv_steps.LIN_BF16X, wb, None, w.shape[0]
     if wb is not None:  # what the module's own forward reads (`RowInvariantLinear.blocked_weight`), as of binding
         return (rowinv_steps.LIN_F32B if f32 else rowinv_steps.LIN_BF16B), wb, None, w.shape[0]
     return (rowinv_steps.LIN_F32 if f32 else rowinv_steps.LIN_BF16), w, None, w.shape[0]
@@ -166,19 +166,16 @@ class DirectStep:
 
     @staticmethod
     def _back_weights(down: nn.Module) -> "rowinv_steps.BackLinear | None":
-        """What `rowinv_steps.layer_back` takes of the down projection, where it can take it: no bias, on the kernel,
-        and its stream-row adapter (if any) fp32 on the kernel; else None."""
+        """What `rowinv_steps.layer_back` takes of the down projection, where it can: no bias, on the kernel, and its
+        stream-row adapter (if any) on the kernel (`lora_weights`); else None."""
         base = down.base if type(down).__name__ == "StreamRowLoRA" else down
         part = _kernel_part(base)
         if part is None:
             return None
         if base is down:
             return rowinv_steps.BackLinear(part, None)
-        a, b = down.lora_A, down.lora_B
-        if not all(isinstance(m, rowinv.RowInvariantLinear) and m.bias is None and m.weight.dtype is torch.float32
-                   and m.weight.is_contiguous() for m in (a, b)):
-            return None
-        return rowinv_steps.BackLinear(part, (a.weight, b.weight, a.out_features, down.state))
+        factors = lora_weights([down], 1, pointers=False)
+        return None if factors is False else rowinv_steps.BackLinear(part, (*factors[0], factors[1], down.state))
 
     def usable(self) -> bool:
         """The modules would add nothing: no gradients, no hooks (attention capture adds one)."""
@@ -329,10 +326,11 @@ def _is_silu(act) -> bool:
     return isinstance(act, nn.SiLU) or (type(act).__name__ == "SiLUActivation" and type(act).__module__.startswith("transformers"))
 
 
-def lora_weights(adapters: list[nn.Module], count: int):
-    """The stream-row adapters (`StreamRowLoRA`) of q, k, v, o, gate and up as `layer_front` takes them:
-    (their A and B weights' addresses in that order, the rank, their row state), or None when the layer has
-    none, or False when they are not all there, on the kernel, of one rank and one row state."""
+def lora_weights(adapters: list[nn.Module], count: int, pointers: bool = True):
+    """The stream-row adapters (`StreamRowLoRA`) of q, k, v, o, gate and up (or down) as `layer_front` takes them: (their
+    A and B weights in order, fp32 or all AMX tiles (`tiled_factors`): addresses, or tensors where not `pointers`; the
+    rank, LORA_TILES set for tiles; their row state), or None where the layer has none, or False where not all there,
+    on the kernel, of one rank and row state."""
     if not adapters:
         return None
     weights = [w for m in adapters for w in (m.lora_A, m.lora_B)]
@@ -342,7 +340,12 @@ def lora_weights(adapters: list[nn.Module], count: int):
             or not all(isinstance(w, rowinv.RowInvariantLinear) and w.bias is None and w.weight.dtype is torch.float32
                        and w.weight.is_contiguous() for w in weights)):
         return False
-    return rowinv_steps.pointers([w.weight for w in weights]), rank, adapters[0].state
+    tiles = [m.tiled_factors() for m in adapters]
+    if any(t is not None for t in tiles) and None in tiles:  # some on tiles, some not: no one call does what they do
+        return False
+    tensors = [t for pair in tiles for t in pair] if tiles[0] is not None else [w.weight for w in weights]
+    rank |= rowinv_steps.LORA_TILES if tiles[0] is not None else 0
+    return (rowinv_steps.pointers(tensors) if pointers else tensors), rank, adapters[0].state
 
 
 def step_of(layer: nn.Module) -> DirectStep | None:

@@ -979,7 +979,9 @@ int rowinv_a8(void) { return 0; }
  * LIN_BF16B: the same weights blocked; LIN_Q4: `linear_q4`'s nibbles and scales; LIN_Q4A8: `linear_q4a8_ld`'s),
  * its N outputs written at y + m * ldy. The same calls, so the same sums, as the module's own forward makes
  * (linear_f32, linear_bf16, linear_f32b, linear_bf16b, linear_q4, linear_q4a8_ld). 0, or the call's failure. */
-enum { LIN_F32 = 0, LIN_BF16 = 1, LIN_Q4 = 2, LIN_F32B = 3, LIN_BF16B = 4, LIN_Q4A8 = 5 };
+enum { LIN_F32 = 0, LIN_BF16 = 1, LIN_Q4 = 2, LIN_F32B = 3, LIN_BF16B = 4, LIN_Q4A8 = 5, LIN_BF16X = 6 };
+int linear_bf16x_ld(const float *x, int64_t M, int64_t K, const uint16_t *W, int64_t N, float *y, int64_t ldy,
+                    int threads); /* (bf16 on AMX tiles, below) */
 static int lin(int kind, const void *w, const float *dm, const float *x, int64_t M, int64_t K, int64_t N, float *y,
                 int64_t ldy, int threads) {
   if (kind == LIN_F32) linear_f32_ld(x, M, K, (const float *)w, N, y, ldy, threads);
@@ -987,6 +989,7 @@ static int lin(int kind, const void *w, const float *dm, const float *x, int64_t
   else if (kind == LIN_F32B) linear_f32b_ld(x, M, K, (const float *)w, N, y, ldy, threads);
   else if (kind == LIN_BF16B) linear_bf16b_ld(x, M, K, (const uint16_t *)w, N, y, ldy, threads);
   else if (kind == LIN_Q4A8) return linear_q4a8_ld(x, M, K, (const uint8_t *)w, dm, N, y, ldy, threads);
+  else if (kind == LIN_BF16X) return linear_bf16x_ld(x, M, K, (const uint16_t *)w, N, y, ldy, threads);
   else linear_q(q4_blocks, QG / 2, 2, x, M, K, (const uint8_t *)w, dm, N, y, ldy, threads);
   return 0;
 }
@@ -1059,19 +1062,27 @@ void rope_store(const float *qkv, int64_t B, int64_t q, int64_t H, int64_t Hkv, 
  * One call instead of ~25 Python-level operations. h [q, d] in; h2 [q, d], gu [q, n_gu] out. Returns 0, or
  * -1 (no memory, a head over MAX_D). */
 /* Stream rows n .. q - 1 of y (row stride ld, N columns) += (x A^T) B^T of the same rows of x [q, K]: a row
- * adapter as StreamRowLoRA computes it (linear_f32 twice, then the add), A [r, K], B [N, r]. */
+ * adapter as StreamRowLoRA computes it (linear_f32 twice, then the add), A [r, K], B [N, r]. A rank with LORA_TILES
+ * set: A and B are bf16 tiles (`rowinv_tiles.tiled`) and both products run on AMX (linear_bf16x), as StreamRowLoRA
+ * computes it on a layer whose Linears are on tiles. */
+#define LORA_TILES ((int64_t)1 << 32)
 static int lora_add(const float *x, int64_t q, int64_t n, int64_t K, const float *A, const float *B, int64_t r,
                     float *y, int64_t ld, int64_t N, int threads) {
-  int64_t m = q - n;
+  int64_t m = q - n, tiles = r & LORA_TILES;
   if (m <= 0) return 0;
+  r &= LORA_TILES - 1;
   float *t = malloc((size_t)(m * r) * sizeof(float)), *delta = malloc((size_t)(m * N) * sizeof(float));
-  if (t && delta) {
+  int failed = !t || !delta;
+  if (!failed && tiles)
+    failed = linear_bf16x_ld(x + n * K, m, K, (const uint16_t *)A, r, t, r, threads) ||
+             linear_bf16x_ld(t, m, r, (const uint16_t *)B, N, delta, N, threads);
+  else if (!failed) {
     linear_f32(x + n * K, m, K, A, r, t, threads);
     linear_f32(t, m, r, B, N, delta, threads);
+  }
+  if (!failed)
     for (int64_t i = 0; i < m; i++)
       for (int64_t j = 0; j < N; j++) y[(n + i) * ld + j] += delta[i * N + j];
-  }
-  int failed = !t || !delta;
   free(t), free(delta);
   return failed ? -1 : 0;
 }
@@ -1252,6 +1263,125 @@ int layer_stack(int64_t L, const layer_args *const *layer, float *const *k_cache
   return failed ? -1 : 0;
 }
 
+/* ---- bf16 on AMX tiles -------------------------------------------------------------------------------
+ * y[M,N] = bf16(x)[M,K] W[N,K]^T with W bf16 and fp32 sums, on the tile unit of Intel CPUs with AMX-BF16 (built
+ * where the CPU has it; rowinv_amx() says whether the OS lets this process use it). One TDPBF16PS multiplies up to
+ * 16 rows by 32 columns of K against 16 outputs, 8,192 products, so up to 32 rows cost about what one does: the
+ * pass stays bound by reading the weights where the vector kernels above run out of FMA units (a 25-row pass of
+ * the top layers, a 5-row verification in bf16).
+ * Row-invariant as the rest: x is rounded to bf16 one value at a time (to nearest, ties to even), and every output
+ * y[m][n] is the tile unit's sum over K in blocks of 32, in order, whatever the other rows of the tile are. These
+ * sums differ from linear_bf16's (those keep x in fp32), so a model takes one kind for all its passes.
+ * Weights (`rowinv.amx_blocked`): N in blocks of 32 outputs, each block's K in steps of 32 columns, each step two
+ * tiles (outputs 0-15, 16-31) of 16 pairs of columns x 16 outputs x the pair: Wx[N/32][K/32][2][16][16][2], one
+ * sequential read a call. N and K multiples of 32. */
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512F__)
+#include <sys/syscall.h>
+#include <unistd.h>
+typedef struct {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} tile_config;
+static int amx_granted = -1;
+int rowinv_amx(void) { /* 1 where this process may use the tile registers (Linux asks for them once) */
+  if (amx_granted < 0) amx_granted = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+  return amx_granted;
+}
+static void amx_configure(int ra, int rb) { /* tiles 0, 1: rows of x; 2, 3: weights; 4-7: sums (4, 5 of row tile 0) */
+  tile_config c;
+  memset(&c, 0, sizeof c);
+  c.palette = 1;
+  int rows[8] = {ra, rb, 16, 16, ra, ra, rb, rb};
+  for (int t = 0; t < 8; t++) c.rows[t] = (uint8_t)rows[t], c.colsb[t] = rows[t] ? 64 : 0;
+  _tile_loadconfig(&c);
+}
+/* x rounded to bf16, to nearest even (NaN is not expected of a hidden state) */
+static void to_bf16(const float *x, int64_t n, uint16_t *out) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512i b = _mm512_castps_si512(_mm512_loadu_ps(x + i));
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+    b = _mm512_add_epi32(b, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF)));
+    _mm256_storeu_si256((__m256i *)(out + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(b, 16)));
+  }
+  for (; i < n; i++) {
+    uint32_t b;
+    memcpy(&b, x + i, 4);
+    out[i] = (uint16_t)((b + 0x7FFF + ((b >> 16) & 1)) >> 16);
+  }
+}
+static uint16_t *bf16_rows(size_t n) { /* this thread's buffer for x in bf16 (grown, kept) */
+  static __thread uint16_t *buf;
+  static __thread size_t cap;
+  if (n > cap) {
+    uint16_t *grown = realloc(buf, n * sizeof(uint16_t));
+    if (!grown) return NULL;
+    buf = grown, cap = n;
+  }
+  return buf;
+}
+#define AMX_PF 4096 /* bytes of weights prefetched ahead */
+int linear_bf16x_ld(const float *x, int64_t M, int64_t K, const uint16_t *W, int64_t N, float *y, int64_t ldy,
+                    int threads) {
+  uint16_t *xb = bf16_rows((size_t)(M * K));
+  if (!xb || !rowinv_amx()) return -1;
+  to_bf16(x, M * K, xb);
+  int64_t pairs = N / 32, steps = K / 32, sx = K * 2, sy = ldy * 4;
+  _Pragma("omp parallel num_threads(threads)") {
+    int ra = -1, rb = -1;
+    _Pragma("omp for schedule(static)")
+    for (int64_t p = 0; p < pairs; p++) {
+      const uint16_t *wp = W + p * steps * 1024;
+      for (int64_t m0 = 0; m0 < M; m0 += 32) { /* 32 rows at a time: two row tiles */
+        int a = M - m0 < 16 ? (int)(M - m0) : 16, b = M - m0 - 16 <= 0 ? 0 : (M - m0 - 16 < 16 ? (int)(M - m0 - 16) : 16);
+        if (a != ra || b != rb) amx_configure(a, b), ra = a, rb = b;
+        const uint16_t *x0 = xb + m0 * K, *x1 = x0 + 16 * K;
+        _tile_zero(4);
+        _tile_zero(5);
+        if (b) {
+          _tile_zero(6);
+          _tile_zero(7);
+        }
+        for (int64_t s = 0; s < steps; s++) {
+          const uint16_t *ws = wp + s * 1024;
+          for (int f = 0; f < 2048; f += 64) _mm_prefetch((const char *)ws + AMX_PF + f, _MM_HINT_T0);
+          _tile_loadd(0, x0 + s * 32, sx);
+          _tile_loadd(2, ws, 64);
+          _tile_loadd(3, ws + 512, 64);
+          _tile_dpbf16ps(4, 0, 2);
+          _tile_dpbf16ps(5, 0, 3);
+          if (b) {
+            _tile_loadd(1, x1 + s * 32, sx);
+            _tile_dpbf16ps(6, 1, 2);
+            _tile_dpbf16ps(7, 1, 3);
+          }
+        }
+        float *y0 = y + m0 * ldy + p * 32;
+        _tile_stored(4, y0, sy);
+        _tile_stored(5, y0 + 16, sy);
+        if (b) {
+          _tile_stored(6, y0 + 16 * ldy, sy);
+          _tile_stored(7, y0 + 16 * ldy + 16, sy);
+        }
+      }
+    }
+    if (ra >= 0) _tile_release();
+  }
+  return 0;
+}
+#else
+int rowinv_amx(void) { return 0; }
+int linear_bf16x_ld(const float *x, int64_t M, int64_t K, const uint16_t *W, int64_t N, float *y, int64_t ldy,
+                    int threads) {
+  (void)x, (void)M, (void)K, (void)W, (void)N, (void)y, (void)ldy, (void)threads;
+  return -1;
+}
+#endif
+int linear_bf16x(const float *x, int64_t M, int64_t K, const uint16_t *W, int64_t N, float *y, int threads) {
+  return linear_bf16x_ld(x, M, K, W, N, y, N, threads);
+}
+
 /* ---- The arithmetic roof ----------------------------------------------------------------------------
  * n steps of 12 independent chains of vector FMAs (enough to keep every FMA unit busy through its latency):
  * timed by the caller, 12 n LANES fused multiply-adds. What this core's vector units can do at most, which
@@ -1314,5 +1444,5 @@ int argmax_rows(const float *x, int64_t rows, int64_t n, int64_t ld, int64_t *ou
   return 0;
 }
 
-int rowinv_abi(void) { return 15; }
+int rowinv_abi(void) { return 16; }
 int rowinv_lanes(void) { return LANES; }

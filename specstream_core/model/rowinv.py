@@ -11,6 +11,10 @@ engine's row-exact attention (`compat.row_exact_attention`) a speculative pass c
 bit for bit as a plain pass would, so speculative output equals plain decoding exactly, in fp32 and
 in bf16 (bf16 weights, fp32 sums).
 
+On Intel CPUs with AMX, bf16 Linears (and the stream-row adapters beside them) run on the tile unit instead
+(`rowinv_tiles`, `linear_tiled`): x rounded to bf16, fp32 sums, still row-invariant, and up to 32 rows cost about
+what one does; SPECSTREAM_AMX=0 keeps them on the vector kernel.
+
 The kernel is compiled with the system's C compiler into the cache directory the first time it is
 needed (about a second), for AVX-512 where the CPU has it, else for AVX2 + FMA; where there is no
 compiler or neither, or `SPECSTREAM_KERNEL=torch` is set, Linears run through torch as before and
@@ -31,7 +35,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from specstream_core.errors import SpecstreamError
-from specstream_core.model import compat, rowinv_build
+from specstream_core.model import compat, rowinv_build, rowinv_tiles
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rowinv.c")
 KERNELS = ("auto", "rowinv", "torch")  # auto: rowinv where it can run; torch: never
@@ -66,7 +70,8 @@ def _load():
              "rope_store": ([ptr, i64, i64, i64, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, i64], None),
              "layer_front": ([ptr, i64, i64, ptr, ptr, f32, i64, i64, ptr, ptr, ptr, ptr, i64, i64, i64, ptr, ptr, ptr,
                               ptr, i64, i64, ptr, ptr, f32, ptr, ptr, ptr, i64, i64, i32], i32),
-             "rowinv_lanes": ([], i32), "rowinv_span": ([i64], i64), "fma_burn": ([i64], f32)}
+             "rowinv_lanes": ([], i32), "rowinv_span": ([i64], i64), "fma_burn": ([i64], f32),
+             "linear_bf16x": (linear, i32), "rowinv_amx": ([], i32)}
     for name, (argtypes, restype) in calls.items():
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = argtypes, restype
@@ -212,6 +217,18 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return y if x.dtype is torch.float32 else y.to(x.dtype)
 
 
+def linear_tiled(x: torch.Tensor, wt: torch.Tensor, bias: torch.Tensor | None, n: int) -> torch.Tensor:
+    """x W^T (+ b) on AMX tiles (`rowinv_tiles`): W `rowinv_tiles.tiled`, x rounded to bf16, fp32 sums; the result
+    has x's dtype."""
+    (rows, y), k = _rows_and_out(x, n), x.shape[-1]
+    if (_lib or library()).linear_bf16x(rows.data_ptr(), rows.numel() // k, k, wt.data_ptr(), n, y.data_ptr(),
+                                        torch.get_num_threads()):
+        raise SpecstreamError("the AMX kernel could not run (out of memory, or the tiles were refused)")
+    if bias is not None:
+        y += bias
+    return y if x.dtype is torch.float32 else y.to(x.dtype)
+
+
 def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, spec: torch.Tensor, keys: torch.Tensor,
            scaling: float) -> torch.Tensor | None:
     """Row-exact attention through the kernel: query [Hq, n, D], key/value [Hkv, S, D] (fp32, CPU, last dim
@@ -250,16 +267,20 @@ class RowInvariantLinear(nn.Linear):
         if (x.is_cpu and w.dtype in _DTYPES and x.dtype in _DTYPES and not getattr(_local, "off", False)
                 and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)) and w.is_contiguous()):
             wb = self.blocked_weight()  # the kernel reads data pointers: no autograd
+            if self._tiled:
+                return linear_tiled(x, wb, None if b is None else b.detach(), w.shape[0])
             return linear(x, w if wb is None else wb, None if b is None else b.detach(), None if wb is None else w.shape[0])
         return F.linear(x, w.to(x.dtype), b)  # bf16 weights under fp32 activations: widened
 
     def blocked_weight(self) -> torch.Tensor | None:
-        """The weight `blocked` (a copy: the kernel's fastest read), made on first use and again whenever the
-        weight is replaced or changed in place (its version counter: not through `.data` or in inference mode)."""
+        """The weight `tiled` for AMX (bf16, where it runs: then `_tiled`) or else `blocked` (a copy: the kernel's
+        fastest read), made on first use and again whenever the weight is replaced or changed in place (its version
+        counter: not through `.data` or in inference mode) or the kernel library changes."""
         w = self.weight
-        key = (w.data_ptr(), None if w.is_inference() else w._version, w.dtype, tuple(w.shape))
+        key = (w.data_ptr(), None if w.is_inference() else w._version, w.dtype, tuple(w.shape), id(_lib), rowinv_tiles.AMX)
         if getattr(self, "_blocked_key", None) != key:
-            self._blocked, self._blocked_key = blocked(w), key
+            wt = rowinv_tiles.tiled(w, _lib or library())
+            self._tiled, self._blocked, self._blocked_key = wt is not None, wt if wt is not None else blocked(w), key
         return self._blocked
 
 
@@ -358,4 +379,7 @@ def uses_kernel(model: nn.Module) -> bool:
 
 def linears_label(model: nn.Module) -> str:
     """What a model's Linears run on, for benchmark settings: 'rowinv-avx512', 'rowinv-avx2' or 'torch'."""
-    return f"rowinv-{isa()}" if uses_kernel(model) else "torch"
+    if not uses_kernel(model):
+        return "torch"
+    tiles = any(getattr(m, "_tiled", False) for m in model.modules())
+    return f"rowinv-{isa()}" + ("+amx" if tiles else "")

@@ -1,5 +1,6 @@
-"""Compiling the row-invariant kernel (`rowinv.c`) for this CPU: which build it runs (AVX-512 with or without VNNI,
-else AVX2 + FMA), the compiler, the tuning for its vendor, and a build cached by source and flags.
+"""Compiling the row-invariant kernel (`rowinv.c`) for this CPU: which build it runs (AVX-512 with VNNI and AMX's
+bf16 tiles, with VNNI, without, else AVX2 + FMA), the compiler, the tuning for its vendor, and a build cached by
+source and flags.
 
 Tuning: on Intel CPUs the blocked fp32 / bf16 Linears also prefetch their weights into L2, 16 KB ahead
 (`-DL2_AHEAD=16384`, beside the L1 prefetch 8 KB ahead every build has). On a 2-core Xeon with AVX-512 and AMX
@@ -25,7 +26,9 @@ from specstream_core.model import default_model
 # the builds, best first: (CPU flags it needs, compiler flags); rowinv.c picks its code by the flags
 _AVX512 = (("avx512f", "avx512dq", "avx512vl", "avx512bw", "fma"), ["-mavx512f", "-mavx512dq", "-mavx512vl",
                                                                   "-mavx512bw", "-mfma"])
-BUILDS = ((_AVX512[0] + ("avx512_vnni",), _AVX512[1] + ["-mavx512vnni"]), _AVX512, (("avx2", "fma"), ["-mavx2", "-mfma"]))
+_VNNI = (_AVX512[0] + ("avx512_vnni",), _AVX512[1] + ["-mavx512vnni"])
+BUILDS = ((_VNNI[0] + ("amx_tile", "amx_bf16"), _VNNI[1] + ["-mamx-tile", "-mamx-bf16"]), _VNNI, _AVX512,
+          (("avx2", "fma"), ["-mavx2", "-mfma"]))
 CFLAGS = ["-O3", "-fopenmp", "-shared", "-fPIC"]
 L2_AHEAD = {"GenuineIntel": 16384}  # bytes ahead the blocked Linears prefetch into L2, by CPU vendor (else none)
 

@@ -22,7 +22,7 @@ from dataclasses import asdict
 import torch
 from torch import nn
 
-from specstream_core.model import compat, direct_layers, draft_weights, hub, rowinv
+from specstream_core.model import compat, direct_layers, draft_weights, hub, rowinv, rowinv_tiles
 from specstream_core.model.stream_config import (ADAPTER_TARGETS, CONFIG_NAME, FORMAT_VERSION, LORA_DIR, MAX_GAMMA,  # noqa: F401
                                                  WEIGHTS_NAME, StreamConfig, check_gamma, read_stream_config)
 from specstream_core.errors import SpecstreamError
@@ -78,10 +78,30 @@ class StreamRowLoRA(nn.Module):
             y = torch.cat([self.base(main), self.draft(rest.to(torch.float32)).to(main.dtype)], dim=-2)
         else:
             y = self.base(x)
-        xs = x[..., n:, :].to(self.lora_A.weight.dtype)
-        delta = self.lora_B(self.lora_A(xs)).to(y.dtype)
+        tiles = None if torch.is_grad_enabled() or not rowinv.enabled() else self.tiled_factors()
+        if tiles is not None:  # the base on AMX tiles: the delta too, as the kernel's layer steps compute it
+            t = rowinv.linear_tiled(x[..., n:, :], tiles[0], None, self.lora_A.out_features)
+            delta = rowinv.linear_tiled(t, tiles[1], None, self.lora_B.out_features).to(y.dtype)
+        else:
+            delta = self.lora_B(self.lora_A(x[..., n:, :].to(self.lora_A.weight.dtype))).to(y.dtype)
         y[..., n:, :] += delta  # in place: y is a fresh output the base layer's backward does not need
         return y
+
+    def tiled_factors(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """A and B in bf16 as AMX tiles (`rowinv_tiles.tiled`) where the base Linear runs on tiles (bf16 weights on a
+        CPU with AMX) and the rank is a multiple of 32: there the stream rows' delta runs on tiles too (25 rows cost
+        about one); else None. Made again whenever A or B changes."""
+        base = self.base
+        if not (isinstance(base, rowinv.RowInvariantLinear) and base.weight.dtype is torch.bfloat16
+                and base.blocked_weight() is not None and base._tiled):
+            return None
+        a, b = self.lora_A.weight, self.lora_B.weight
+        key = tuple((w.data_ptr(), None if w.is_inference() else w._version) for w in (a, b)) + (id(rowinv._lib),)
+        if getattr(self, "_tiles_key", None) != key:
+            lib = rowinv.library()
+            made = [rowinv_tiles.tiled(w.detach().to(torch.bfloat16), lib) for w in (a, b)]
+            self._tiles, self._tiles_key = (None if None in made else tuple(made)), key
+        return self._tiles
 
 
 class PruneHead(nn.Module):
