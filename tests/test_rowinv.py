@@ -86,6 +86,7 @@ def test_bf16_on_amx_tiles_sums_each_row_alone(monkeypatch):
         exact = x.bfloat16().double() @ w.double().T
         assert (y.double() - exact).abs().max() < 1e-5 * k ** 0.5
         assert not torch.equal(y, rowinv.linear(x, w))  # not the vector kernel's sums (x kept in fp32 there)
+        assert rowinv.linear_tiled(x[:0], wt, None, n).shape == (0, n)  # no rows: nothing to do, no error
         for m in range(1, 41):
             assert torch.equal(rowinv.linear_tiled(x[:m], wt, None, n), y[:m])
             assert torch.equal(rowinv.linear_tiled(x[m - 1:m], wt, None, n), y[m - 1:m])

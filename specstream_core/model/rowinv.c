@@ -1324,6 +1324,7 @@ static uint16_t *bf16_rows(size_t n) { /* this thread's buffer for x in bf16 (gr
 #define AMX_PF 4096 /* bytes of weights prefetched ahead */
 int linear_bf16x_ld(const float *x, int64_t M, int64_t K, const uint16_t *W, int64_t N, float *y, int64_t ldy,
                     int threads) {
+  if (M <= 0) return 0;
   uint16_t *xb = bf16_rows((size_t)(M * K));
   if (!xb || !rowinv_amx()) return -1;
   to_bf16(x, M * K, xb);
