@@ -9,6 +9,7 @@ from specstream_core import DecodeConfig, Engine, StreamParams
 from specstream_core.decoding.drafters.base import StreamDrafter
 from specstream_core.errors import SpecstreamError
 from specstream_core.model.chat import encode_prompt
+from specstream_core.model import rowinv, rowinv_tiles
 from specstream_core.training.data import IGNORE
 from specstream_core.training.config import TrainConfig
 from specstream_core.training.features import FeatureCache
@@ -200,6 +201,14 @@ def test_a_precision_can_record_its_own_fastest_draft(tmp_path):
     assert decode_fields(record) == {"tree_topk": (1,), "node_budget": 4, "lookup": 3, "ngrams": True}
     assert decode_fields(record, "fp32") == {"tree_topk": (1,), "node_budget": 3, "lookup": 2, "ngrams": True}
     assert decode_fields(record, "int4") == decode_fields(record, "bf16") == decode_fields(record)
+    # a host variant (bf16 on AMX tiles) takes its own record where there is one, else its precision's
+    record["precisions"]["bf16+amx"] = {"node_budget": 8, "lookup": 7}
+    assert decode_fields(record, "bf16+amx")["node_budget"] == 8 and decode_fields(record, "bf16")["node_budget"] == 4
+    assert decode_fields(record, "fp32+amx")["node_budget"] == 3
+    assert rowinv.draft_precision("fp32") == "fp32"
+    assert rowinv.draft_precision("bf16") == ("bf16+amx" if rowinv.available() and rowinv_tiles.amx(rowinv.library())
+                                              else "bf16")
+    del record["precisions"]["bf16+amx"]
     model = tiny_model("llama", seed=3, max_position_embeddings=64)
     StreamParams.fresh(model, gamma=3, n_stream_layers=2).save(tmp_path / "streams", extra={"decode": record})
     streams = StreamParams.load(str(tmp_path / "streams"), model)
@@ -209,6 +218,15 @@ def test_a_precision_can_record_its_own_fastest_draft(tmp_path):
     assert recommended_for(spec, "lossless")["node_budget"] == 3
     assert recommended_for(ModelSpec("m", "base", {"lossless": str(tmp_path / "streams")}, "bf16"),
                            "lossless")["node_budget"] == 4
+    streams.detach()
+    # bf16 on AMX tiles (where this CPU has them) takes the record's "bf16+amx" draft, elsewhere bf16's
+    record["precisions"]["bf16+amx"] = {"node_budget": 8, "lookup": 7}
+    bf16 = tiny_model("llama", seed=3, max_position_embeddings=64)
+    rowinv.install(bf16, "auto", torch.bfloat16)
+    StreamParams.fresh(bf16, gamma=3, n_stream_layers=2).save(tmp_path / "amx", extra={"decode": record})
+    streams = StreamParams.load(str(tmp_path / "amx"), bf16)
+    tiles = rowinv.draft_precision("bf16") == "bf16+amx" and rowinv.uses_kernel(bf16)
+    assert Engine(bf16, None, streams, precision="bf16").decode_config(mode="ss").node_budget == (8 if tiles else 4)
     streams.detach()
 
 

@@ -24,8 +24,11 @@ def decode_fields(stored: dict, precision: str | None = None) -> dict:
     """A stream set's recorded draft (its config's extra["decode"]: topk, prune_threshold, node_budget,
     lookup, ngrams) as DecodeConfig fields, for `DecodeConfig.settled`; what it does not record is left out.
     The fastest draft depends on what a wider pass costs, so a record may hold a precision's own settings
-    (extra["decode"]["precisions"][precision]), which override the general ones at that precision."""
-    own = (stored.get("precisions") or {}).get(precision) if precision else None
+    (extra["decode"]["precisions"][precision]), which override the general ones at that precision. A precision
+    with a host variant ("bf16+amx": bf16 on AMX tiles, `rowinv.draft_precision`) takes that variant's record
+    where there is one, else its precision's."""
+    precisions = stored.get("precisions") or {}
+    own = (precisions.get(precision) or precisions.get(precision.split("+")[0])) if precision else None
     if isinstance(own, dict):
         stored = {**stored, **own}
     out = {"tree_topk": tuple(stored["topk"])} if stored.get("topk") else {}

@@ -190,7 +190,8 @@ class Engine:
         if self.streams is None:
             return {}
         stored = (self.streams.cfg.extra or {}).get("decode") or {}
-        fields = {"tree_topk": (1,) * min(4, self.streams.cfg.gamma), **decode_fields(stored, self.precision)}
+        precision = rowinv.draft_precision(self.precision) if rowinv.uses_kernel(self.model) else self.precision
+        fields = {"tree_topk": (1,) * min(4, self.streams.cfg.gamma), **decode_fields(stored, precision)}
         if self.ngrams is None:  # a stream set copied without its n-gram store still decodes, without it
             fields.pop("ngrams", None)
         return fields

@@ -368,6 +368,12 @@ def adopt(model: nn.Module) -> None:
     model.config.specstream_kernel = "rowinv"
 
 
+def draft_precision(precision: str) -> str:
+    """The name a stream set records a precision's fastest draft under on this CPU: "bf16+amx" where bf16 Linears
+    run on AMX tiles (`rowinv_tiles`: wider passes cost less there), else the precision (`decode_fields`)."""
+    return precision + "+amx" if precision == "bf16" and rowinv_tiles.amx(_lib or library()) else precision
+
+
 def kernel_for(precision: str, device: str, kernel: str) -> bool:
     """Whether a model of this precision, on this device, runs its Linears on the kernel."""
     return precision in ("fp32", "bf16", "int4", "int4-a8") and device == "cpu" and kernel != "torch" and (kernel == "rowinv" or available())

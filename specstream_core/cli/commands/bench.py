@@ -164,7 +164,9 @@ def _load_engine(base, streams_dir, precision, device, chat=True):
 
 def ss_config(ctx: dict, precision: str) -> DecodeConfig:
     """Speculative streaming's draft at one precision: the flags, else the stream set's record for it."""
-    return ctx["ss_given"].settled(decode_fields(ctx["ss_stored"], precision))
+    from specstream_core.model import rowinv
+
+    return ctx["ss_given"].settled(decode_fields(ctx["ss_stored"], rowinv.draft_precision(precision)))
 
 
 def build_methods(names, engine, precision, ctx, shared_engine=None) -> list:

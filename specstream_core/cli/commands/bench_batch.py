@@ -70,6 +70,7 @@ def run(args) -> int:
     from specstream_core.bench.batch_bench import (run_throughput, shared_markdown, shared_prefix_benchmark, throughput_markdown,
                                to_json)
     from specstream_core.decoding.engine import Engine
+    from specstream_core.model import rowinv
     from specstream_core.tasks import load_split
 
     batch_sizes, methods, n_prompts, max_new, repeats, shared_n = _settings(args)
@@ -78,7 +79,7 @@ def run(args) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         engine = Engine.load(base, streams)
-    draft = {**DRAFT_FALLBACK, **decode_fields(recommended(streams), engine.precision)}  # the set's draft here, else the fallbacks
+    draft = {**DRAFT_FALLBACK, **decode_fields(recommended(streams), rowinv.draft_precision(engine.precision))}  # the set's draft here, else the fallbacks
     trees = ([parse_topk(t) for t in args.topk.split(";") if t.strip()] if args.topk else [draft["tree_topk"]])
     budget, lookup = draft["node_budget"], draft["lookup"]
     ss_cfg = DecodeConfig(mode="ss", max_new_tokens=max_new, tree_topk=trees[0], node_budget=budget, lookup=lookup,
