@@ -44,6 +44,8 @@ def kernels(commit: str) -> dict:
     stubs = "".join(f"\nint {name}(void) {{ return -1; }} /* not in {commit}: never called */" for name in lacks)
     if " rowinv_span(" not in text:  # blocked weights before spans of columns: one span, all of K
         stubs += "\nlong long rowinv_span(long long K) { return K; }"
+    if " rowinv_amx(" not in text:  # before bf16 on AMX tiles: bf16 stays on the vector kernel
+        stubs += "\nint rowinv_amx(void) { return 0; }\nint linear_bf16x(void) { return -1; } /* never called */"
     path = os.path.join(tempfile.mkdtemp(), "rowinv.c")
     with open(path, "w") as f:
         f.write(text + stubs + "\n")
