@@ -75,7 +75,7 @@ def _kernel_part(module: nn.Module) -> tuple | None:
     if w.dtype not in (torch.float32, torch.bfloat16) or not w.is_contiguous() or not w.is_cpu:
         return None
     wb, f32 = module.blocked_weight(), w.dtype is torch.float32
-    if module._tiled:  # bf16 on AMX tiles (`rowinv.tiled`)
+    if module._tiled:  # bf16 on AMX tiles (`rowinv_tiles.tiled`)
         return rowinv_steps.LIN_BF16X, wb, None, w.shape[0]
     if wb is not None:  # what the module's own forward reads (`RowInvariantLinear.blocked_weight`), as of binding
         return (rowinv_steps.LIN_F32B if f32 else rowinv_steps.LIN_BF16B), wb, None, w.shape[0]
@@ -341,7 +341,7 @@ def lora_weights(adapters: list[nn.Module], count: int, pointers: bool = True):
                        and w.weight.is_contiguous() for w in weights)):
         return False
     tiles = [m.tiled_factors() for m in adapters]
-    if any(t is not None for t in tiles) and None in tiles:  # some on tiles, some not: no one call does what they do
+    if any(t is not None for t in tiles) and any(t is None for t in tiles):  # some on tiles: no one call does it
         return False
     tensors = [t for pair in tiles for t in pair] if tiles[0] is not None else [w.weight for w in weights]
     rank |= rowinv_steps.LORA_TILES if tiles[0] is not None else 0

@@ -100,7 +100,7 @@ class StreamRowLoRA(nn.Module):
         if getattr(self, "_tiles_key", None) != key:
             lib = rowinv.library()
             made = [rowinv_tiles.tiled(w.detach().to(torch.bfloat16), lib) for w in (a, b)]
-            self._tiles, self._tiles_key = (None if None in made else tuple(made)), key
+            self._tiles, self._tiles_key = (None if any(m is None for m in made) else tuple(made)), key
         return self._tiles
 
 
