@@ -111,11 +111,7 @@ def test_bf16_on_tiles_decodes_exactly_with_the_adapters_on_tiles_too():
     model = tiny_model("llama", seed=5, logit_scale=1.0, hidden=128, layers=4, num_attention_heads=4,
                        num_key_value_heads=2)
     rowinv.install(model, "rowinv", torch.bfloat16)
-    streams = StreamParams.fresh(model, gamma=3, n_stream_layers=2, adapter_rank=32, seed=1)
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in streams.trainable_parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+    streams = _randomized(StreamParams.fresh(model, gamma=3, n_stream_layers=2, adapter_rank=32, seed=1), 1, 0.1)
     engine = Engine(model, None, streams, precision="bf16")
     assert all(a.tiled_factors() is not None for a in streams.adapters.values())
     assert _mismatches(engine, (2, 2, 1)) == 0 and _mismatches(engine, (1, 1, 1)) == 0
@@ -294,11 +290,7 @@ def test_bf16_decoding_equals_transformers_generate_on_the_same_weights():
     assert model.model.layers[0].mlp.down_proj.weight.dtype == torch.bfloat16
     with rowinv.torch_linears():
         reference = [hf_greedy(model, ids, 16) for ids in prompts(6, seed=4)]
-    streams = StreamParams.fresh(model, gamma=3, n_stream_layers=2, adapter_rank=4, seed=2)
-    g = torch.Generator().manual_seed(2)
-    with torch.no_grad():
-        for p in streams.trainable_parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    streams = _randomized(StreamParams.fresh(model, gamma=3, n_stream_layers=2, adapter_rank=4, seed=2), 2, 0.5)
     engine = Engine(model, None, streams, precision="bf16")
     try:
         for mode, topk in (("ar", (1,)), ("ss", (1,)), ("ss", (2, 2, 1))):
@@ -306,6 +298,15 @@ def test_bf16_decoding_equals_transformers_generate_on_the_same_weights():
             assert [engine.generate(ids, cfg).token_ids for ids in prompts(6, seed=4)] == reference, (mode, topk)
     finally:
         streams.detach()
+
+
+def _randomized(streams, seed: int, scale: float):
+    """streams with random trainable tensors (their drafts then vary, as trained ones' do)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in streams.trainable_parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * scale)
+    return streams
 
 
 def _near_tie(precision: str):
@@ -316,11 +317,7 @@ def _near_tie(precision: str):
     rowinv.install(model, "rowinv", torch.bfloat16 if precision == "bf16" else torch.float32)
     streams = StreamParams.fresh(model, gamma=3, n_stream_layers=2, adapter_rank=4, seed=1,
                                  draft_vocab=list(range(0, 128, 2)))
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in streams.trainable_parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
-    return Engine(model, None, streams, precision=precision)
+    return Engine(model, None, _randomized(streams, 1, 0.5), precision=precision)
 
 
 def _mismatches(engine, topk, batch=False, lookup=0):

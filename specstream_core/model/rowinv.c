@@ -221,16 +221,23 @@ int64_t rowinv_span(int64_t K) { return span_of(K); }
     }                                                                                                  \
   }
 
-/* A thread's parking for `floats` (grown, kept for the thread's next calls), or NULL */
-static float *parking(size_t floats) {
-  static __thread float *buf;
-  static __thread size_t cap;
-  if (floats > cap) {
-    float *grown = realloc(buf, floats * sizeof(float));
+/* A thread's buffer of at least `bytes` (grown, kept for the thread's next calls), or NULL */
+typedef struct {
+  void *buf;
+  size_t cap;
+} kept_buffer;
+static void *at_least(kept_buffer *k, size_t bytes) {
+  if (bytes > k->cap) {
+    void *grown = realloc(k->buf, bytes);
     if (!grown) return NULL;
-    buf = grown, cap = floats;
+    k->buf = grown, k->cap = bytes;
   }
-  return buf;
+  return k->buf;
+}
+/* A thread's parking for `floats`, or NULL */
+static float *parking(size_t floats) {
+  static __thread kept_buffer k;
+  return at_least(&k, floats * sizeof(float));
 }
 
 #if MB == 6
@@ -1311,15 +1318,9 @@ static void to_bf16(const float *x, int64_t n, uint16_t *out) {
     out[i] = (uint16_t)((b + 0x7FFF + ((b >> 16) & 1)) >> 16);
   }
 }
-static uint16_t *bf16_rows(size_t n) { /* this thread's buffer for x in bf16 (grown, kept) */
-  static __thread uint16_t *buf;
-  static __thread size_t cap;
-  if (n > cap) {
-    uint16_t *grown = realloc(buf, n * sizeof(uint16_t));
-    if (!grown) return NULL;
-    buf = grown, cap = n;
-  }
-  return buf;
+static uint16_t *bf16_rows(size_t n) { /* this thread's buffer for x in bf16, or NULL */
+  static __thread kept_buffer k;
+  return at_least(&k, n * sizeof(uint16_t));
 }
 #define AMX_PF 4096 /* bytes of weights prefetched ahead */
 int linear_bf16x_ld(const float *x, int64_t M, int64_t K, const uint16_t *W, int64_t N, float *y, int64_t ldy,
