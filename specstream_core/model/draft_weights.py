@@ -63,8 +63,7 @@ def resolve(kind: str, params, model) -> str:
 def on_tiles(params) -> bool:
     """Whether the stream layers' Linears run on AMX tiles (bf16 where the CPU has them: `rowinv_tiles`)."""
     wrappers = list(params.adapters.values())
-    return bool(wrappers) and all(isinstance(w.base, rowinv.RowInvariantLinear) and w.base.blocked_weight() is not None
-                                  and w.base._tiled for w in wrappers)
+    return bool(wrappers) and all(isinstance(w.base, rowinv.RowInvariantLinear) and w.base.on_tiles() for w in wrappers)
 
 
 def apply(params, model, kind: str = "auto") -> str:

@@ -208,22 +208,22 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     lib = _lib or library()
     is_blocked = n is not None
     n, k = (n, x.shape[-1]) if is_blocked else weight.shape
-    rows, y = _rows_and_out(x, n)
     fn = ((lib.linear_f32b if is_blocked else lib.linear_f32) if weight.dtype is torch.float32
           else (lib.linear_bf16b if is_blocked else lib.linear_bf16))
-    fn(rows.data_ptr(), rows.numel() // k, k, weight.data_ptr(), n, y.data_ptr(), torch.get_num_threads())
-    if bias is not None:
-        y += bias
-    return y if x.dtype is torch.float32 else y.to(x.dtype)
+    return _linear_call(fn, x, weight, bias, n, k)
 
 
 def linear_tiled(x: torch.Tensor, wt: torch.Tensor, bias: torch.Tensor | None, n: int) -> torch.Tensor:
     """x W^T (+ b) on AMX tiles (`rowinv_tiles`): W `rowinv_tiles.tiled`, x rounded to bf16, fp32 sums; the result
     has x's dtype."""
-    (rows, y), k = _rows_and_out(x, n), x.shape[-1]
-    if (_lib or library()).linear_bf16x(rows.data_ptr(), rows.numel() // k, k, wt.data_ptr(), n, y.data_ptr(),
-                                        torch.get_num_threads()):
-        raise SpecstreamError("the AMX kernel could not run (out of memory, or the tiles were refused)")
+    return _linear_call((_lib or library()).linear_bf16x, x, wt, bias, n, x.shape[-1])
+
+
+def _linear_call(fn, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, n: int, k: int) -> torch.Tensor:
+    """One of the kernel's Linear calls (x rows, K, W, N, y, threads) on x's rows, plus the bias, in x's dtype."""
+    rows, y = _rows_and_out(x, n)
+    if fn(rows.data_ptr(), rows.numel() // k, k, w.data_ptr(), n, y.data_ptr(), torch.get_num_threads()):
+        raise SpecstreamError("the kernel's Linear could not run (out of memory, or the AMX tiles were refused)")
     if bias is not None:
         y += bias
     return y if x.dtype is torch.float32 else y.to(x.dtype)
@@ -282,6 +282,11 @@ class RowInvariantLinear(nn.Linear):
             wt = rowinv_tiles.tiled(w, _lib or library())
             self._tiled, self._blocked, self._blocked_key = wt is not None, wt if wt is not None else blocked(w), key
         return self._blocked
+
+    def on_tiles(self) -> bool:
+        """Whether this Linear runs on AMX tiles (`blocked_weight` decides, per weight)."""
+        self.blocked_weight()
+        return self._tiled
 
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -36,7 +36,7 @@ def rope_store(qkv: torch.Tensor, heads: int, kv_heads: int, cos: torch.Tensor, 
 
 
 # the kinds of Linear the layer front takes (rowinv.c's LIN_F32, LIN_BF16, LIN_Q4; LIN_F32B, LIN_BF16B: `rowinv.blocked`;
-# LIN_Q4A8: 4-bit against 8-bit activations, `model/int4_a8.py`; LIN_BF16X: bf16 on AMX tiles, `rowinv.tiled`)
+# LIN_Q4A8: 4-bit against 8-bit activations, `model/int4_a8.py`; LIN_BF16X: bf16 on AMX tiles, `rowinv_tiles.tiled`)
 LIN_F32, LIN_BF16, LIN_Q4, LIN_F32B, LIN_BF16B, LIN_Q4A8, LIN_BF16X = 0, 1, 2, 3, 4, 5, 6
 LORA_TILES = 1 << 32  # set in an adapter rank: its A and B are bf16 AMX tiles (rowinv.c's lora_add)
 

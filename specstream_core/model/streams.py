@@ -91,9 +91,7 @@ class StreamRowLoRA(nn.Module):
         """A and B in bf16 as AMX tiles (`rowinv_tiles.tiled`) where the base Linear runs on tiles (bf16 weights on a
         CPU with AMX) and the rank is a multiple of 32: there the stream rows' delta runs on tiles too (25 rows cost
         about one); else None. Made again whenever A or B changes."""
-        base = self.base
-        if not (isinstance(base, rowinv.RowInvariantLinear) and base.weight.dtype is torch.bfloat16
-                and base.blocked_weight() is not None and base._tiled):
+        if not (isinstance(self.base, rowinv.RowInvariantLinear) and self.base.on_tiles()):
             return None
         a, b = self.lora_A.weight, self.lora_B.weight
         key = tuple((w.data_ptr(), None if w.is_inference() else w._version) for w in (a, b)) + (id(rowinv._lib),)
