@@ -6,7 +6,8 @@
 #   gzip -9c "$BUILD/answers.jsonl" > assets/smollm2/distill/answers.jsonl.gz  (and copy its .meta.json)
 #   nohup bash scripts/build_smollm2.sh > build/smollm2/build.log 2>&1 &
 # Settings (environment): PY, BUILD (work folder, default build/smollm2), THREADS (torch threads per job,
-# default 1: run it beside other work), DISTILL_N (train prompts to distill, default 6400),
+# default 1: run it beside other work), TRAIN_N (train prompts per category, default 800; raising it only
+# appends prompts), DISTILL_N (train prompts to distill, default 6400),
 # TRAIN_MINUTES (per stream set, default 65), STEPS (default 450), STAGES (default "corpus distill lossless
 # ngrams traces card"; add "shared", "medusa" and "draft" for the other stream set, the heads and the assisted-generation draft), INIT_FROM (a trained
 # lossless stream directory to continue from on new data: `train --init-from`; the shipped set was made so:
@@ -19,6 +20,7 @@ cd "$(dirname "$0")/.."
 PY="${PY:-.venv/bin/python}"
 BUILD="${BUILD:-build/smollm2}"
 THREADS="${THREADS:-1}"
+TRAIN_N="${TRAIN_N:-800}"
 DISTILL_N="${DISTILL_N:-6400}"
 TRAIN_MINUTES="${TRAIN_MINUTES:-65}"
 STEPS="${STEPS:-450}"
@@ -31,7 +33,7 @@ resume_flag() { [ -f "$1/checkpoint/checkpoint.pt" ] && echo --resume || true; }
 
 if has corpus; then  # 1. the chat prompt corpus (seconds; deterministic, so rewriting it changes nothing)
   stamp "corpus"
-  $PY -m specstream_core prompts --split train --out "$BUILD/train.jsonl"
+  $PY -m specstream_core prompts --split train --n-per-category "$TRAIN_N" --out "$BUILD/train.jsonl"
   $PY -m specstream_core prompts --split eval --out "$BUILD/eval.jsonl"
   $PY -m specstream_core prompts --split eval --n-per-category 10 --out "$BUILD/eval80.jsonl"
 fi
