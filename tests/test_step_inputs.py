@@ -58,3 +58,38 @@ def test_one_sequences_step_inputs_are_the_general_paths():
     batched = masks.additive_mask([11, 11], local.expand(2, -1, -1), q_pos.expand(2, -1), torch.float32)
     assert single.shape == (1, 1, 12, 23) and torch.equal(single[0], batched[0])
     assert (single[0, 0, :, :11] == 0).all() and (single[0, 0, :4, 11:15] == 0).sum() == 1 + 2 + 3 + 3
+
+
+def test_a_trees_stream_layout_from_the_memo_is_the_general_paths():
+    for parents in ([-1, 0, 1, 1], [-1, 0, 1, 2, 3], [-1]):
+        tree = Tree(tokens=list(range(len(parents))), parents=parents, depths=[0] * len(parents), probs=[1.0] * len(parents))
+        visible = tree.visibility()[None]
+        carriers = torch.arange(len(parents))[None]
+        for start in (11, 40, 11):  # the second and third calls take the memo
+            positions = (start + torch.arange(len(parents)))[None]
+            with torch.inference_mode():
+                q_pos, local = masks.stream_layout(positions, visible, carriers, 3)
+            assert torch.equal(q_pos, torch.cat([positions, masks.stream_positions(positions, carriers, 3)], 1))
+            assert torch.equal(local, masks.local_visibility(visible, carriers, 3))
+
+
+def test_rope_from_the_table_is_the_modules_own():
+    """A decoding step's (cos, sin) come from a table the rotary module made (`compat.rotary`), value for value what
+    the module gives for the step's positions, past the table's first size too; RoPE that depends on the sequence
+    (dynamic) is not tabled."""
+    from specstream_core.model import compat
+    from tests.tiny_models import tiny_model
+
+    model = tiny_model("llama", max_position_embeddings=16384)
+    module = compat.inner_model(model).rotary_emb
+    h = torch.zeros(1, 1, 64)
+    g = torch.Generator().manual_seed(0)
+    for positions in (torch.tensor([[0]]), torch.tensor([[300, 301, 301, 302]]), torch.randint(0, 4096, (2, 7), generator=g),
+                      torch.tensor([[5000, 9000]])):
+        with torch.inference_mode():
+            got = compat.rotary(model, h, positions)
+        want = module(h, positions)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert module.__dict__["_specstream_rope"][1][0].shape[0] == 16384  # doubled to hold position 9000
+    module.rope_type = "dynamic"
+    assert compat._rope_table(module, h, torch.tensor([[3]])) is None

@@ -47,8 +47,38 @@ def embed(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
 
 
 def rotary(model: nn.Module, h: torch.Tensor, position_ids: torch.Tensor):
-    """(cos, sin) for `position_ids` [B, q]; RoPE enters the layers only through these."""
-    return inner_model(model).rotary_emb(h, position_ids)
+    """(cos, sin) for `position_ids` [B, q]; RoPE enters the layers only through these. A decoding step (no
+    gradients) of a model whose RoPE is fixed ("default" rope_type) reads them from a table the module made once
+    (`_rope_table`: two index ops instead of the module's ~12 ops a step)."""
+    module = inner_model(model).rotary_emb
+    table = None if torch.is_grad_enabled() else _rope_table(module, h, position_ids)
+    if table is None:
+        return module(h, position_ids)
+    return table[0][position_ids], table[1][position_ids]
+
+
+ROPE_TABLE_MIN = 4096  # positions a table holds at first (it doubles as decoding goes further)
+
+
+def _rope_table(module: nn.Module, h: torch.Tensor, position_ids: torch.Tensor):
+    """(cos [L, D], sin [L, D]) of positions 0..L-1 in h's dtype, made by the module itself, or None where a table
+    cannot stand for it: RoPE that depends on the sequence (dynamic, YaRN), or results that differ from the module's
+    own for these positions (checked once per table, value for value: each position's values are elementwise
+    functions of it alone, so they should not)."""
+    if getattr(module, "rope_type", "default") != "default" or position_ids.numel() == 0:
+        return None
+    top = int(position_ids.max())
+    key = (h.dtype, h.device, module.inv_freq.data_ptr())
+    memo = module.__dict__.get("_specstream_rope")
+    if memo is not None and memo[0] == key and (memo[1] is None or top < memo[1][0].shape[0]):
+        return memo[1]
+    size = max(ROPE_TABLE_MIN, 1 << top.bit_length())
+    cos, sin = module(h[:1, :1], torch.arange(size, device=h.device)[None])
+    table = (cos[0], sin[0])
+    direct = module(h, position_ids)
+    same = torch.equal(table[0][position_ids], direct[0]) and torch.equal(table[1][position_ids], direct[1])
+    module.__dict__["_specstream_rope"] = (key, table if same else None)
+    return table if same else None
 
 
 def run_layer(layer: nn.Module, h: torch.Tensor, mask: torch.Tensor | None, pe, cache) -> torch.Tensor:

@@ -36,6 +36,29 @@ def local_visibility(visible: torch.Tensor, carriers: torch.Tensor | None, gamma
     return out
 
 
+_LAYOUTS: dict = {}  # (n, carriers, γ, visibility) -> (row -> position index, position offsets, local visibility)
+
+
+def stream_layout(positions: torch.Tensor, visible: torch.Tensor, carriers: torch.Tensor,
+                  gamma: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(position ids [B, q] of main then stream rows, `local_visibility` [B, q, q]) of a step. A single sequence's
+    decoding step (no gradients) takes them from a memo of its tree's shape: 2 ops instead of ~12."""
+    if positions.shape[0] != 1 or torch.is_grad_enabled() or visible.device.type != "cpu":
+        return (torch.cat([positions, stream_positions(positions, carriers, gamma)], dim=1),
+                local_visibility(visible, carriers, gamma))
+    n = positions.shape[1]
+    key = (n, gamma, carriers.numpy().tobytes(), visible.numpy().tobytes())
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        if len(_LAYOUTS) > 4096:
+            _LAYOUTS.clear()
+        rows = torch.cat([torch.arange(n), carriers[0].repeat_interleave(gamma)])
+        offsets = torch.cat([torch.zeros(n, dtype=torch.long), torch.arange(1, gamma + 1).repeat(carriers.shape[1])])
+        layout = _LAYOUTS[key] = (rows, offsets, local_visibility(visible, carriers, gamma))
+    rows, offsets, local = layout
+    return positions[:, rows] + offsets, local
+
+
 def stream_positions(positions: torch.Tensor, carriers: torch.Tensor, gamma: int) -> torch.Tensor:
     """Position ids of stream rows: the carrier's position + j (the position of the token it stands for)."""
     base = torch.gather(positions, 1, carriers)  # [B, s]

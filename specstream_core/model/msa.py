@@ -77,11 +77,8 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Te
         gamma = min(num_streams or streams.cfg.gamma, streams.cfg.gamma)
         B, n, d = h.shape
         s = carriers.shape[1]
-        born = torch.gather(h, 1, carriers[:, :, None].expand(B, s, d))  # [B, s, d]
-        stream_rows = (born[:, :, None, :] + streams.embeddings[:gamma].to(h.dtype)).reshape(B, s * gamma, d)
-        h = torch.cat([h, stream_rows], dim=1)  # [B, n + s*γ, d]
-        q_pos = torch.cat([positions, masks.stream_positions(positions, carriers, gamma)], dim=1)
-        local = masks.local_visibility(visible, carriers, gamma)
+        h = _with_stream_rows(h, carriers, streams.embeddings[:gamma])  # [B, n + s*γ, d]
+        q_pos, local = masks.stream_layout(positions, visible, carriers, gamma)
         mask = masks.additive_mask(prefix, local, q_pos, h.dtype, window)
         pe = compat.rotary(model, h, q_pos)
         # 3. the multi-stream layers (row adapters act on rows >= n only)
@@ -90,6 +87,20 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Te
         h = compat.final_norm(model, h)
         return ForwardOutput(h[:, :n], h[:, n:].reshape(B, s, gamma, d), keep, rows_bottom, h.shape[1], attention,
                              h_birth, kept)
+
+
+def _with_stream_rows(h: torch.Tensor, carriers: torch.Tensor, embeddings: torch.Tensor) -> torch.Tensor:
+    """[B, n, d] main rows -> [B, n + s*γ, d]: after them, stream j of each carrier c, S_j = h[c] + P_j."""
+    B, n, d = h.shape
+    s, gamma = carriers.shape[1], embeddings.shape[0]
+    if torch.is_grad_enabled():
+        born = torch.gather(h, 1, carriers[:, :, None].expand(B, s, d))  # [B, s, d]
+        return torch.cat([h, (born[:, :, None, :] + embeddings.to(h.dtype)).reshape(B, s * gamma, d)], dim=1)
+    out = torch.empty(B, n + s * gamma, d, dtype=h.dtype, device=h.device)  # a decoding step: fewer ops
+    out[:, :n] = h
+    born = h[:, carriers[0]] if B == 1 else torch.gather(h, 1, carriers[:, :, None].expand(B, s, d))  # [B, s, d]
+    torch.add(born[:, :, None, :], embeddings.to(h.dtype), out=out[:, n:].view(B, s, gamma, d))
+    return out
 
 
 def _bottom(model, layers, ids, positions, visible, prefix, cache, window, grad: bool) -> torch.Tensor:

@@ -18,8 +18,7 @@ what one does; SPECSTREAM_AMX=0 keeps them on the vector kernel.
 The kernel is compiled with the system's C compiler into the cache directory the first time it is
 needed (about a second), for AVX-512 where the CPU has it, else for AVX2 + FMA; where there is no
 compiler or neither, or `SPECSTREAM_KERNEL=torch` is set, Linears run through torch as before and
-`unavailable_reason()` says why. Training (anything that needs
-gradients), CUDA tensors and transformers' own `generate` inside `torch_linears()` use torch.
+`unavailable_reason()` says why. Training (gradients), CUDA and `generate` inside `torch_linears()` use torch.
 """
 
 from __future__ import annotations
@@ -264,13 +263,18 @@ class RowInvariantLinear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w, b = self.weight, self.bias
-        if (x.is_cpu and w.dtype in _DTYPES and x.dtype in _DTYPES and not getattr(_local, "off", False)
-                and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)) and w.is_contiguous()):
+        if self.runs_kernel(x):
             wb = self.blocked_weight()  # the kernel reads data pointers: no autograd
             if self._tiled:
                 return linear_tiled(x, wb, None if b is None else b.detach(), w.shape[0])
             return linear(x, w if wb is None else wb, None if b is None else b.detach(), None if wb is None else w.shape[0])
         return F.linear(x, w.to(x.dtype), b)  # bf16 weights under fp32 activations: widened
+
+    def runs_kernel(self, x: torch.Tensor) -> bool:
+        """Whether `forward(x)` runs the kernel (fp32 or bf16 rows on either weight dtype; the result in x's dtype)."""
+        w = self.weight
+        return (x.is_cpu and w.dtype in _DTYPES and x.dtype in _DTYPES and not getattr(_local, "off", False)
+                and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)) and w.is_contiguous())
 
     def blocked_weight(self) -> torch.Tensor | None:
         """The weight `tiled` for AMX (bf16, where it runs: then `_tiled`) or else `blocked` (a copy: the kernel's

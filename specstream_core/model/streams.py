@@ -252,7 +252,9 @@ class StreamParams(nn.Module):
         if self.draft_vocab is None:
             return head(normed_hidden), None
         sub_head = self.draft_head(head)
-        return sub_head(normed_hidden.to(_input_dtype(sub_head))), self.draft_vocab
+        if not (isinstance(sub_head, rowinv.RowInvariantLinear) and sub_head.runs_kernel(normed_hidden)):
+            normed_hidden = normed_hidden.to(_input_dtype(sub_head))
+        return sub_head(normed_hidden), self.draft_vocab
 
     def draft_logits(self, head: nn.Module, normed_hidden: torch.Tensor, vocab_size: int) -> torch.Tensor:
         """Stream-row logits over the full vocabulary ([..., V]); tokens outside the draft vocabulary
