@@ -134,10 +134,12 @@ def pass_kinds(engine, context: int = 256, verify_rows=(2, 3, 5, 9)) -> tuple[li
             with _step_attention(engine):
                 out = msa.forward(engine.model, tokens, pos, visible, streams=streams if g else None,
                                   carriers=carriers, cache=cache, window=engine.window, num_streams=g or None)
-            greedy.argmax(engine.logits(out.main[0])).tolist()  # verification rows, host sync, as `verify` does
+            logits, scored = engine.head_scores(out.main[0], out.streams[0] if g else None)  # as the loop does
+            greedy.argmax(logits).tolist()  # verification rows, host sync, as `verify` does
             if g:  # one node's streams: the next draft, over the draft vocabulary as the drafters rank it
-                scores, ids = engine.draft_scores(out.streams[0, k - 1])
-                best = scores.argmax(dim=-1)
+                scores, ids = (engine.draft_scores(out.streams[0, k - 1]) if scored is None
+                               else (scored[k - 1], engine.streams.draft_vocab))
+                best = greedy.argmax(scores)
                 (best if ids is None else ids[best]).tolist()
             return out.rows_bottom, out.rows_top
         return run

@@ -118,13 +118,13 @@ class Decoding:
         keeps = ([list(range(len(t))) for t in trees] if out.keep is None
                  else [out.keep[b, :n].tolist() for b, n in enumerate(out.kept)])
         survivors = [t if out.keep is None else t.subset(k) for t, k in zip(trees, keeps)]
-        logits = engine.logits(out.main)  # [B, m, V] verification rows
+        logits, scored = engine.head_scores(out.main, out.streams)  # [B, m, V] verification rows (+ stream rows')
         verdicts = [self._verify(row, s, logits[b, :len(s)]) for b, (row, s) in enumerate(zip(live, survivors))]  # 3.
         t2 = time.perf_counter()
         self._commit(out, keeps, verdicts)  # 4. commit
         t3 = time.perf_counter()
         for b, (row, v) in enumerate(zip(live, verdicts)):  # 5. observe
-            row.drafter.observe(self._row_output(out, b), v.path[-1])
+            row.drafter.observe(self._row_output(out, b, scored=scored), v.path[-1])
         t4 = time.perf_counter()
         times = {"verify": (t2 - t1) * 1e3, "draft": (t1 - t0 + t4 - t3) * 1e3, "accept": (t3 - t2) * 1e3}
         passes = []
@@ -196,9 +196,11 @@ class Decoding:
         bottom = [torch.tensor([k[i] for i in v.path], device=device) for k, v in zip(keeps, verdicts)]
         self.cache.commit([(0, self.birth, bottom), (self.birth, self.num_layers, top)])
 
-    def _row_output(self, out: msa.ForwardOutput, b: int, carriers: list[int] | None = None) -> RowOutput:
+    def _row_output(self, out: msa.ForwardOutput, b: int, carriers: list[int] | None = None,
+                    scored: torch.Tensor | None = None) -> RowOutput:
         streams = out.streams[b] if out.streams is not None else None
-        return RowOutput(out.main[b], streams, carriers, self.engine.draft_scores)
+        return RowOutput(out.main[b], streams, carriers, self.engine.draft_scores,
+                         None if scored is None else (scored[b], self.streams.draft_vocab))
 
     def _emit(self, row: Row, p: Pass) -> list[int]:
         """A prefill emits only its bonus; a tree pass the accepted drafts (the root was emitted by the

@@ -1322,9 +1322,29 @@ static uint16_t *bf16_rows(size_t n) { /* this thread's buffer for x in bf16, or
   static __thread kept_buffer k;
   return at_least(&k, n * sizeof(uint16_t));
 }
+/* Rows [m0, m0 + rows) of one pair of column tiles (32 outputs from column n0), stored by tiles 4..7 into buf
+ * [32][32], written out: rows below `split` to y at the columns cols[n0 ..] names, the others to y2 in order. */
+static void scatter_pair(const float *buf, int64_t m0, int rows, int64_t n0, const int32_t *cols, int64_t split,
+                         float *y, int64_t ldy, float *y2, int64_t ld2) {
+  __m512i c0 = _mm512_loadu_si512(cols + n0), c1 = _mm512_loadu_si512(cols + n0 + 16);
+  for (int r = 0; r < rows; r++) {
+    int64_t m = m0 + r;
+    __m512 a = _mm512_loadu_ps(buf + r * 32), b = _mm512_loadu_ps(buf + r * 32 + 16);
+    if (m < split) {
+      _mm512_i32scatter_ps(y + m * ldy, c0, a, 4);
+      _mm512_i32scatter_ps(y + m * ldy, c1, b, 4);
+    } else {
+      _mm512_storeu_ps(y2 + (m - split) * ld2 + n0, a);
+      _mm512_storeu_ps(y2 + (m - split) * ld2 + n0 + 16, b);
+    }
+  }
+}
 #define AMX_PF 4096 /* bytes of weights prefetched ahead */
-int linear_bf16x_ld(const float *x, int64_t M, int64_t K, const uint16_t *W, int64_t N, float *y, int64_t ldy,
-                    int threads) {
+/* x W^T on tiles (W: rowinv_tiles.tiled). cols NULL: y[m, n] (row stride ldy); else rows m < split write y[m,
+ * cols[n]] and the rest y2[m - split, n] (row stride ld2): an LM head laid out with one vocabulary's rows first
+ * scores main rows over the whole vocabulary and stream rows over that one, in one read of the weights. */
+static int bf16x(const float *x, int64_t M, int64_t K, const uint16_t *W, int64_t N, float *y, int64_t ldy,
+                 const int32_t *cols, int64_t split, float *y2, int64_t ld2, int threads) {
   if (M <= 0) return 0;
   uint16_t *xb = bf16_rows((size_t)(M * K));
   if (!xb || !rowinv_amx()) return -1;
@@ -1359,24 +1379,40 @@ int linear_bf16x_ld(const float *x, int64_t M, int64_t K, const uint16_t *W, int
             _tile_dpbf16ps(7, 1, 3);
           }
         }
-        float *y0 = y + m0 * ldy + p * 32;
-        _tile_stored(4, y0, sy);
-        _tile_stored(5, y0 + 16, sy);
+        float buf[32 * 32], *y0 = cols ? buf : y + m0 * ldy + p * 32;
+        int64_t s0 = cols ? 32 * 4 : sy, l0 = cols ? 32 : ldy;
+        _tile_stored(4, y0, s0);
+        _tile_stored(5, y0 + 16, s0);
         if (b) {
-          _tile_stored(6, y0 + 16 * ldy, sy);
-          _tile_stored(7, y0 + 16 * ldy + 16, sy);
+          _tile_stored(6, y0 + 16 * l0, s0);
+          _tile_stored(7, y0 + 16 * l0 + 16, s0);
         }
+        if (cols) scatter_pair(buf, m0, a + b, p * 32, cols, split, y, ldy, y2, ld2);
       }
     }
     if (ra >= 0) _tile_release();
   }
   return 0;
 }
+int linear_bf16x_ld(const float *x, int64_t M, int64_t K, const uint16_t *W, int64_t N, float *y, int64_t ldy,
+                    int threads) {
+  return bf16x(x, M, K, W, N, y, ldy, NULL, 0, NULL, 0, threads);
+}
+int linear_bf16x_map(const float *x, int64_t M, int64_t K, const uint16_t *W, int64_t N, float *y, int64_t ldy,
+                     const int32_t *cols, int64_t split, float *y2, int64_t ld2, int threads) {
+  return bf16x(x, M, K, W, N, y, ldy, cols, split, y2, ld2, threads);
+}
 #else
 int rowinv_amx(void) { return 0; }
 int linear_bf16x_ld(const float *x, int64_t M, int64_t K, const uint16_t *W, int64_t N, float *y, int64_t ldy,
                     int threads) {
   (void)x, (void)M, (void)K, (void)W, (void)N, (void)y, (void)ldy, (void)threads;
+  return -1;
+}
+int linear_bf16x_map(const float *x, int64_t M, int64_t K, const uint16_t *W, int64_t N, float *y, int64_t ldy,
+                     const int32_t *cols, int64_t split, float *y2, int64_t ld2, int threads) {
+  (void)x, (void)M, (void)K, (void)W, (void)N, (void)y, (void)ldy, (void)cols, (void)split, (void)y2, (void)ld2;
+  (void)threads;
   return -1;
 }
 #endif

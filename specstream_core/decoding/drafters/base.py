@@ -26,10 +26,22 @@ class RowOutput:
     carriers: list[int] | None  # main row of each carrier (None: every main row carries, in order)
     # normed stream rows -> (logits over the draft vocabulary, its token ids or None for the whole vocabulary)
     draft_scores: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]]
+    # what draft_scores gives for every carrier's stream rows ([s, γ, K], its token ids), where the pass scored them
+    # with its main rows (`Engine.head_scores`), else None
+    scored: tuple[torch.Tensor, torch.Tensor | None] | None = None
 
     def stream_rows(self, node: int) -> torch.Tensor:
         """[γ, d] stream rows of `node`."""
-        return self.streams[node if self.carriers is None else self.carriers.index(node)]
+        return self.streams[self._carrier(node)]
+
+    def node_scores(self, node: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`draft_scores` of `node`'s stream rows: taken from the pass where it scored them, else computed now."""
+        if self.scored is not None:
+            return self.scored[0][self._carrier(node)], self.scored[1]
+        return self.draft_scores(self.stream_rows(node))
+
+    def _carrier(self, node: int) -> int:
+        return node if self.carriers is None else self.carriers.index(node)
 
 
 class Drafter:
@@ -86,4 +98,4 @@ class StreamDrafter(TopkDrafter):
     def observe(self, out: RowOutput, node: int) -> None:
         if out.streams is None:  # an engine without stream parameters: nothing to draft from (root-only trees)
             return
-        self._observe_logits(*out.draft_scores(out.stream_rows(node)))
+        self._observe_logits(*out.node_scores(node))
