@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import torch
 
-from specstream_core.model import compat, direct_layers, draft_weights, hub, masks, msa, rowinv, tiled_head
+from specstream_core.model import compat, direct_layers, draft_weights, hub, masks, msa, rowinv, merged_head
 from specstream_core.decoding import loop
 from specstream_core.decoding.config import DecodeConfig, Result, decode_fields
 from specstream_core.decoding.drafters import Drafter
@@ -46,7 +46,7 @@ class Engine:
             eos = getattr(model.config, "eos_token_id", None)
         self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else ([eos] if eos is not None else []))
         self._lm_head = compat.lm_head(model)
-        self._head_memo: tuple = (None, None)  # (what it was made for, `_tiled_head`)
+        self._head_memo: tuple = (None, None)  # (what it was made for, `_merged_head`)
         self.stream_weights = "same"
         if self.row_exact:
             compat.use_row_exact_attention(model)
@@ -154,24 +154,24 @@ class Engine:
     # ---- model pieces the decoders use -------------------------------------------------------
     def logits(self, normed_hidden: torch.Tensor) -> torch.Tensor:
         """Shared LM head on already final-normed rows."""
-        head = self._tiled_head()
+        head = self._merged_head()
         return self._lm_head(normed_hidden) if head is None else head.scores(normed_hidden)[0]
 
     def head_scores(self, main: torch.Tensor, streams: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """A pass's main rows' logits [..., V] and, where one read of the head gives them too (`tiled_head`: bf16 on
-        AMX tiles), its stream rows' scores over the draft vocabulary [..., K] (`draft_scores` of every row);
-        else None: the drafter scores the node it takes."""
-        head = self._tiled_head() if streams is not None and not self.streams.cheap_draft_head else None
+        """A pass's main rows' logits [..., V] and, where one read of the head gives them too (`merged_head`: bf16 on
+        AMX tiles, int4-a8's 8-bit head), its stream rows' scores over the draft vocabulary [..., K] (`draft_scores`
+        of every row); else None: the drafter scores the node it takes."""
+        head = self._merged_head() if streams is not None and not self.streams.cheap_draft_head else None
         return (self.logits(main), None) if head is None else head.scores(main, streams)
 
-    def _tiled_head(self):
-        """The LM head on tiles with the stream set's draft vocabulary first (`TiledHead.of`), or None; made once
-        per head weight and draft vocabulary."""
+    def _merged_head(self):
+        """The LM head with the stream set's draft vocabulary first (`MergedHead.of`), or None; made once per head
+        weight and draft vocabulary."""
         ids = self.streams.draft_vocab if self.streams is not None else None
-        weight = getattr(self._lm_head, "weight", None)
+        weight = next((t for t in (getattr(self._lm_head, n, None) for n in ("weight", "q8")) if t is not None), None)
         key = (None if weight is None else weight.data_ptr(), None if ids is None else ids.data_ptr())
         if self._head_memo[0] != key:
-            self._head_memo = (key, tiled_head.TiledHead.of(self._lm_head, ids) if self.row_exact else None)
+            self._head_memo = (key, merged_head.MergedHead.of(self._lm_head, ids) if self.row_exact else None)
         return self._head_memo[1]
 
     def draft_logits(self, normed_hidden: torch.Tensor) -> torch.Tensor:

@@ -829,6 +829,21 @@ void linear_q8(const float *x, int64_t M, int64_t K, const uint8_t *wq, const fl
  * Layout: w [N / 16, G, 4, 64]: per tile of 16 outputs and group, chunk c's byte 4 o + k holds q[o][8c + k] in
  * its low nibble and q[o][8c + 4 + k] in its high one; dm [N / 16, G, 2, 16] fp16 (Q4_1's own, exact in fp32):
  * the tile's dw, then its mw. */
+#if defined(__AVX512F__)
+/* Rows [m0, m0 + rows) of `width` outputs (a multiple of 16) from column n0, held in buf (row stride lb), written
+ * out: rows below `split` to y at the columns cols[n0 ..] names, the others to y2 in order (the merged head). */
+static void scatter_cols(const float *buf, int64_t lb, int64_t m0, int rows, int width, int64_t n0, const int32_t *cols,
+                         int64_t split, float *y, int64_t ldy, float *y2, int64_t ld2) {
+  for (int r = 0; r < rows; r++) {
+    int64_t m = m0 + r;
+    for (int h = 0; h < width; h += 16) {
+      __m512 a = _mm512_loadu_ps(buf + r * lb + h);
+      if (m < split) _mm512_i32scatter_ps(y + m * ldy, _mm512_loadu_si512(cols + n0 + h), a, 4);
+      else _mm512_storeu_ps(y2 + (m - split) * ld2 + n0 + h, a);
+    }
+  }
+}
+#endif
 #if defined(__AVX512VNNI__)
 #define A8_TILE 16
 static inline __m512 half16(const uint16_t *h) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h)); }
@@ -890,8 +905,10 @@ DEFINE_A8BLOCK(1) DEFINE_A8BLOCK(2) DEFINE_A8BLOCK(3) DEFINE_A8BLOCK(4)
 DEFINE_A8BLOCK(5) DEFINE_A8BLOCK(6) DEFINE_A8BLOCK(7) DEFINE_A8BLOCK(8)
 static const a8_fn a8_blocks[A8_ROWS + 1] = {0, a8_1, a8_2, a8_3, a8_4, a8_5, a8_6, a8_7, a8_8};
 
+/* cols NULL: y[m, n] (row stride ldy); else `scatter_cols` */
 static int linear_a8(const a8_fn *blocks, int64_t GB, const float *x, int64_t M, int64_t K, const uint8_t *w,
-                     const uint16_t *dm, int64_t N, float *y, int64_t ldy, int threads) {
+                     const uint16_t *dm, int64_t N, float *y, int64_t ldy, const int32_t *cols, int64_t split,
+                     float *y2, int64_t ld2, int threads) {
   int64_t G = K / QG, tiles = N / A8_TILE;
   int8_t *xq = malloc((size_t)(M * K));
   float *dx = malloc((size_t)(M * G) * sizeof(float)), *sx = malloc((size_t)(M * G) * sizeof(float));
@@ -902,8 +919,10 @@ static int linear_a8(const a8_fn *blocks, int64_t GB, const float *x, int64_t M,
     for (int64_t t = 0; t < tiles; t++)
       for (int64_t m0 = 0; m0 < M; m0 += A8_ROWS) {
         int mm = M - m0 < A8_ROWS ? (int)(M - m0) : A8_ROWS;
+        float buf[A8_ROWS * A8_TILE];
         blocks[mm](xq + m0 * K, dx + m0 * G, sx + m0 * G, K, w + t * G * GB, dm + t * G * 2 * A8_TILE, G,
-                   y + m0 * ldy + t * A8_TILE, ldy);
+                   cols ? buf : y + m0 * ldy + t * A8_TILE, cols ? A8_TILE : ldy);
+        if (cols) scatter_cols(buf, A8_TILE, m0, mm, A8_TILE, t * A8_TILE, cols, split, y, ldy, y2, ld2);
       }
   }
   free(xq), free(dx), free(sx);
@@ -950,11 +969,16 @@ static const a8_fn q8a8_blocks[A8_ROWS + 1] = {0, q8a8_1, q8a8_2, q8a8_3, q8a8_4
  * in the layouts above. -1: out of memory. */
 int linear_q4a8_ld(const float *x, int64_t M, int64_t K, const uint8_t *w, const float *dm, int64_t N, float *y,
                    int64_t ldy, int threads) {
-  return linear_a8(a8_blocks, 4 * 64, x, M, K, w, (const uint16_t *)dm, N, y, ldy, threads);
+  return linear_a8(a8_blocks, 4 * 64, x, M, K, w, (const uint16_t *)dm, N, y, ldy, NULL, 0, NULL, 0, threads);
 }
 int linear_q8a8_ld(const float *x, int64_t M, int64_t K, const uint8_t *w, const float *dm, int64_t N, float *y,
                    int64_t ldy, int threads) {
-  return linear_a8(q8a8_blocks, 8 * 64, x, M, K, w, (const uint16_t *)dm, N, y, ldy, threads);
+  return linear_a8(q8a8_blocks, 8 * 64, x, M, K, w, (const uint16_t *)dm, N, y, ldy, NULL, 0, NULL, 0, threads);
+}
+/* The 8-bit head with its columns mapped (`scatter_cols`): the merged head of model/merged_head.py */
+int linear_q8a8_map(const float *x, int64_t M, int64_t K, const uint8_t *w, const float *dm, int64_t N, float *y,
+                    int64_t ldy, const int32_t *cols, int64_t split, float *y2, int64_t ld2, int threads) {
+  return linear_a8(q8a8_blocks, 8 * 64, x, M, K, w, (const uint16_t *)dm, N, y, ldy, cols, split, y2, ld2, threads);
 }
 /* The 8-bit roof: n steps of 12 independent chains of vpdpbusd (64 multiply-adds each), timed by the caller. */
 int dot8_burn(int64_t n) {
@@ -977,6 +1001,12 @@ int linear_q4a8_ld(const float *x, int64_t M, int64_t K, const uint8_t *w, const
 int linear_q8a8_ld(const float *x, int64_t M, int64_t K, const uint8_t *w, const float *dm, int64_t N, float *y,
                    int64_t ldy, int threads) {
   return linear_q4a8_ld(x, M, K, w, dm, N, y, ldy, threads);
+}
+int linear_q8a8_map(const float *x, int64_t M, int64_t K, const uint8_t *w, const float *dm, int64_t N, float *y,
+                    int64_t ldy, const int32_t *cols, int64_t split, float *y2, int64_t ld2, int threads) {
+  (void)x, (void)M, (void)K, (void)w, (void)dm, (void)N, (void)y, (void)ldy, (void)cols, (void)split, (void)y2;
+  (void)ld2, (void)threads;
+  return -2;
 }
 int dot8_burn(int64_t n) { return (int)n * 0; }
 int rowinv_a8(void) { return 0; }
@@ -1322,23 +1352,6 @@ static uint16_t *bf16_rows(size_t n) { /* this thread's buffer for x in bf16, or
   static __thread kept_buffer k;
   return at_least(&k, n * sizeof(uint16_t));
 }
-/* Rows [m0, m0 + rows) of one pair of column tiles (32 outputs from column n0), stored by tiles 4..7 into buf
- * [32][32], written out: rows below `split` to y at the columns cols[n0 ..] names, the others to y2 in order. */
-static void scatter_pair(const float *buf, int64_t m0, int rows, int64_t n0, const int32_t *cols, int64_t split,
-                         float *y, int64_t ldy, float *y2, int64_t ld2) {
-  __m512i c0 = _mm512_loadu_si512(cols + n0), c1 = _mm512_loadu_si512(cols + n0 + 16);
-  for (int r = 0; r < rows; r++) {
-    int64_t m = m0 + r;
-    __m512 a = _mm512_loadu_ps(buf + r * 32), b = _mm512_loadu_ps(buf + r * 32 + 16);
-    if (m < split) {
-      _mm512_i32scatter_ps(y + m * ldy, c0, a, 4);
-      _mm512_i32scatter_ps(y + m * ldy, c1, b, 4);
-    } else {
-      _mm512_storeu_ps(y2 + (m - split) * ld2 + n0, a);
-      _mm512_storeu_ps(y2 + (m - split) * ld2 + n0 + 16, b);
-    }
-  }
-}
 #define AMX_PF 4096 /* bytes of weights prefetched ahead */
 /* x W^T on tiles (W: rowinv_tiles.tiled). cols NULL: y[m, n] (row stride ldy); else rows m < split write y[m,
  * cols[n]] and the rest y2[m - split, n] (row stride ld2): an LM head laid out with one vocabulary's rows first
@@ -1387,7 +1400,7 @@ static int bf16x(const float *x, int64_t M, int64_t K, const uint16_t *W, int64_
           _tile_stored(6, y0 + 16 * l0, s0);
           _tile_stored(7, y0 + 16 * l0 + 16, s0);
         }
-        if (cols) scatter_pair(buf, m0, a + b, p * 32, cols, split, y, ldy, y2, ld2);
+        if (cols) scatter_cols(buf, 32, m0, a + b, 32, p * 32, cols, split, y, ldy, y2, ld2);
       }
     }
     if (ra >= 0) _tile_release();
