@@ -180,3 +180,34 @@ def test_the_kernels_silu_is_torchs_bit_for_bit():
         lib.silu_rows(gu.data_ptr(), 2 * n, 5, n, y.data_ptr(), rowinv_steps.silu_exp())
         want = torch.nn.functional.silu(gu[:, :n])
         assert torch.equal(y.isnan(), want.isnan()) and torch.equal(y.nan_to_num(), want.nan_to_num()), n  # -inf: NaN
+
+
+@needs_kernel
+def test_a_row_adapters_delta_on_the_kernel():
+    """`lora_rows` (the stream rows' adapters, in the layer steps and in StreamRowLoRA alike): (x A^T) B^T from bf16
+    factors (`StreamRowLoRA.factors`), each row's numbers the same whatever rows share the call, and the modules'
+    forward gives what the kernel gives."""
+    g = torch.Generator().manual_seed(0)
+    for k, n, r in ((64, 96, 8), (576, 1536, 32), (40, 17, 5)):
+        a, b = torch.randn(r, k, generator=g), torch.randn(n, r, generator=g)
+        at, bt = a.t().contiguous().bfloat16(), b.t().contiguous().bfloat16()
+        x = torch.randn(7, k, generator=g)
+        delta = rowinv_steps.lora_rows(x, at, bt)
+        want = (x.double() @ at.double()) @ bt.double()
+        assert torch.allclose(delta.double(), want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
+        for i in range(7):  # a row alone, and in every group of 1 to 4
+            assert torch.equal(rowinv_steps.lora_rows(x[i:i + 1], at, bt), delta[i:i + 1])
+        assert torch.equal(rowinv_steps.lora_rows(x[2:5], at, bt), delta[2:5])
+    assert rowinv_steps.lora_rows(torch.randn(2, 8), torch.zeros(8, 300).bfloat16(), torch.zeros(300, 4).bfloat16()) is None
+    model = tiny_model("llama", seed=1)
+    rowinv.install(model, "rowinv")
+    streams = StreamParams.fresh(model, gamma=2, n_stream_layers=2, adapter_rank=8, seed=3)
+    wrapper = next(iter(streams.adapters.values()))
+    with torch.no_grad():
+        wrapper.lora_B.weight.normal_(generator=g)
+    x = torch.randn(5, wrapper.lora_A.in_features, generator=g)
+    with torch.inference_mode():
+        with streams.rows.streams_after(2):
+            y = wrapper(x)
+        assert torch.equal(y[:2], wrapper.base(x[:2]))
+        assert torch.equal(y[2:], wrapper.base(x[2:]) + rowinv_steps.lora_rows(x[2:], *wrapper.factors()))

@@ -328,7 +328,7 @@ def _is_silu(act) -> bool:
 
 def lora_weights(adapters: list[nn.Module], count: int, pointers: bool = True):
     """The stream-row adapters (`StreamRowLoRA`) of q, k, v, o, gate and up (or down) as `layer_front` takes them: (their
-    A and B weights in order, fp32 or all AMX tiles (`tiled_factors`): addresses, or tensors where not `pointers`; the
+    A and B weights in order, fp32 A^T and B^T (`factors`) or all AMX tiles (`tiled_factors`): addresses, or tensors where not `pointers`; the
     rank, LORA_TILES set for tiles; their row state), or None where the layer has none, or False where not all there,
     on the kernel, of one rank and row state."""
     if not adapters:
@@ -343,7 +343,7 @@ def lora_weights(adapters: list[nn.Module], count: int, pointers: bool = True):
     tiles = [m.tiled_factors() for m in adapters]
     if any(t is not None for t in tiles) and any(t is None for t in tiles):  # some on tiles: no one call does it
         return False
-    tensors = [t for pair in tiles for t in pair] if tiles[0] is not None else [w.weight for w in weights]
+    tensors = [t for pair in (tiles if tiles[0] is not None else [m.factors() for m in adapters]) for t in pair]
     rank |= rowinv_steps.LORA_TILES if tiles[0] is not None else 0
     return (rowinv_steps.pointers(tensors) if pointers else tensors), rank, adapters[0].state
 

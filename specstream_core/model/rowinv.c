@@ -1098,10 +1098,79 @@ void rope_store(const float *qkv, int64_t B, int64_t q, int64_t H, int64_t Hkv, 
  *   gu = rmsnorm(h2, w2) Wgu^T.
  * One call instead of ~25 Python-level operations. h [q, d] in; h2 [q, d], gu [q, n_gu] out. Returns 0, or
  * -1 (no memory, a head over MAX_D). */
+#define LORA_MAX_RANK 256
+/* RG rows at once (1 to 4, compile-time): t[i][c0 .. c0 + 2 LANES) = x_i . At's columns, each summed over K in order,
+ * At's vectors read once for the RG rows; then delta_i = t_i Bt, each output summed over the rank in order, Bt's
+ * vectors read once for the RG rows. w0, w1: the two t vectors' widths (w1 = 0: one vector). A row's numbers do not
+ * depend on RG. */
+static inline __attribute__((always_inline)) void lora_group(const float *x, int64_t K, const uint16_t *At,
+                                                             const uint16_t *Bt, int64_t r, int64_t N, float *t, float *delta,
+                                                             const int RG) {
+  for (int64_t c0 = 0; c0 < r; c0 += 2 * LANES) {
+    int64_t left = r - c0;
+    int w0 = left < LANES ? (int)left : LANES, w1 = left <= LANES ? 0 : (left - LANES < LANES ? (int)(left - LANES) : LANES);
+    vec a[4], b[4];
+    UNROLLED for (int i = 0; i < RG; i++) a[i] = vzero(), b[i] = vzero();
+    for (int64_t k = 0; k < K; k++) {
+      vec va = load_bf16(At + k * r + c0, w0), vb = w1 ? load_bf16(At + k * r + c0 + LANES, w1) : vzero();
+      UNROLLED for (int i = 0; i < RG; i++) {
+        vec xv = vset1(x[i * K + k]);
+        a[i] = vfmadd(xv, va, a[i]);
+        b[i] = vfmadd(xv, vb, b[i]);
+      }
+    }
+    UNROLLED for (int i = 0; i < RG; i++) {
+      store_x(t + i * LORA_MAX_RANK + c0, a[i], w0);
+      if (w1) store_x(t + i * LORA_MAX_RANK + c0 + LANES, b[i], w1);
+    }
+  }
+  int64_t n0 = 0;
+  for (; n0 + 4 * LANES <= N; n0 += 4 * LANES) { /* 4 vectors of outputs for each row in registers */
+    vec acc[4][4];
+    UNROLLED for (int i = 0; i < RG; i++) UNROLLED for (int c = 0; c < 4; c++) acc[i][c] = vzero();
+    for (int64_t j = 0; j < r; j++) {
+      vec w[4];
+      UNROLLED for (int c = 0; c < 4; c++) w[c] = load_bf16(Bt + j * N + n0 + c * LANES, LANES);
+      UNROLLED for (int i = 0; i < RG; i++) {
+        vec tv = vset1(t[i * LORA_MAX_RANK + j]);
+        UNROLLED for (int c = 0; c < 4; c++) acc[i][c] = vfmadd(tv, w[c], acc[i][c]);
+      }
+    }
+    UNROLLED for (int i = 0; i < RG; i++) UNROLLED for (int c = 0; c < 4; c++) store_x(delta + i * N + n0 + c * LANES, acc[i][c], LANES);
+  }
+  for (; n0 < N; n0 += LANES) { /* the rest, a vector at a time */
+    int w = N - n0 < LANES ? (int)(N - n0) : LANES;
+    UNROLLED for (int i = 0; i < RG; i++) {
+      vec acc = vzero();
+      for (int64_t j = 0; j < r; j++) acc = vfmadd(vset1(t[i * LORA_MAX_RANK + j]), load_bf16(Bt + j * N + n0, w), acc);
+      store_x(delta + i * N + n0, acc, w);
+    }
+  }
+}
+/* A row adapter's delta, delta [m, N] = (x [m, K] A^T) B^T, from At = A^T [K, r] and Bt = B^T [r, N] (bf16, contiguous: half the read of fp32 factors, which
+ * bound this step: ~1.3 MB a layer at rank 32), in
+ * groups of up to 4 rows (`lora_group`: the outputs along the vector lanes, no horizontal sums, the factors read once a
+ * group; a rank-32 adapter is ~20 k FMAs a row). Stream rows only draft, so this order is free to choose; StreamRowLoRA's
+ * forward calls the same function. -1 for a rank over LORA_MAX_RANK. */
+int lora_rows(const float *x, int64_t m, int64_t K, const uint16_t *At, const uint16_t *Bt, int64_t r, int64_t N,
+              float *delta) {
+  if (r > LORA_MAX_RANK) return -1;
+  float t[4 * LORA_MAX_RANK];
+  for (int64_t i = 0; i < m; i += 4) {
+    int rg = m - i < 4 ? (int)(m - i) : 4;
+    const float *xi = x + i * K;
+    float *di = delta + i * N;
+    if (rg == 4) lora_group(xi, K, At, Bt, r, N, t, di, 4);
+    else if (rg == 3) lora_group(xi, K, At, Bt, r, N, t, di, 3);
+    else if (rg == 2) lora_group(xi, K, At, Bt, r, N, t, di, 2);
+    else lora_group(xi, K, At, Bt, r, N, t, di, 1);
+  }
+  return 0;
+}
 /* Stream rows n .. q - 1 of y (row stride ld, N columns) += (x A^T) B^T of the same rows of x [q, K]: a row
- * adapter as StreamRowLoRA computes it (linear_f32 twice, then the add), A [r, K], B [N, r]. A rank with LORA_TILES
- * set: A and B are bf16 tiles (`rowinv_tiles.tiled`) and both products run on AMX (linear_bf16x), as StreamRowLoRA
- * computes it on a layer whose Linears are on tiles. */
+ * adapter as StreamRowLoRA computes it (`lora_rows`, then the add), At = A^T [K, r], Bt = B^T [r, N] in bf16. A rank with
+ * LORA_TILES set: A [r, K] and B [N, r] as bf16 tiles (`rowinv_tiles.tiled`) and both products on AMX
+ * (linear_bf16x), as StreamRowLoRA computes it on a layer whose Linears are on tiles. */
 #define LORA_TILES ((int64_t)1 << 32)
 static int lora_add(const float *x, int64_t q, int64_t n, int64_t K, const float *A, const float *B, int64_t r,
                     float *y, int64_t ld, int64_t N, int threads) {
@@ -1113,13 +1182,16 @@ static int lora_add(const float *x, int64_t q, int64_t n, int64_t K, const float
   if (!failed && tiles)
     failed = linear_bf16x_ld(x + n * K, m, K, (const uint16_t *)A, r, t, r, threads) ||
              linear_bf16x_ld(t, m, r, (const uint16_t *)B, N, delta, N, threads);
-  else if (!failed) {
-    linear_f32(x + n * K, m, K, A, r, t, threads);
-    linear_f32(t, m, r, B, N, delta, threads);
-  }
+  else if (!failed)
+    failed = lora_rows(x + n * K, m, K, (const uint16_t *)A, (const uint16_t *)B, r, N, delta);
   if (!failed)
-    for (int64_t i = 0; i < m; i++)
-      for (int64_t j = 0; j < N; j++) y[(n + i) * ld + j] += delta[i * N + j];
+    for (int64_t i = 0; i < m; i++) {
+      float *yi = y + (n + i) * ld;
+      const float *di = delta + i * N;
+      int64_t j = 0;
+      for (; j + LANES <= N; j += LANES) store_x(yi + j, vadd(load_x(yi + j, LANES), load_x(di + j, LANES)), LANES);
+      for (; j < N; j++) yi[j] += di[j];
+    }
   free(t), free(delta);
   return failed ? -1 : 0;
 }

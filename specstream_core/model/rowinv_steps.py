@@ -120,7 +120,22 @@ def _setup(lib):
     lib.layer_stack.argtypes = [i64, ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, ptr, ptr, i64, i64, ptr, ptr,
                                 ctypes.c_float, i64, ptr, ptr, ctypes.c_int]
     lib.layer_stack.restype = ctypes.c_int
+    lib.lora_rows.argtypes, lib.lora_rows.restype = [ptr, i64, i64, ptr, ptr, i64, i64, ptr], ctypes.c_int
     return lib
+
+
+def lora_rows(x: torch.Tensor, at: torch.Tensor, bt: torch.Tensor) -> torch.Tensor | None:
+    """A row adapter's delta (x A^T) B^T for fp32 rows x [..., K], from At = A^T [K, r] and Bt = B^T [r, N] (bf16,
+    contiguous: `StreamRowLoRA.factors`), as the layer steps add it (rowinv.c's `lora_rows`); None where the kernel
+    declines (rank over 256)."""
+    lib = _library()
+    k, (r, n) = x.shape[-1], bt.shape
+    rows = x.reshape(-1, k)
+    if not rows.is_contiguous():
+        rows = rows.contiguous()
+    out = torch.empty(*x.shape[:-1], n)
+    failed = lib.lora_rows(rows.data_ptr(), rows.shape[0], k, at.data_ptr(), bt.data_ptr(), r, n, out.data_ptr())
+    return None if failed else out
 
 
 def _library():

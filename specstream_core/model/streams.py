@@ -22,7 +22,7 @@ from dataclasses import asdict
 import torch
 from torch import nn
 
-from specstream_core.model import compat, direct_layers, draft_weights, hub, rowinv, rowinv_tiles
+from specstream_core.model import compat, direct_layers, draft_weights, hub, rowinv, rowinv_steps, rowinv_tiles
 from specstream_core.model.stream_config import (ADAPTER_TARGETS, CONFIG_NAME, FORMAT_VERSION, LORA_DIR, MAX_GAMMA,  # noqa: F401
                                                  WEIGHTS_NAME, StreamConfig, check_gamma, read_stream_config)
 from specstream_core.errors import SpecstreamError
@@ -78,14 +78,37 @@ class StreamRowLoRA(nn.Module):
             y = torch.cat([self.base(main), self.draft(rest.to(torch.float32)).to(main.dtype)], dim=-2)
         else:
             y = self.base(x)
-        tiles = None if torch.is_grad_enabled() or not rowinv.enabled() else self.tiled_factors()
+        kernel = not torch.is_grad_enabled() and rowinv.enabled()
+        tiles = self.tiled_factors() if kernel else None
+        rows = x[..., n:, :]
+        delta = None
         if tiles is not None:  # the base on AMX tiles: the delta too, as the kernel's layer steps compute it
-            t = rowinv.linear_tiled(x[..., n:, :], tiles[0], None, self.lora_A.out_features)
+            t = rowinv.linear_tiled(rows, tiles[0], None, self.lora_A.out_features)
             delta = rowinv.linear_tiled(t, tiles[1], None, self.lora_B.out_features).to(y.dtype)
-        else:
-            delta = self.lora_B(self.lora_A(x[..., n:, :].to(self.lora_A.weight.dtype))).to(y.dtype)
+        elif kernel and rows.dtype is torch.float32 and rows.is_cpu and self.lora_A.weight.dtype is torch.float32:
+            delta = rowinv_steps.lora_rows(rows, *self.factors())  # as the kernel's layer steps compute it
+        if delta is None:
+            delta = self.lora_B(self.lora_A(rows.to(self.lora_A.weight.dtype))).to(y.dtype)
         y[..., n:, :] += delta  # in place: y is a fresh output the base layer's backward does not need
         return y
+
+    def factors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """A^T [K, r] and B^T [r, N] in bf16, contiguous, as the kernel's `lora_rows` takes them (stream rows only draft:
+        bf16 factors halve what a pass reads for them); made again whenever A or B changes, in place (bound layer
+        steps hold their addresses)."""
+        a, b = self.lora_A.weight, self.lora_B.weight
+        key = tuple((w.data_ptr(), None if w.is_inference() else w._version) for w in (a, b))
+        if getattr(self, "_factors_key", None) != key:
+            with torch.inference_mode(False), torch.no_grad():
+                fresh = [w.detach().t().to(torch.bfloat16) for w in (a, b)]
+                kept = getattr(self, "_factors", None)
+                if kept is not None and all(k.shape == f.shape for k, f in zip(kept, fresh)):
+                    for k, f in zip(kept, fresh):
+                        k.copy_(f)
+                else:
+                    self._factors = tuple(f.contiguous() for f in fresh)
+            self._factors_key = key
+        return self._factors
 
     def tiled_factors(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         """A and B in bf16 as AMX tiles (`rowinv_tiles.tiled`) where the base Linear runs on tiles (bf16 weights on a
