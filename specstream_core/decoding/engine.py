@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import torch
 
-from specstream_core.model import compat, direct_layers, draft_weights, hub, masks, msa, rowinv, merged_head
+from specstream_core.model import compat, direct_layers, draft_weights, hub, masks, merged_head, msa, rowinv
 from specstream_core.decoding import loop
 from specstream_core.decoding.config import DecodeConfig, Result, decode_fields
 from specstream_core.decoding.drafters import Drafter
