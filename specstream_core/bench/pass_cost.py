@@ -34,6 +34,7 @@ from specstream_core.bench.pass_parts import measure_parts
 from specstream_core.bench.results import read_json
 from specstream_core.bench.roofline import BYTES_PER_WEIGHT, HEAD_BYTES_PER_WEIGHT, Machine, pass_limit
 from specstream_core.errors import SpecstreamError
+from specstream_core.decoding.drafters import RowOutput
 from specstream_core.decoding.tree import chain
 from specstream_core.tasks import CATEGORIES, load_split
 
@@ -137,8 +138,8 @@ def pass_kinds(engine, context: int = 256, verify_rows=(2, 3, 5, 9)) -> tuple[li
             logits, scored = engine.head_scores(out.main[0], out.streams[0] if g else None)  # as the loop does
             greedy.argmax(logits).tolist()  # verification rows, host sync, as `verify` does
             if g:  # one node's streams: the next draft, over the draft vocabulary as the drafters rank it
-                scores, ids = (engine.draft_scores(out.streams[0, k - 1]) if scored is None
-                               else (scored[k - 1], engine.streams.draft_vocab))
+                scores, ids = RowOutput(out.main[0], out.streams[0], None, engine.draft_scores,
+                                        None if scored is None else (scored, streams.draft_vocab)).node_scores(k - 1)
                 best = greedy.argmax(scores)
                 (best if ids is None else ids[best]).tolist()
             return out.rows_bottom, out.rows_top

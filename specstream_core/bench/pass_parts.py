@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specstream_core.model import int4_a8, rowinv, merged_head, rowinv_steps
+from specstream_core.model import int4_a8, merged_head, rowinv, rowinv_steps
 
 
 @dataclass

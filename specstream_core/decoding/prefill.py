@@ -58,7 +58,8 @@ def prefill(dec) -> list[Pass]:
     out = msa.forward(engine.model, ids, positions, visible, streams=dec.streams, carriers=carriers,
                       cache=dec.cache, capture_layers=dec.capture, window=engine.window,
                       num_streams=dec.num_streams or None)
-    logits = engine.logits(out.main[torch.arange(len(prompts), device=device), last[:, 0]])  # [P, V]
+    logits, scored = engine.head_scores(out.main[torch.arange(len(prompts), device=device), last[:, 0]],
+                                        out.streams)  # [P, V]; the last row's stream rows too, as a step's
     dec.cache.commit([(0, dec.num_layers, [torch.arange(len(p), device=device) for p in prompts])])
     if dec.share_prefix:
         dec.cache = SharedPrefixCache(dec.cache, batch=len(live), capacity=dec.cfg.max_new_tokens + dec.scratch())
@@ -71,7 +72,7 @@ def prefill(dec) -> list[Pass]:
         if processors.active(cfg):
             scores = processors.apply(cfg, scores, row.prompt_ids)
         bonus = sample_token(scores, cfg.sampling, row.generator)
-        row.drafter.observe(dec._row_output(out, src, carriers=[n - 1]), n - 1)  # the first draft
+        row.drafter.observe(dec._row_output(out, src, carriers=[n - 1], scored=scored), n - 1)  # the first draft
         tree = chain(row.prompt_ids[0], row.prompt_ids[1:])
         top = n + dec.num_streams if dec.streams is not None else n
         attention = (attention_maps(engine, cfg, out, src, 0, list(range(n)), tree, 0, row.prompt_ids)

@@ -328,7 +328,7 @@ def _is_silu(act) -> bool:
 
 def lora_weights(adapters: list[nn.Module], count: int, pointers: bool = True):
     """The stream-row adapters (`StreamRowLoRA`) of q, k, v, o, gate and up (or down) as `layer_front` takes them: (their
-    A and B weights in order, fp32 A^T and B^T (`factors`) or all AMX tiles (`tiled_factors`): addresses, or tensors where not `pointers`; the
+    A and B weights in order, A^T and B^T in bf16 (`factors`) or all AMX tiles (`tiled_factors`): addresses, or tensors where not `pointers`; the
     rank, LORA_TILES set for tiles; their row state), or None where the layer has none, or False where not all there,
     on the kernel, of one rank and row state."""
     if not adapters:

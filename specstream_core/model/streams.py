@@ -97,7 +97,7 @@ class StreamRowLoRA(nn.Module):
         bf16 factors halve what a pass reads for them); made again whenever A or B changes, in place (bound layer
         steps hold their addresses)."""
         a, b = self.lora_A.weight, self.lora_B.weight
-        key = tuple((w.data_ptr(), None if w.is_inference() else w._version) for w in (a, b))
+        key = self._weights_key()
         if getattr(self, "_factors_key", None) != key:
             with torch.inference_mode(False), torch.no_grad():
                 fresh = [w.detach().t().to(torch.bfloat16) for w in (a, b)]
@@ -110,6 +110,11 @@ class StreamRowLoRA(nn.Module):
             self._factors_key = key
         return self._factors
 
+    def _weights_key(self) -> tuple:
+        """What A and B are now (place, and version where not inference tensors): the factors made from them are
+        made again when it changes."""
+        return tuple((w.data_ptr(), None if w.is_inference() else w._version) for w in (self.lora_A.weight, self.lora_B.weight))
+
     def tiled_factors(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         """A and B in bf16 as AMX tiles (`rowinv_tiles.tiled`) where the base Linear runs on tiles (bf16 weights on a
         CPU with AMX) and the rank is a multiple of 32: there the stream rows' delta runs on tiles too (25 rows cost
@@ -117,7 +122,7 @@ class StreamRowLoRA(nn.Module):
         if not (isinstance(self.base, rowinv.RowInvariantLinear) and self.base.on_tiles()):
             return None
         a, b = self.lora_A.weight, self.lora_B.weight
-        key = tuple((w.data_ptr(), None if w.is_inference() else w._version) for w in (a, b)) + (id(rowinv._lib),)
+        key = self._weights_key() + (id(rowinv._lib),)
         if getattr(self, "_tiles_key", None) != key:
             lib = rowinv.library()
             made = [rowinv_tiles.tiled(w.detach().to(torch.bfloat16), lib) for w in (a, b)]
