@@ -234,6 +234,13 @@ static void *at_least(kept_buffer *k, size_t bytes) {
   }
   return k->buf;
 }
+/* A scratch array of n T's kept by this thread for this call site (grown, never freed), or NULL. Each expansion
+ * has its own. A pass's ~600 buffers from malloc and free took ~2 % of an int4-a8 decoding's time (perf); kept,
+ * the plain loop ran 1.01x and speculative streaming 1.02x (kernel_ab, 32 prompts). */
+#define KEPT(T, n) ((T *)({                                                                                \
+  static __thread kept_buffer kept_;                                                                   \
+  at_least(&kept_, (size_t)(n) * sizeof(T));                                                           \
+}))
 /* A thread's parking for `floats`, or NULL */
 static float *parking(size_t floats) {
   static __thread kept_buffer k;
@@ -651,14 +658,14 @@ int attend_f32(const float *q, int64_t q_sr, int64_t q_sh, const float *k, int64
   int64_t most = 0;
   for (int64_t i = 0; i < rows; i++) most = spec[2 * i] > most ? spec[2 * i] : most;
   int failed = 0;
-  int64_t pairs = (rows + 1) / 2, *common = malloc((size_t)(pairs + 1) * sizeof(int64_t));
+  int64_t pairs = (rows + 1) / 2, *common = KEPT(int64_t, pairs + 1);
   if (!common) return -1;
   for (int64_t p = 0; p < pairs; p++) /* the keys rows 2p and 2p + 1 share, once for every key/value head */
     common[p] = 2 * p + 1 < rows ? common_keys(spec[4 * p], spec[4 * p + 1] < 0 ? NULL : keys + spec[4 * p + 1],
                                                spec[4 * p + 2], spec[4 * p + 3] < 0 ? NULL : keys + spec[4 * p + 3])
                                  : 0;
   _Pragma("omp parallel num_threads(threads)") {
-    float *s = malloc((size_t)(2 * (most + LANES) * (Hq / Hkv)) * sizeof(float)); /* scores of two rows' heads */
+    float *s = KEPT(float, 2 * (most + LANES) * (Hq / Hkv)); /* scores of two rows' heads */
     if (!s) failed = 1;
     _Pragma("omp for schedule(static)") for (int64_t t = 0; t < pairs * Hkv; t++) {
       if (!s) continue;
@@ -667,9 +674,7 @@ int attend_f32(const float *q, int64_t q_sr, int64_t q_sh, const float *k, int64
       attend_pair(q, q_sr, q_sh, k + g * k_sh, k_sr, v + g * v_sh, v_sr, D, Hq, g, group, spec, keys, common[p],
                   scaling, s, most + LANES, out, 2 * p, 2 * p + 1 < rows ? 2 * p + 1 : -1);
     }
-    free(s);
   }
-  free(common);
   return failed ? -1 : 0;
 }
 
@@ -910,8 +915,8 @@ static int linear_a8(const a8_fn *blocks, int64_t GB, const float *x, int64_t M,
                      const uint16_t *dm, int64_t N, float *y, int64_t ldy, const int32_t *cols, int64_t split,
                      float *y2, int64_t ld2, int threads) {
   int64_t G = K / QG, tiles = N / A8_TILE;
-  int8_t *xq = malloc((size_t)(M * K));
-  float *dx = malloc((size_t)(M * G) * sizeof(float)), *sx = malloc((size_t)(M * G) * sizeof(float));
+  int8_t *xq = KEPT(int8_t, M * K);
+  float *dx = KEPT(float, M * G), *sx = KEPT(float, M * G);
   int failed = !xq || !dx || !sx;
   if (!failed) {
     quantize_q8(x, M, K, xq, dx, sx);
@@ -925,7 +930,6 @@ static int linear_a8(const a8_fn *blocks, int64_t GB, const float *x, int64_t M,
         if (cols) scatter_cols(buf, A8_TILE, m0, mm, A8_TILE, t * A8_TILE, cols, split, y, ldy, y2, ld2);
       }
   }
-  free(xq), free(dx), free(sx);
   return failed ? -1 : 0;
 }
 /* An 8-bit head against 8-bit activations (GGUF's Q8_0 x Q8): signed weights w[n, j] (w = dw q), so the
@@ -1177,7 +1181,7 @@ static int lora_add(const float *x, int64_t q, int64_t n, int64_t K, const float
   int64_t m = q - n, tiles = r & LORA_TILES;
   if (m <= 0) return 0;
   r &= LORA_TILES - 1;
-  float *t = malloc((size_t)(m * r) * sizeof(float)), *delta = malloc((size_t)(m * N) * sizeof(float));
+  float *t = KEPT(float, m * r), *delta = KEPT(float, m * N);
   int failed = !t || !delta;
   if (!failed && tiles)
     failed = linear_bf16x_ld(x + n * K, m, K, (const uint16_t *)A, r, t, r, threads) ||
@@ -1192,7 +1196,6 @@ static int lora_add(const float *x, int64_t q, int64_t n, int64_t K, const float
       for (; j + LANES <= N; j += LANES) store_x(yi + j, vadd(load_x(yi + j, LANES), load_x(di + j, LANES)), LANES);
       for (; j < N; j++) yi[j] += di[j];
     }
-  free(t), free(delta);
   return failed ? -1 : 0;
 }
 
@@ -1209,9 +1212,9 @@ static int front(const float *h, int64_t q, int64_t d, const float *w1, const fl
   for (int64_t i = 0; i < n_gu_parts; i++) n_gu += n[o_at + 1 + i];
   int64_t I = n_gu / 2;
   if (!lora) n_main = q; /* no row adapters: nothing to add, no stream rows to draft with */
-  float *x = malloc((size_t)(q * d) * sizeof(float)), *qkv = malloc((size_t)(q * n_qkv) * sizeof(float));
-  float *qr = malloc((size_t)(q * H * D) * sizeof(float)), *a = malloc((size_t)(q * H * D) * sizeof(float));
-  float *o = malloc((size_t)(q * d) * sizeof(float));
+  float *x = KEPT(float, q * d), *qkv = KEPT(float, q * n_qkv);
+  float *qr = KEPT(float, q * H * D), *a = KEPT(float, q * H * D);
+  float *o = KEPT(float, q * d);
   int failed = !x || !qkv || !qr || !a || !o;
   if (!failed) {
     rmsnorm_f32(h, q, d, w1, eps, x);
@@ -1241,7 +1244,6 @@ static int front(const float *h, int64_t q, int64_t d, const float *w1, const fl
       failed = lora_add(x, q, n_main, d, lora[8], lora[9], rank, gu, n_gu, I, threads) ||
                lora_add(x, q, n_main, d, lora[10], lora[11], rank, gu + I, n_gu, I, threads);
   }
-  free(x), free(qkv), free(qr), free(a), free(o);
   return failed ? -1 : 0;
 }
 int layer_front(const float *h, int64_t q, int64_t d, const float *w1, const float *w2, float eps, int64_t n_qkv_parts,
@@ -1262,7 +1264,7 @@ int layer_front(const float *h, int64_t q, int64_t d, const float *w1, const flo
 static int back(const float *h2, const float *a, const float *up, int64_t ld_up, int64_t q, int64_t I, int64_t d,
                 int kind, const void *w, const float *dm, const float *lora_A, const float *lora_B, int64_t rank,
                 int64_t n_main, const draft_args *dr, float *out, int threads) {
-  float *m = malloc((size_t)(q * I) * sizeof(float)), *y = malloc((size_t)(q * d) * sizeof(float));
+  float *m = KEPT(float, q * I), *y = KEPT(float, q * d);
   int failed = !m || !y;
   if (!failed) {
     for (int64_t i = 0; i < q; i++)
@@ -1274,7 +1276,6 @@ static int back(const float *h2, const float *a, const float *up, int64_t ld_up,
     if (!failed)
       for (int64_t i = 0; i < q * d; i++) out[i] = h2[i] + y[i];
   }
-  free(m), free(y);
   return failed ? -1 : 0;
 }
 int layer_back(const float *h2, const float *a, const float *up, int64_t ld_up, int64_t q, int64_t I, int64_t d,
@@ -1318,8 +1319,8 @@ static int layer_step(const float *h, int64_t q, int64_t d, const float *w1, con
   int64_t n_gu = 0, o_at = n_qkv_parts;
   for (int64_t i = 0; i < n_gu_parts; i++) n_gu += n[o_at + 1 + i];
   int64_t I = n_gu / 2;
-  float *h2 = malloc((size_t)(q * d) * sizeof(float)), *gu = malloc((size_t)(q * n_gu) * sizeof(float));
-  float *act = malloc((size_t)(q * I) * sizeof(float));
+  float *h2 = KEPT(float, q * d), *gu = KEPT(float, q * n_gu);
+  float *act = KEPT(float, q * I);
   int failed = !h2 || !gu || !act;
   if (!failed)
     failed = front(h, q, d, w1, w2, eps, n_qkv_parts, n_gu_parts, kind, w, dm, n, H, Hkv, D, cos, sin, k_cache,
@@ -1329,7 +1330,6 @@ static int layer_step(const float *h, int64_t q, int64_t d, const float *w1, con
     failed = back(h2, act, gu + I, n_gu, q, I, d, down_kind, down_w, down_dm, lora ? down_A : NULL, down_B, rank,
                   lora ? n_main : q, lora ? dr : NULL, out, threads);
   }
-  free(h2), free(gu), free(act);
   return failed ? -1 : 0;
 }
 
@@ -1356,7 +1356,7 @@ int layer_stack(int64_t L, const layer_args *const *layer, float *const *k_cache
                 const float *h, int64_t q, int64_t d, int64_t H, int64_t Hkv, int64_t D, const float *cos,
                 const float *sin, int64_t cap, int64_t start, const int64_t *spec, const int64_t *keys, float scaling,
                 int64_t n_main, const void *expv, float *out, int threads) {
-  float *buf = malloc((size_t)(q * d) * sizeof(float));
+  float *buf = KEPT(float, q * d);
   int failed = !buf;
   const float *x = h;
   for (int64_t l = 0; l < L && !failed; l++) {
@@ -1368,7 +1368,6 @@ int layer_stack(int64_t L, const layer_args *const *layer, float *const *k_cache
                         threads);
     x = y;
   }
-  free(buf);
   return failed ? -1 : 0;
 }
 
