@@ -1,7 +1,7 @@
 """The row-invariant kernel of another commit against the working tree's, on the default model, in one process:
 an engine per kernel, loaded under it (the other commit's `rowinv.c` built beside this one; the weights in each
 kernel's own layout), kernel and engine swapped per prompt, the eval prompts of the chat corpus (chat-wrapped, as
-`bench`), plain loop and speculative streaming with the stream set's draft, the order reversed every other prompt, one thread; prints tokens/s medians, the per-prompt ratio and
+`bench`), plain loop and speculative streaming with the stream set's draft, the order reversed every other prompt, one thread (`--threads`); prints tokens/s medians, the per-prompt ratio and
 how many prompts give the same tokens. The other kernel runs the layer steps of its own time: where it lacks the
 whole-layer calls (`layer_stack`) or the call after the activation (`layer_back`), the direct steps go without them.
 
@@ -58,8 +58,9 @@ def main() -> None:
     p.add_argument("--precisions", default="int4-a8,fp32")
     p.add_argument("--n", type=int, default=2, help="eval prompts per category")
     p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (the kernel's calls take as many)")
     args = p.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     built = kernels(args.against)
     names = list(built)
     prompts = [e["prompt"] for c in suite_categories("chat") for e in suite_examples("chat", c, args.n)]
