@@ -60,12 +60,14 @@ def test_direct_steps_compute_what_the_modules_compute(family, precision, calls,
         pytest.skip("torch runs another vector width than the kernel's build here: no whole-layer calls")
     if calls != "stack":
         monkeypatch.setattr(direct_layers, "run_stack", lambda *a: None)
+        monkeypatch.setattr(direct_layers, "run_stream_stack", lambda *a: None)
     engine = _engine(family, precision)
-    seen = {"front": [], "back": [], "step": [], "stack": []}  # calls; the down projections' with their adapter or not
+    seen = {"front": [], "back": [], "step": [], "stack": [], "streams": []}  # calls; down projections' adapter or not
     wrap = {"layer_front": lambda f: lambda *a: seen["front"].append(1) or f(*a),
             "layer_back": lambda f: lambda *a: seen["back"].append(a[-1].lora is not None) or f(*a),
             "layer_step": lambda f: lambda *a: seen["step"].append(bool(a[1][0].contents.down_A)) or f(*a),
-            "layer_stack": lambda f: lambda *a: seen["stack"].append(1) or f(*a)}
+            "layer_stack": lambda f: lambda *a: seen["stack"].append(1) or f(*a),
+            "stream_stack": lambda f: lambda *a: seen["streams"].append(1) or f(*a)}
     for name, w in wrap.items():
         monkeypatch.setattr(rowinv_steps, name, w(getattr(rowinv_steps, name)))
     fronted = family == "llama"
@@ -78,11 +80,11 @@ def test_direct_steps_compute_what_the_modules_compute(family, precision, calls,
             for s in steps:
                 s.whole = False
         direct = _probe(engine), _decode(engine)
-        if calls == "stack":
-            assert bool(seen["stack"]) == fronted
+        if calls == "stack":  # plain steps a run of layers a call, speculative steps both runs in one
+            assert bool(seen["stack"]) == bool(seen["streams"]) == fronted
         else:  # down projections with and without their adapter
             assert (set(seen["step" if calls == "layer" else "back"]) == {False, True}) == fronted
-            assert bool(seen["front"]) == (fronted and calls == "front+back") and not seen["stack"]
+            assert bool(seen["front"]) == (fronted and calls == "front+back") and not seen["stack"] and not seen["streams"]
         direct_layers.unbind(compat.decoder_layers(engine.model))
         assert _bound(engine) == 0
         library = _probe(engine), _decode(engine)
@@ -97,7 +99,7 @@ def test_a_step_that_differs_is_never_bound(monkeypatch, precision, part):
     layer front or back) leaves the modules in charge, and says so."""
     if part == "front":
         front = rowinv_steps.layer_front
-        for call in ("layer_step", "layer_stack"):  # declined: the front, then the rest
+        for call in ("layer_step", "layer_stack", "stream_stack"):  # declined: the front, then the rest
             monkeypatch.setattr(rowinv_steps, call, lambda *a: None)
         monkeypatch.setattr(rowinv_steps, "layer_front", lambda *a: (lambda h2, gu: (h2, gu * (1 + 2 ** -20)))(*front(*a)))
     elif part == "back":
@@ -105,6 +107,7 @@ def test_a_step_that_differs_is_never_bound(monkeypatch, precision, part):
         monkeypatch.setattr(rowinv_steps, "layer_back", lambda *a: back(*a) * (1 + 2 ** -20))
         monkeypatch.setattr(rowinv_steps, "layer_step", lambda *a: step(*a) * (1 + 2 ** -20))
         monkeypatch.setattr(rowinv_steps, "layer_stack", lambda *a: None)
+        monkeypatch.setattr(rowinv_steps, "stream_stack", lambda *a: None)
     else:
         mlp = direct_layers.DirectStep._mlp
         monkeypatch.setattr(direct_layers.DirectStep, "_mlp", lambda self, x: mlp(self, x) * (1 + 2 ** -20))

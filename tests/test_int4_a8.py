@@ -124,7 +124,7 @@ def test_batched_decoding_is_each_prompt_alone(near_tie_a8):
 def test_the_check_can_fail(near_tie_a8, monkeypatch):
     """Round a wide pass's down projections to bf16 (a kernel whose result depends on the rows beside it) and
     near-ties flip."""
-    for step in ("layer_back", "layer_step", "layer_stack"):  # down projections through the patched call
+    for step in ("layer_back", "layer_step", "layer_stack", "stream_stack"):  # down projections through the patched call
         monkeypatch.setattr(rowinv_steps, step, lambda *a: None)
     linear = int4_a8.linear
     monkeypatch.setattr(int4_a8, "linear", lambda x, *a: (

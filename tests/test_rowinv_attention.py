@@ -109,3 +109,23 @@ def test_decoding_steps_attend_through_the_kernel_and_the_check_can_fail(monkeyp
     monkeypatch.setattr(rowinv, "attend", lambda q, *a: (lambda y: y if q.shape[1] == 1 else y.bfloat16().float())(
         attend(q, *a)))
     assert _mismatches(engine, (1, 1, 1)) + _mismatches(engine, (2, 2, 1)) > 0
+
+
+@needs_kernel
+def test_the_keys_a_mask_lets_each_row_see():
+    """`rowinv.mask_keys` lists what torch's `(mask == 0).nonzero()` lists, row by row (the kernel's attention keys of
+    a step, `compat._kernel_keys`): prefixes, trees, a row that sees nothing, a negative zero, a view's row stride."""
+    g = torch.Generator().manual_seed(3)
+    for q, prefix in ((1, 257), (5, 40), (25, 300), (4, 0)):
+        wide = torch.zeros(q, prefix + q + 7)
+        local = torch.rand(q, q, generator=g) > 0.5
+        wide[:, prefix:prefix + q].masked_fill_(~local, torch.finfo(torch.float32).min)
+        wide[0, -1] = -0.0
+        wide[-1, :prefix + q] = torch.finfo(torch.float32).min  # sees nothing
+        mask = wide[:, :prefix + q]  # a view: rows further apart than their keys
+        vis = mask == 0
+        counts = vis.sum(-1)
+        spec, keys = rowinv.mask_keys(mask)
+        assert torch.equal(spec, torch.stack([counts, counts.cumsum(0) - counts], -1).reshape(-1))
+        assert torch.equal(keys, vis.nonzero()[:, 1])
+    assert rowinv.mask_keys(torch.zeros(2, 3, dtype=torch.float64)) is None  # not fp32: torch's way

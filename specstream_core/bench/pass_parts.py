@@ -4,9 +4,10 @@ own modules, which no roofline counts).
 
 The kernel's entry points (`rowinv.linear`, `rowinv.linear_q4`, `rowinv.linear_q8`, `rowinv.attend`, int4-a8's
 `int4_a8.linear` and `int4_a8.linear_q8`, bf16 on AMX tiles' `rowinv.linear_tiled` and `MergedHead.scores`, and the
-one-call layer steps of decoding steps, `rowinv_steps.layer_front`, `layer_back`, `layer_step` and `layer_stack`,
-counted with the Linears: their Linears are most of them, their attention, norms and SiLU inside them) are
-wrapped with timers for a few extra rounds after `pass-cost` has timed the passes unwrapped; each part is a median over those rounds. Set
+one-call layer steps of decoding steps, `rowinv_steps.layer_front`, `layer_back`, `layer_step`, `layer_stack` and
+`stream_stack`, counted with the Linears: their Linears are most of them, their attention, norms and SiLU inside
+them) are wrapped with timers for a few extra rounds after `pass-cost` has timed the passes unwrapped; each part is a
+median over those rounds. Set
 next to the roofline, this says what remains: Linears ÷ their share of the roofline is how close the
 weight reads come to this machine's bandwidth, and the rest is what no kernel call pays for.
 """
@@ -45,7 +46,8 @@ def _timer(fn, spent: dict[str, float], part: str):
 def _timed(spent: dict[str, float]):
     """Inside, time spent in the kernel's Linears and attention adds up in `spent`."""
     kept = [(module, name, getattr(module, name)) for module, names in
-            ((rowinv, ("linear", "linear_q4", "linear_q8", "attend", "linear_tiled")), (rowinv_steps, ("layer_front", "layer_back", "layer_step", "layer_stack")),
+            ((rowinv, ("linear", "linear_q4", "linear_q8", "attend", "linear_tiled")),
+             (rowinv_steps, ("layer_front", "layer_back", "layer_step", "layer_stack", "stream_stack")),
              (int4_a8, ("linear", "linear_q8")), (merged_head.MergedHead, ("scores",)))
             for name in names]
     for module, name, fn in kept:

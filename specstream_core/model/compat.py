@@ -253,12 +253,24 @@ def _kernel_keys(mask: torch.Tensor | None, B: int, q: int, keys: int) -> list[t
         if mask is None:  # every row sees every key: a prefix
             out.append((torch.tensor([keys, -1] * q, dtype=torch.int64), torch.zeros(1, dtype=torch.int64)))
             continue
+        listed = _listed_keys(mask[b, 0, :q, :keys])
+        if listed is not None:
+            out.append(listed)
+            continue
         vis = mask[b, 0, :q, :keys] == 0
         counts = vis.sum(-1)
         spec = torch.stack([counts, counts.cumsum(0) - counts], -1).reshape(-1)
         out.append((spec.contiguous(), vis.nonzero()[:, 1].contiguous()))
     memo.update(kernel_mask=mask, kernel_keys=out)
     return out
+
+
+def _listed_keys(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """`rowinv.mask_keys` of one sequence's mask [q, keys]: the same (spec, keys) in one kernel call (None: torch's
+    way)."""
+    from specstream_core.model import rowinv  # imports this module: here, not at the top
+
+    return rowinv.mask_keys(mask)
 
 
 def _kernel_rows(attend: Callable, query, key, value, mask, scaling) -> torch.Tensor | None:

@@ -278,6 +278,19 @@ def run_stack(layers, h: torch.Tensor, mask, pe, cache) -> torch.Tensor | None:
     direct step that may run now (`DirectStep.whole`, `usable`, one attention implementation), their adapters share
     one row state and the step is one the first layer's `_front` would take; else None (the caller runs them one by
     one). The same kernel calls as the steps one by one, so the same numbers, less ~10 µs of Python a layer."""
+    ready = stack_ready(layers)
+    call = _stack_call(ready, h, mask, pe, cache) if ready is not None else None
+    if call is None:
+        return None
+    first = ready[0]
+    return rowinv_steps.layer_stack(call.layers, h, call.caches, first.heads, first.kv_heads, first.head_dim, pe,
+                                    call.start, call.attention, first.scaling, call.n_main)
+
+
+def stack_ready(layers) -> tuple | None:
+    """(the first step, the C array of the steps' `StackLayer`s, their adapters' row state or None) where the layers
+    can run as one `layer_stack` call now (each a whole-layer direct step that may run, one attention implementation
+    the kernel's steps serve, one row state); else None. What stays the same from step to step is kept."""
     steps = tuple(getattr(layer, _ATTR, None) for layer in layers)
     if len(steps) < 2 or any(s is None or not s.whole or s.front is None or not s.usable() for s in steps):
         return None
@@ -287,15 +300,53 @@ def run_stack(layers, h: torch.Tensor, mask, pe, cache) -> torch.Tensor | None:
     run = first._stack[1]
     if run is None or first.functions.get(_one_implementation(first, steps)) is None:
         return None
+    return first, *run
+
+
+class _StackCall(NamedTuple):
+    layers: object  # the C array of `StackLayer` pointers
+    caches: list  # each layer's (keys buffer, values buffer)
+    start: int  # the first cache slot this step writes
+    attention: tuple  # (spec, keys) as the kernel's attention takes them
+    n_main: int  # the first stream row
+
+
+def _stack_call(ready: tuple, h: torch.Tensor, mask, pe, cache) -> _StackCall | None:
+    """What a `layer_stack` call of `stack_ready`'s run takes for this step of rows h [1, q, d] (only its shape,
+    dtype and device are read), or None where the step is not one the kernel's attention serves."""
+    first, array, state = ready
     step = first._kernel_step(h, mask, pe, cache)
     if step is None:
         return None
     (where, attention), q = step, h.shape[1]
-    array, state = run
     n_main = q if state is None else rowinv_steps.stream_row(state, q)
-    caches = [cache.slots(s.layer_idx, q)[:2] for s in steps]
-    return rowinv_steps.layer_stack(array, h, caches, first.heads, first.kv_heads, first.head_dim, pe, where[2],
-                                    attention, first.scaling, n_main)
+    caches = [cache.slots(s.layer_idx, q)[:2] for s in first._stack[0]]
+    return _StackCall(array, caches, where[2], attention, n_main)
+
+
+def run_stream_stack(lower, upper, h: torch.Tensor, mask, pe, top_mask, top_pe, cache, carriers: torch.Tensor,
+                     embeddings: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """A speculative step's layers in one kernel call (`rowinv_steps.stream_stack`): the `lower` layers on the main rows
+    h [1, n, d] (mask, pe), the stream rows born from their output as `msa._with_stream_rows` makes them (carriers [s]
+    main-row indices, embeddings [γ, d]), the `upper` layers on all n + s·γ rows (top_mask, top_pe). Returns (the main
+    rows entering the upper layers [1, n, d], the upper layers' output [1, n + s·γ, d]), or None where either run is not
+    one `run_stack` would make one call of (the caller then runs the pieces itself). The same kernel calls, so the same
+    numbers, without the Python between the two runs."""
+    if h.shape[0] != 1 or embeddings.dtype is not torch.float32 or carriers.dtype is not torch.int64:
+        return None
+    low, up = stack_ready(lower), stack_ready(upper)
+    if low is None or up is None:
+        return None
+    n, d = h.shape[1], h.shape[2]
+    out = torch.empty(1, n + carriers.numel() * embeddings.shape[0], d)
+    first = low[0]
+    call_low = _stack_call(low, h, mask, pe, cache)
+    call_up = _stack_call(up, out, top_mask, top_pe, cache) if call_low is not None else None
+    if call_up is None or call_up.start != call_low.start:
+        return None
+    mid = rowinv_steps.stream_stack(call_low, call_up, h, first.heads, first.kv_heads, first.head_dim, pe, top_pe,
+                                    carriers, embeddings, first.scaling, out)
+    return None if mid is None else (mid, out)
 
 
 def _stacked_run(steps: tuple) -> tuple | None:

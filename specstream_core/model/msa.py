@@ -56,6 +56,12 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Te
     use_streams = streams is not None and carriers is not None
     birth = streams.cfg.birth_layer if use_streams else len(layers)
 
+    if (use_streams and select is None and birth_hidden is None and not capture_layers and cache is not None
+            and ids.shape[0] == 1 and not torch.is_grad_enabled()):
+        out = _one_call(model, layers, birth, ids, positions, visible, prefix, cache, window, streams, carriers,
+                        min(num_streams or streams.cfg.gamma, streams.cfg.gamma))
+        if out is not None:
+            return out
     with _capture(layers, capture_layers) as attention:
         if birth_hidden is not None and use_streams:
             h = birth_hidden
@@ -87,6 +93,31 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Te
         h = compat.final_norm(model, h)
         return ForwardOutput(h[:, :n], h[:, n:].reshape(B, s, gamma, d), keep, rows_bottom, h.shape[1], attention,
                              h_birth, kept)
+
+
+def _one_call(model, layers, birth: int, ids, positions, visible, prefix, cache, window, streams: StreamParams,
+              carriers: torch.Tensor, gamma: int) -> ForwardOutput | None:
+    """A decoding step of one sequence whose layers can all run on the kernel's whole-layer steps: both runs of layers
+    and the stream rows' birth between them in one kernel call (`direct_layers.run_stream_stack`), everything each
+    run needs made before it. The same numbers as the step below; None where the kernel cannot take the step."""
+    if direct_layers.stack_ready(layers[:birth]) is None or direct_layers.stack_ready(layers[birth:]) is None:
+        return None
+    h = compat.embed(model, ids)
+    mask = masks.additive_mask(prefix, visible, positions, h.dtype, window)
+    pe = compat.rotary(model, h, positions)
+    q_pos, local = masks.stream_layout(positions, visible, carriers, gamma)
+    top_mask = masks.additive_mask(prefix, local, q_pos, h.dtype, window)
+    top_pe = compat.rotary(model, h, q_pos)
+    n = h.shape[1]
+    with streams.rows.streams_after(n):
+        ran = direct_layers.run_stream_stack(layers[:birth], layers[birth:], h, mask, pe, top_mask, top_pe, cache,
+                                             carriers[0], streams.embeddings[:gamma].to(h.dtype))
+    if ran is None:
+        return None
+    h_birth, h = ran
+    h = compat.final_norm(model, h)
+    s = carriers.shape[1]
+    return ForwardOutput(h[:, :n], h[:, n:].reshape(1, s, gamma, h.shape[-1]), None, n, h.shape[1], {}, h_birth, None)
 
 
 def _with_stream_rows(h: torch.Tensor, carriers: torch.Tensor, embeddings: torch.Tensor) -> torch.Tensor:

@@ -678,6 +678,21 @@ int attend_f32(const float *q, int64_t q_sr, int64_t q_sh, const float *k, int64
   return failed ? -1 : 0;
 }
 
+/* The keys each of q query rows may see, from an additive float mask [q, keys] (row stride ld; a 0 where the row
+ * may see the key): spec[2i] = row i's count, spec[2i + 1] = where its keys start in list; list = the keys' indices,
+ * row after row (what attend_f32 takes, as torch's (mask == 0).nonzero() lists them). Returns how many in all. */
+int64_t mask_keys(const float *mask, int64_t ld, int64_t q, int64_t keys, int64_t *spec, int64_t *list) {
+  int64_t total = 0;
+  for (int64_t i = 0; i < q; i++) {
+    const float *m = mask + i * ld;
+    int64_t at = total;
+    for (int64_t j = 0; j < keys; j++)
+      if (m[j] == 0.0f) list[total++] = j;
+    spec[2 * i] = total - at, spec[2 * i + 1] = at;
+  }
+  return total;
+}
+
 /* ---- RMS norm -------------------------------------------------------------------------------------
  * y[i] = (x[i] / sqrt(mean(x[i]^2) + eps)) * w, as Llama-family RMSNorm modules compute it in fp32 (their
  * `weight * (x * rsqrt(var + eps))`), each row alone: one call replaces the ~7 torch ops (and their
@@ -1369,6 +1384,36 @@ int layer_stack(int64_t L, const layer_args *const *layer, float *const *k_cache
     x = y;
   }
   return failed ? -1 : 0;
+}
+
+/* A speculative step's layers in one call, where msa.forward would make two layer_stack calls with Python between
+ * them: the L1 lower layers on the n main rows (their output into mid: the rows the streams are born from), the
+ * stream rows born as msa's _with_stream_rows makes them (row n + c gamma + j = mid[carriers[c]] + emb[j], one fp32
+ * add each), then the L2 multi-stream layers on all q = n + s gamma rows (out [q, d]). Each run has its own RoPE
+ * tables (cos1/sin1 [n, D], cos2/sin2 [q, D]), attention keys (spec, keys) and first stream row (n_main1, n_main2);
+ * both write the cache at `start`. The same calls as the two layer_stack calls, so the same numbers. */
+int stream_stack(int64_t L1, const layer_args *const *lower, float *const *k1, float *const *v1, int64_t L2,
+                 const layer_args *const *upper, float *const *k2, float *const *v2, const float *h, int64_t n,
+                 int64_t d, int64_t H, int64_t Hkv, int64_t D, const float *cos1, const float *sin1,
+                 const int64_t *spec1, const int64_t *keys1, int64_t n_main1, const int64_t *carriers, int64_t s,
+                 int64_t gamma, const float *emb, const float *cos2, const float *sin2, const int64_t *spec2,
+                 const int64_t *keys2, int64_t n_main2, int64_t cap, int64_t start, float scaling, const void *expv,
+                 float *mid, float *out, int threads) {
+  int64_t q = n + s * gamma;
+  float *x = KEPT(float, q * d);
+  if (!x) return -1;
+  if (layer_stack(L1, lower, k1, v1, h, n, d, H, Hkv, D, cos1, sin1, cap, start, spec1, keys1, scaling, n_main1, expv,
+                  mid, threads))
+    return -1;
+  memcpy(x, mid, (size_t)(n * d) * sizeof(float));
+  for (int64_t c = 0; c < s; c++)
+    for (int64_t j = 0; j < gamma; j++) {
+      const float *m = mid + carriers[c] * d, *e = emb + j * d;
+      float *r = x + (n + c * gamma + j) * d;
+      for (int64_t i = 0; i < d; i++) r[i] = m[i] + e[i];
+    }
+  return layer_stack(L2, upper, k2, v2, x, q, d, H, Hkv, D, cos2, sin2, cap, start, spec2, keys2, scaling, n_main2,
+                     expv, out, threads);
 }
 
 /* ---- bf16 on AMX tiles -------------------------------------------------------------------------------

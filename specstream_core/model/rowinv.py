@@ -70,7 +70,7 @@ def _load():
              "layer_front": ([ptr, i64, i64, ptr, ptr, f32, i64, i64, ptr, ptr, ptr, ptr, i64, i64, i64, ptr, ptr, ptr,
                               ptr, i64, i64, ptr, ptr, f32, ptr, ptr, ptr, i64, i64, i32], i32),
              "rowinv_lanes": ([], i32), "rowinv_span": ([i64], i64), "fma_burn": ([i64], f32),
-             "linear_bf16x": (linear, i32), "rowinv_amx": ([], i32)}
+             "linear_bf16x": (linear, i32), "rowinv_amx": ([], i32), "mask_keys": ([ptr, i64, i64, i64, ptr, ptr], i64)}
     for name, (argtypes, restype) in calls.items():
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = argtypes, restype
@@ -252,6 +252,19 @@ def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, spec: to
                             d, spec.data_ptr(), keys.data_ptr(), float(scaling), out.data_ptr(),
                             torch.get_num_threads())
     return None if failed else out
+
+
+def mask_keys(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """What `attend` takes of the keys each query row may see, from an additive float mask [q, keys] (0: may see):
+    (spec, keys) with every row's keys listed, as torch's `(mask == 0).nonzero()` lists them, in one kernel call
+    instead of ~9 torch ops; None where the kernel cannot take the mask (not fp32 on the CPU)."""
+    lib = _lib or library()
+    if lib is None or mask.dtype is not torch.float32 or not mask.is_cpu or mask.dim() != 2 or mask.stride(1) != 1:
+        return None
+    q, keys = mask.shape
+    spec, listed = torch.empty(2 * q, dtype=torch.int64), torch.empty(max(q * keys, 1), dtype=torch.int64)
+    total = lib.mask_keys(mask.data_ptr(), mask.stride(0), q, keys, spec.data_ptr(), listed.data_ptr())
+    return spec, listed[:total]
 
 
 _DTYPES = (torch.float32, torch.bfloat16)

@@ -120,6 +120,10 @@ def _setup(lib):
     lib.layer_stack.argtypes = [i64, ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, ptr, ptr, i64, i64, ptr, ptr,
                                 ctypes.c_float, i64, ptr, ptr, ctypes.c_int]
     lib.layer_stack.restype = ctypes.c_int
+    lib.stream_stack.argtypes = [i64, ptr, ptr, ptr, i64, ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, ptr, ptr, ptr, ptr,
+                                 i64, ptr, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, i64, i64, ctypes.c_float, ptr, ptr,
+                                 ptr, ctypes.c_int]
+    lib.stream_stack.restype = ctypes.c_int
     lib.lora_rows.argtypes, lib.lora_rows.restype = [ptr, i64, i64, ptr, ptr, i64, i64, ptr], ctypes.c_int
     return lib
 
@@ -246,3 +250,35 @@ def _stack(layers, h, caches, heads, kv_heads, head_dim, pe, start, attention, s
                              cos.data_ptr(), sin.data_ptr(), caches[0][0].shape[2], start, spec.data_ptr(),
                              keys.data_ptr(), scaling, n_main, silu_exp(), out.data_ptr(), torch.get_num_threads())
     return None if failed else out
+
+
+def stream_stack(lower, upper, h: torch.Tensor, heads: int, kv_heads: int, head_dim: int, pe, top_pe,
+                 carriers: torch.Tensor, embeddings: torch.Tensor, scaling: float, out: torch.Tensor) -> torch.Tensor | None:
+    """A speculative step's two runs of layers in one kernel call (rowinv.c's stream_stack): `lower` on the main rows
+    h [1, n, d] (RoPE tables pe), the stream rows born from its output (row n + c·γ + j = output[carriers[c]] +
+    embeddings[j]), `upper` on all rows (top_pe) into out [1, n + s·γ, d]. lower, upper: `direct_layers._StackCall`s
+    (layers, caches, start, attention, n_main), both writing the cache at the same slot. Returns the lower run's
+    output [1, n, d] (the rows the streams were born from), or None where the kernel declined."""
+    lib = _library()
+    _, n, d = h.shape
+    q = out.shape[1]
+    mid = torch.empty(1, n, d)
+    arrays = []
+    for call in (lower, upper):
+        count = len(call.caches)
+        arrays.append(((ctypes.c_void_p * count)(*(k.data_ptr() for k, _ in call.caches)),
+                       (ctypes.c_void_p * count)(*(v.data_ptr() for _, v in call.caches))))
+    emb = embeddings.contiguous()
+    carriers = carriers.contiguous()
+    gamma = emb.shape[0]
+    if carriers.numel() * gamma != q - n:
+        raise ValueError(f"{carriers.numel()} carriers of {gamma} streams do not make {q - n} stream rows")
+    (cos, sin), (cos2, sin2) = pe, top_pe
+    (spec, keys), (spec2, keys2) = lower.attention, upper.attention
+    failed = lib.stream_stack(len(lower.caches), lower.layers, *arrays[0], len(upper.caches), upper.layers, *arrays[1],
+                              h.data_ptr(), n, d, heads, kv_heads, head_dim, cos.data_ptr(), sin.data_ptr(),
+                              spec.data_ptr(), keys.data_ptr(), lower.n_main, carriers.data_ptr(), carriers.numel(), gamma,
+                              emb.data_ptr(), cos2.data_ptr(), sin2.data_ptr(), spec2.data_ptr(), keys2.data_ptr(),
+                              upper.n_main, lower.caches[0][0].shape[2], lower.start, scaling, silu_exp(), mid.data_ptr(),
+                              out.data_ptr(), torch.get_num_threads())
+    return None if failed else mid
