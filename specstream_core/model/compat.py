@@ -100,8 +100,12 @@ def rms_norms(model: nn.Module) -> list[nn.Module]:
     return [m for m in mods if type(m).__name__ in LLAMA_RMS_NORMS]
 
 
+def final_norm_module(model: nn.Module) -> nn.Module:
+    return inner_model(model).norm
+
+
 def final_norm(model: nn.Module, h: torch.Tensor) -> torch.Tensor:
-    return inner_model(model).norm(h)
+    return final_norm_module(model)(h)
 
 
 def lm_head(model: nn.Module) -> nn.Module:

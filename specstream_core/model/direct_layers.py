@@ -30,6 +30,7 @@ from __future__ import annotations
 import ctypes
 import sys
 import warnings
+import weakref
 from typing import NamedTuple
 
 import torch
@@ -284,7 +285,7 @@ def run_stack(layers, h: torch.Tensor, mask, pe, cache) -> torch.Tensor | None:
         return None
     first = ready[0]
     return rowinv_steps.layer_stack(call.layers, h, call.caches, first.heads, first.kv_heads, first.head_dim, pe,
-                                    call.start, call.attention, first.scaling, call.n_main)
+                                    call.start, call.attention, first.scaling, call.n_main, call.pointers)
 
 
 def stack_ready(layers) -> tuple | None:
@@ -306,9 +307,27 @@ def stack_ready(layers) -> tuple | None:
 class _StackCall(NamedTuple):
     layers: object  # the C array of `StackLayer` pointers
     caches: list  # each layer's (keys buffer, values buffer)
+    pointers: tuple | None  # (their keys buffers' addresses, their values buffers' addresses) as C arrays, or None
     start: int  # the first cache slot this step writes
     attention: tuple  # (spec, keys) as the kernel's attention takes them
     n_main: int  # the first stream row
+
+
+_POINTERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # cache -> {first layer: (buffer, caches, arrays)}
+
+
+def _cache_pointers(cache, steps: tuple) -> tuple[list, tuple]:
+    """(each step's layer's (keys, values) buffers, their addresses as C arrays), made once per cache and run of
+    layers (a cache's buffers stay where they are; a new buffer makes them again)."""
+    memo = _POINTERS.setdefault(cache, {})
+    first = steps[0].layer_idx
+    kept = memo.get(first)
+    if kept is None or kept[0] is not cache.buffer or len(kept[1]) != len(steps):
+        caches = [(cache.keys[s.layer_idx], cache.values[s.layer_idx]) for s in steps]
+        arrays = ((ctypes.c_void_p * len(caches))(*(k.data_ptr() for k, _ in caches)),
+                  (ctypes.c_void_p * len(caches))(*(v.data_ptr() for _, v in caches)))
+        kept = memo[first] = (cache.buffer, caches, arrays)
+    return kept[1], kept[2]
 
 
 def _stack_call(ready: tuple, h: torch.Tensor, mask, pe, cache) -> _StackCall | None:
@@ -320,23 +339,34 @@ def _stack_call(ready: tuple, h: torch.Tensor, mask, pe, cache) -> _StackCall | 
         return None
     (where, attention), q = step, h.shape[1]
     n_main = q if state is None else rowinv_steps.stream_row(state, q)
-    caches = [cache.slots(s.layer_idx, q)[:2] for s in first._stack[0]]
-    return _StackCall(array, caches, where[2], attention, n_main)
+    steps = first._stack[0]
+    if isinstance(getattr(cache, "buffer", None), torch.Tensor):  # a KVCache: its buffers' addresses, kept
+        caches, pointers = _cache_pointers(cache, steps)
+    else:
+        caches, pointers = [cache.slots(s.layer_idx, q)[:2] for s in steps], None
+    return _StackCall(array, caches, pointers, where[2], attention, n_main)
 
 
-def run_stream_stack(lower, upper, h: torch.Tensor, mask, pe, top_mask, top_pe, cache, carriers: torch.Tensor,
-                     embeddings: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """A speculative step's layers in one kernel call (`rowinv_steps.stream_stack`): the `lower` layers on the main rows
+def stream_stack_ready(lower, upper) -> tuple | None:
+    """(`stack_ready` of the lower layers, of the upper ones) where a speculative step's two runs of layers can go
+    through the kernel as one call (`run_stream_stack`), else None."""
+    low = stack_ready(lower)
+    up = stack_ready(upper) if low is not None else None
+    return None if up is None else (low, up)
+
+
+def run_stream_stack(ready: tuple, h: torch.Tensor, mask, pe, top_mask, top_pe, cache, carriers: torch.Tensor,
+                     embeddings: torch.Tensor, norm: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """A speculative step's layers in one kernel call (`rowinv_steps.stream_stack`): the lower layers on the main rows
     h [1, n, d] (mask, pe), the stream rows born from their output as `msa._with_stream_rows` makes them (carriers [s]
-    main-row indices, embeddings [γ, d]), the `upper` layers on all n + s·γ rows (top_mask, top_pe). Returns (the main
-    rows entering the upper layers [1, n, d], the upper layers' output [1, n + s·γ, d]), or None where either run is not
-    one `run_stack` would make one call of (the caller then runs the pieces itself). The same kernel calls, so the same
-    numbers, without the Python between the two runs."""
+    main-row indices, embeddings [γ, d]), the upper layers on all n + s·γ rows (top_mask, top_pe); ready:
+    `stream_stack_ready` of the two runs; norm: None, or the final norm's (weight, eps) as `rowinv.kernel_norm` gives
+    them, applied to the output. Returns (the main rows entering the upper layers [1, n, d], the upper layers' output
+    [1, n + s·γ, d]), or None where a run's step is not one the kernel serves (the caller then runs the pieces itself).
+    The same kernel calls as `run_stack` on each run, so the same numbers, without the Python between them."""
     if h.shape[0] != 1 or embeddings.dtype is not torch.float32 or carriers.dtype is not torch.int64:
         return None
-    low, up = stack_ready(lower), stack_ready(upper)
-    if low is None or up is None:
-        return None
+    low, up = ready
     n, d = h.shape[1], h.shape[2]
     out = torch.empty(1, n + carriers.numel() * embeddings.shape[0], d)
     first = low[0]
@@ -345,7 +375,7 @@ def run_stream_stack(lower, upper, h: torch.Tensor, mask, pe, top_mask, top_pe, 
     if call_up is None or call_up.start != call_low.start:
         return None
     mid = rowinv_steps.stream_stack(call_low, call_up, h, first.heads, first.kv_heads, first.head_dim, pe, top_pe,
-                                    carriers, embeddings, first.scaling, out)
+                                    carriers, embeddings, first.scaling, out, norm)
     return None if mid is None else (mid, out)
 
 

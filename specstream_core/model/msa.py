@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from specstream_core.model import compat, direct_layers, masks
+from specstream_core.model import compat, direct_layers, masks, rowinv
 from specstream_core.model.streams import StreamParams
 
 
@@ -100,7 +100,8 @@ def _one_call(model, layers, birth: int, ids, positions, visible, prefix, cache,
     """A decoding step of one sequence whose layers can all run on the kernel's whole-layer steps: both runs of layers
     and the stream rows' birth between them in one kernel call (`direct_layers.run_stream_stack`), everything each
     run needs made before it. The same numbers as the step below; None where the kernel cannot take the step."""
-    if direct_layers.stack_ready(layers[:birth]) is None or direct_layers.stack_ready(layers[birth:]) is None:
+    ready = direct_layers.stream_stack_ready(layers[:birth], layers[birth:])
+    if ready is None:
         return None
     h = compat.embed(model, ids)
     mask = masks.additive_mask(prefix, visible, positions, h.dtype, window)
@@ -108,14 +109,16 @@ def _one_call(model, layers, birth: int, ids, positions, visible, prefix, cache,
     q_pos, local = masks.stream_layout(positions, visible, carriers, gamma)
     top_mask = masks.additive_mask(prefix, local, q_pos, h.dtype, window)
     top_pe = compat.rotary(model, h, q_pos)
-    n = h.shape[1]
+    n, final = h.shape[1], compat.final_norm_module(model)
+    norm = rowinv.kernel_norm(final)  # the final norm inside the call where it is the kernel's
     with streams.rows.streams_after(n):
-        ran = direct_layers.run_stream_stack(layers[:birth], layers[birth:], h, mask, pe, top_mask, top_pe, cache,
-                                             carriers[0], streams.embeddings[:gamma].to(h.dtype))
+        ran = direct_layers.run_stream_stack(ready, h, mask, pe, top_mask, top_pe, cache, carriers[0],
+                                             streams.embeddings[:gamma].to(h.dtype), norm)
     if ran is None:
         return None
     h_birth, h = ran
-    h = compat.final_norm(model, h)
+    if norm is None:
+        h = final(h)
     s = carriers.shape[1]
     return ForwardOutput(h[:, :n], h[:, n:].reshape(1, s, gamma, h.shape[-1]), None, n, h.shape[1], {}, h_birth, None)
 

@@ -1391,14 +1391,15 @@ int layer_stack(int64_t L, const layer_args *const *layer, float *const *k_cache
  * stream rows born as msa's _with_stream_rows makes them (row n + c gamma + j = mid[carriers[c]] + emb[j], one fp32
  * add each), then the L2 multi-stream layers on all q = n + s gamma rows (out [q, d]). Each run has its own RoPE
  * tables (cos1/sin1 [n, D], cos2/sin2 [q, D]), attention keys (spec, keys) and first stream row (n_main1, n_main2);
- * both write the cache at `start`. The same calls as the two layer_stack calls, so the same numbers. */
+ * both write the cache at `start`. norm: NULL, or the model's final RMSNorm weight (eps), applied to out in place as
+ * rmsnorm_f32 applies it. The same calls as two layer_stack calls and the norm's, so the same numbers. */
 int stream_stack(int64_t L1, const layer_args *const *lower, float *const *k1, float *const *v1, int64_t L2,
                  const layer_args *const *upper, float *const *k2, float *const *v2, const float *h, int64_t n,
                  int64_t d, int64_t H, int64_t Hkv, int64_t D, const float *cos1, const float *sin1,
                  const int64_t *spec1, const int64_t *keys1, int64_t n_main1, const int64_t *carriers, int64_t s,
                  int64_t gamma, const float *emb, const float *cos2, const float *sin2, const int64_t *spec2,
                  const int64_t *keys2, int64_t n_main2, int64_t cap, int64_t start, float scaling, const void *expv,
-                 float *mid, float *out, int threads) {
+                 const float *norm, float eps, float *mid, float *out, int threads) {
   int64_t q = n + s * gamma;
   float *x = KEPT(float, q * d);
   if (!x) return -1;
@@ -1412,8 +1413,11 @@ int stream_stack(int64_t L1, const layer_args *const *lower, float *const *k1, f
       float *r = x + (n + c * gamma + j) * d;
       for (int64_t i = 0; i < d; i++) r[i] = m[i] + e[i];
     }
-  return layer_stack(L2, upper, k2, v2, x, q, d, H, Hkv, D, cos2, sin2, cap, start, spec2, keys2, scaling, n_main2,
-                     expv, out, threads);
+  if (layer_stack(L2, upper, k2, v2, x, q, d, H, Hkv, D, cos2, sin2, cap, start, spec2, keys2, scaling, n_main2, expv,
+                  out, threads))
+    return -1;
+  if (norm) rmsnorm_f32(out, q, d, norm, eps, out); /* the model's final norm, row by row in place */
+  return 0;
 }
 
 /* ---- bf16 on AMX tiles -------------------------------------------------------------------------------

@@ -330,6 +330,16 @@ class _RowInvariantNorm:
         return super().forward(x)
 
 
+def kernel_norm(module: nn.Module) -> tuple[torch.Tensor, float] | None:
+    """(weight, eps) where `module` is a norm whose forward on fp32 CPU rows is this kernel's `rmsnorm` now (a
+    caller may apply it inside a kernel call of its own: the same numbers), else None."""
+    w = getattr(module, "weight", None)
+    if (not isinstance(module, _RowInvariantNorm) or w is None or w.dtype is not torch.float32 or not w.is_cpu
+            or not w.is_contiguous() or getattr(_local, "off", False) or (torch.is_grad_enabled() and w.requires_grad)):
+        return None
+    return w, float(module.variance_epsilon)
+
+
 _NORM_CLASSES: dict[type, type] = {}
 
 

@@ -122,7 +122,7 @@ def _setup(lib):
     lib.layer_stack.restype = ctypes.c_int
     lib.stream_stack.argtypes = [i64, ptr, ptr, ptr, i64, ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, ptr, ptr, ptr, ptr,
                                  i64, ptr, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, i64, i64, ctypes.c_float, ptr, ptr,
-                                 ptr, ctypes.c_int]
+                                 ctypes.c_float, ptr, ptr, ctypes.c_int]
     lib.stream_stack.restype = ctypes.c_int
     lib.lora_rows.argtypes, lib.lora_rows.restype = [ptr, i64, i64, ptr, ptr, i64, i64, ptr], ctypes.c_int
     return lib
@@ -220,14 +220,16 @@ class StackLayer(ctypes.Structure):
 
 
 def layer_stack(layers, h: torch.Tensor, caches: list, heads: int, kv_heads: int, head_dim: int, pe, start: int,
-                attention: tuple[torch.Tensor, torch.Tensor], scaling: float, n_main: int) -> torch.Tensor | None:
+                attention: tuple[torch.Tensor, torch.Tensor], scaling: float, n_main: int,
+                pointers: tuple | None = None) -> torch.Tensor | None:
     """One sequence's decoding step through consecutive whole Llama-form layers whose MLP activation is SiLU, in one
     kernel call (rowinv.c's layer_stack: on each layer in turn `layer_front`, torch's SiLU (`silu_exp`) and
     `layer_back`). layers: a C array of pointers to their `StackLayer`s; caches: each layer's (keys buffer, values
     buffer) of `KVCache.slots`, all written at slot `start`; pe, attention, scaling as `layer_front` takes them;
-    n_main: the first stream row (`stream_row`, for layers with row adapters). Returns the last layer's output,
-    or None where the kernel declined."""
-    return _stack(layers, h, caches, heads, kv_heads, head_dim, pe, start, attention, scaling, n_main)
+    n_main: the first stream row (`stream_row`, for layers with row adapters); pointers: None, or the caches'
+    addresses as C arrays (keys', values'), made once by the caller. Returns the last layer's output, or None where
+    the kernel declined."""
+    return _stack(layers, h, caches, heads, kv_heads, head_dim, pe, start, attention, scaling, n_main, pointers)
 
 
 def layer_step(h: torch.Tensor, layer, heads: int, kv_heads: int, head_dim: int, pe, cache_slots,
@@ -238,12 +240,11 @@ def layer_step(h: torch.Tensor, layer, heads: int, kv_heads: int, head_dim: int,
                   n_main)
 
 
-def _stack(layers, h, caches, heads, kv_heads, head_dim, pe, start, attention, scaling, n_main):
+def _stack(layers, h, caches, heads, kv_heads, head_dim, pe, start, attention, scaling, n_main, pointers=None):
     lib = _library()
     _, q, d = h.shape
     count = len(caches)
-    k_caches = (ctypes.c_void_p * count)(*(k.data_ptr() for k, _ in caches))
-    v_caches = (ctypes.c_void_p * count)(*(v.data_ptr() for _, v in caches))
+    k_caches, v_caches = pointers if pointers is not None else _pointers(caches)
     out = torch.empty(1, q, d)
     (cos, sin), (spec, keys) = pe, attention
     failed = lib.layer_stack(count, layers, k_caches, v_caches, h.data_ptr(), q, d, heads, kv_heads, head_dim,
@@ -252,22 +253,26 @@ def _stack(layers, h, caches, heads, kv_heads, head_dim, pe, start, attention, s
     return None if failed else out
 
 
+def _pointers(caches: list) -> tuple:
+    """The (keys, values) buffers' addresses as C arrays (keys', values')."""
+    return ((ctypes.c_void_p * len(caches))(*(k.data_ptr() for k, _ in caches)),
+            (ctypes.c_void_p * len(caches))(*(v.data_ptr() for _, v in caches)))
+
+
 def stream_stack(lower, upper, h: torch.Tensor, heads: int, kv_heads: int, head_dim: int, pe, top_pe,
-                 carriers: torch.Tensor, embeddings: torch.Tensor, scaling: float, out: torch.Tensor) -> torch.Tensor | None:
+                 carriers: torch.Tensor, embeddings: torch.Tensor, scaling: float, out: torch.Tensor,
+                 norm: tuple | None = None) -> torch.Tensor | None:
     """A speculative step's two runs of layers in one kernel call (rowinv.c's stream_stack): `lower` on the main rows
     h [1, n, d] (RoPE tables pe), the stream rows born from its output (row n + c·γ + j = output[carriers[c]] +
     embeddings[j]), `upper` on all rows (top_pe) into out [1, n + s·γ, d]. lower, upper: `direct_layers._StackCall`s
-    (layers, caches, start, attention, n_main), both writing the cache at the same slot. Returns the lower run's
-    output [1, n, d] (the rows the streams were born from), or None where the kernel declined."""
+    (layers, caches, pointers, start, attention, n_main), both writing the cache at the same slot; norm: None, or the
+    model's final RMSNorm (fp32 weight, eps), applied to out in place as `rowinv.rmsnorm` computes it. Returns the lower
+    run's output [1, n, d] (the rows the streams were born from), or None where the kernel declined."""
     lib = _library()
     _, n, d = h.shape
     q = out.shape[1]
     mid = torch.empty(1, n, d)
-    arrays = []
-    for call in (lower, upper):
-        count = len(call.caches)
-        arrays.append(((ctypes.c_void_p * count)(*(k.data_ptr() for k, _ in call.caches)),
-                       (ctypes.c_void_p * count)(*(v.data_ptr() for _, v in call.caches))))
+    arrays = [call.pointers if call.pointers is not None else _pointers(call.caches) for call in (lower, upper)]
     emb = embeddings.contiguous()
     carriers = carriers.contiguous()
     gamma = emb.shape[0]
@@ -279,6 +284,7 @@ def stream_stack(lower, upper, h: torch.Tensor, heads: int, kv_heads: int, head_
                               h.data_ptr(), n, d, heads, kv_heads, head_dim, cos.data_ptr(), sin.data_ptr(),
                               spec.data_ptr(), keys.data_ptr(), lower.n_main, carriers.data_ptr(), carriers.numel(), gamma,
                               emb.data_ptr(), cos2.data_ptr(), sin2.data_ptr(), spec2.data_ptr(), keys2.data_ptr(),
-                              upper.n_main, lower.caches[0][0].shape[2], lower.start, scaling, silu_exp(), mid.data_ptr(),
-                              out.data_ptr(), torch.get_num_threads())
+                              upper.n_main, lower.caches[0][0].shape[2], lower.start, scaling, silu_exp(),
+                              None if norm is None else norm[0].data_ptr(), 0.0 if norm is None else norm[1],
+                              mid.data_ptr(), out.data_ptr(), torch.get_num_threads())
     return None if failed else mid
