@@ -22,14 +22,14 @@ from specstream_core.model import defaults  # noqa: E402
 
 prec = sys.argv[1] if len(sys.argv) > 1 else "bf16"
 eng = Engine.load(*defaults.resolve(None, None), precision=prec)  # the default model and its streams
-norms = {m: type(m) for m in eng.model.modules() if isinstance(m, rowinv._RowInvariantNorm)}
+norms = {m: type(m) for m in eng.model.modules() if isinstance(m, rowinv.RowInvariantNorm)}
 assert norms, "no kernel norms installed: is the kernel available?"
 VARIANTS = {"torch norms": False, "kernel norms": True}
 
 
 def cuts(on: bool) -> None:
     for m, cls in norms.items():
-        m.__class__ = cls if on else cls.__mro__[2]  # (RowInvariant<Norm>, _RowInvariantNorm, <Norm>)
+        m.__class__ = cls if on else cls.__mro__[2]  # (RowInvariant<Norm>, RowInvariantNorm, <Norm>)
 
 
 kinds, _ = pass_cost.pass_kinds(eng, verify_rows=(3,))

@@ -8,7 +8,7 @@ import torch
 
 from specstream_core import DecodeConfig, Engine, StreamParams
 from specstream_core.decoding.engine import _probe
-from specstream_core.model import compat, direct_layers, int4, rowinv, rowinv_steps
+from specstream_core.model import compat, direct_layers, int4, layer_stacks, rowinv, rowinv_steps
 from tiny_models import prompts, tiny_model
 
 needs_kernel = pytest.mark.skipif(not rowinv.available(), reason=f"kernel unavailable: {rowinv.unavailable_reason()}")
@@ -60,7 +60,7 @@ def test_direct_steps_compute_what_the_modules_compute(family, precision, calls,
         pytest.skip("torch runs another vector width than the kernel's build here: no whole-layer calls")
     if calls != "stack":
         monkeypatch.setattr(direct_layers, "run_stack", lambda *a: None)
-        monkeypatch.setattr(direct_layers, "run_stream_stack", lambda *a: None)
+        monkeypatch.setattr(layer_stacks, "run_stream_stack", lambda *a: None)
     engine = _engine(family, precision)
     seen = {"front": [], "back": [], "step": [], "stack": [], "streams": []}  # calls; down projections' adapter or not
     wrap = {"layer_front": lambda f: lambda *a: seen["front"].append(1) or f(*a),

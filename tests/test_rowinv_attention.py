@@ -7,7 +7,7 @@ import torch
 from torch.nn import functional as F
 
 from specstream_core import DecodeConfig
-from specstream_core.model import compat, rowinv, rowinv_build
+from specstream_core.model import compat, rowinv, rowinv_build, rowinv_steps
 from test_rowinv import _mismatches, _near_tie
 
 needs_kernel = pytest.mark.skipif(not rowinv.available(), reason=f"kernel unavailable: {rowinv.unavailable_reason()}")
@@ -113,7 +113,7 @@ def test_decoding_steps_attend_through_the_kernel_and_the_check_can_fail(monkeyp
 
 @needs_kernel
 def test_the_keys_a_mask_lets_each_row_see():
-    """`rowinv.mask_keys` lists what torch's `(mask == 0).nonzero()` lists, row by row (the kernel's attention keys of
+    """`rowinv_steps.mask_keys` lists what torch's `(mask == 0).nonzero()` lists, row by row (the kernel's attention keys of
     a step, `compat._kernel_keys`): prefixes, trees, a row that sees nothing, a negative zero, a view's row stride."""
     g = torch.Generator().manual_seed(3)
     for q, prefix in ((1, 257), (5, 40), (25, 300), (4, 0)):
@@ -125,7 +125,7 @@ def test_the_keys_a_mask_lets_each_row_see():
         mask = wide[:, :prefix + q]  # a view: rows further apart than their keys
         vis = mask == 0
         counts = vis.sum(-1)
-        spec, keys = rowinv.mask_keys(mask)
+        spec, keys = rowinv_steps.mask_keys(mask)
         assert torch.equal(spec, torch.stack([counts, counts.cumsum(0) - counts], -1).reshape(-1))
         assert torch.equal(keys, vis.nonzero()[:, 1])
-    assert rowinv.mask_keys(torch.zeros(2, 3, dtype=torch.float64)) is None  # not fp32: torch's way
+    assert rowinv_steps.mask_keys(torch.zeros(2, 3, dtype=torch.float64)) is None  # not fp32: torch's way

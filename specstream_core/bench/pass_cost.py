@@ -164,7 +164,7 @@ def _step_attention(engine):
     if engine.row_exact:
         streams = engine.streams
         return compat.row_exact_attention(streams.rows if streams is not None else None, per_row=True,
-                                          kernel=engine.kernel_attention)
+                                          kernel=engine.kernel_attention, kernel_keys=engine.kernel_keys)
     return nullcontext()
 
 

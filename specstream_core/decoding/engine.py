@@ -12,7 +12,8 @@ from functools import lru_cache
 
 import torch
 
-from specstream_core.model import compat, direct_layers, draft_weights, hub, masks, merged_head, msa, rowinv
+from specstream_core.model import (compat, direct_layers, draft_weights, hub, masks, merged_head, msa, rowinv,
+                                   rowinv_steps)
 from specstream_core.decoding import loop
 from specstream_core.decoding.config import DecodeConfig, Result, decode_fields
 from specstream_core.decoding.drafters import Drafter
@@ -112,6 +113,12 @@ class Engine:
         bf16, where a last-bit difference in attention would often change a token against transformers'
         generate on the same int4 model."""
         return rowinv.attend if rowinv.uses_kernel(self.model) else None
+
+    @property
+    def kernel_keys(self):
+        """What lists the keys each row of a decoding step sees for the kernel's attention (`rowinv_steps.mask_keys`)
+        where decoding steps use it, else None."""
+        return rowinv_steps.mask_keys if self.kernel_attention is not None else None
 
     @property
     def exact(self) -> bool:
@@ -267,7 +274,7 @@ def _probe(engine: Engine) -> list[torch.Tensor]:
                              masks.causal_visibility(n, 1, device), cache=cache)
     cache.advance(n)
     carriers = torch.arange(3, device=device)[None] if streams is not None else None
-    with compat.row_exact_attention(rows, per_row=True, kernel=engine.kernel_attention):
+    with compat.row_exact_attention(rows, per_row=True, kernel=engine.kernel_attention, kernel_keys=engine.kernel_keys):
         step = msa.forward(model, ids[:, n:], torch.arange(n, n + 3, device=device)[None],
                            masks.causal_visibility(3, 1, device), streams=streams, carriers=carriers, cache=cache)
     return [prompt.main, step.main] + ([step.streams] if step.streams is not None else [])

@@ -232,7 +232,8 @@ class Decoding:
             return compat.row_exact_attention(self.streams.rows if self.streams is not None else None,
                                               per_row=self.forward_passes > 0,
                                               causal_prompt=self.forward_passes == 0 and len(self.live) == 1,
-                                              kernel=self.engine.kernel_attention)
+                                              kernel=self.engine.kernel_attention,
+                                              kernel_keys=self.engine.kernel_keys)
         return nullcontext()
 
     def scratch(self) -> int:

@@ -215,6 +215,7 @@ class _RowExact(NamedTuple):
     memo: dict  # per-mask visible keys, shared by the layers of one pass
     causal_prompt: bool  # a prefill of one prompt on an empty cache
     kernel: Callable | None  # the row-invariant kernel's attention (rowinv.attend) for decoding steps, or None
+    kernel_keys: Callable | None  # what lists a mask's keys for it (rowinv_steps.mask_keys), or None: torch's ops
 
 
 
@@ -257,7 +258,8 @@ def _kernel_keys(mask: torch.Tensor | None, B: int, q: int, keys: int) -> list[t
         if mask is None:  # every row sees every key: a prefix
             out.append((torch.tensor([keys, -1] * q, dtype=torch.int64), torch.zeros(1, dtype=torch.int64)))
             continue
-        listed = _listed_keys(mask[b, 0, :q, :keys])
+        lister = _scope.row_exact.kernel_keys
+        listed = lister(mask[b, 0, :q, :keys]) if lister is not None else None
         if listed is not None:
             out.append(listed)
             continue
@@ -267,14 +269,6 @@ def _kernel_keys(mask: torch.Tensor | None, B: int, q: int, keys: int) -> list[t
         out.append((spec.contiguous(), vis.nonzero()[:, 1].contiguous()))
     memo.update(kernel_mask=mask, kernel_keys=out)
     return out
-
-
-def _listed_keys(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """`rowinv.mask_keys` of one sequence's mask [q, keys]: the same (spec, keys) in one kernel call (None: torch's
-    way)."""
-    from specstream_core.model import rowinv  # imports this module: here, not at the top
-
-    return rowinv.mask_keys(mask)
 
 
 def _kernel_rows(attend: Callable, query, key, value, mask, scaling) -> torch.Tensor | None:
@@ -386,15 +380,18 @@ def use_row_exact_attention(model: nn.Module) -> None:
 
 
 @contextmanager
-def row_exact_attention(row_state, per_row: bool, causal_prompt: bool = False, kernel: Callable | None = None):
+def row_exact_attention(row_state, per_row: bool, causal_prompt: bool = False, kernel: Callable | None = None,
+                        kernel_keys: Callable | None = None):
     """Inside, layers that use the row-exact attention (`use_row_exact_attention`) compute main rows one by
     one (per_row: a decoding step) or as one block (a prefill). row_state: the stream parameters' RowState
     (which rows are main rows), or None. causal_prompt: the block is one prompt on an empty cache (its main
     rows see exactly the keys before them), computed as transformers computes a prompt. kernel: the
     row-invariant kernel's attention (`rowinv.attend`; `Engine.kernel_attention`) for decoding steps, or
-    None for sdpa's one-row calls (int4 engines: their plain decoding stays transformers' own, bit for bit)."""
+    None for sdpa's one-row calls (int4 engines: their plain decoding stays transformers' own, bit for bit);
+    kernel_keys: what lists the keys a mask [q, keys] lets its rows see as the kernel's attention takes them
+    (`rowinv_steps.mask_keys`), or None (torch's ops)."""
     previous = getattr(_scope, "row_exact", None)
-    _scope.row_exact = _RowExact(row_state, per_row, {}, causal_prompt, kernel)
+    _scope.row_exact = _RowExact(row_state, per_row, {}, causal_prompt, kernel, kernel_keys)
     try:
         yield
     finally:

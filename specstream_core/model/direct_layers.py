@@ -27,16 +27,14 @@ differ (another transformers version, another architecture) or wherever a step n
 
 from __future__ import annotations
 
-import ctypes
 import sys
 import warnings
-import weakref
 from typing import NamedTuple
 
 import torch
 from torch import nn
 
-from specstream_core.model import compat, draft_weights, rowinv, rowinv_steps
+from specstream_core.model import compat, draft_weights, layer_stacks, rowinv, rowinv_steps
 
 LAYERS = ("LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer")  # forward of Llama's form
 _ATTR = compat.DIRECT_STEP
@@ -128,8 +126,8 @@ class DirectStep:
             self.whole = False
         self.stack_args = (rowinv_steps.StackLayer.of(self.front.norms, self.front.eps, self.front.linears,
                                                       self.front.adapters, self.back, draft) if self.whole else None)
-        self._stack: tuple | None = None  # (the steps of a run that starts here, `_stacked_run` of them)
-        self._impls: tuple | None = None  # (the configs of a run that starts here, the attention implementation they name)
+        self.stack_memo: tuple | None = None  # (the steps of a run that starts here, `layer_stacks` made of them)
+        self.impl_memo: tuple | None = None  # (the configs of a run that starts here, the attention implementation named)
 
     def _stacked(self, qkv) -> bool:
         """A fused q/k/v call whose rows are q's, k's and v's heads in order (what the kernel steps read)."""
@@ -151,7 +149,7 @@ class DirectStep:
                 or (qkv_fused is not None and not self._stacked(qkv_fused))
                 or (qkv_fused is None and [p[3] for p in qkv] != self.widths)
                 or (gate_up_fused is None and gate_up[0][3] != gate_up[1][3])
-                or not all(isinstance(n, rowinv._RowInvariantNorm) and n.weight.dtype is torch.float32
+                or not all(isinstance(n, rowinv.RowInvariantNorm) and n.weight.dtype is torch.float32
                            and n.weight.is_contiguous() for n in norms)
                 or norms[0].variance_epsilon != norms[1].variance_epsilon):
             return None
@@ -279,127 +277,13 @@ def run_stack(layers, h: torch.Tensor, mask, pe, cache) -> torch.Tensor | None:
     direct step that may run now (`DirectStep.whole`, `usable`, one attention implementation), their adapters share
     one row state and the step is one the first layer's `_front` would take; else None (the caller runs them one by
     one). The same kernel calls as the steps one by one, so the same numbers, less ~10 µs of Python a layer."""
-    ready = stack_ready(layers)
-    call = _stack_call(ready, h, mask, pe, cache) if ready is not None else None
+    ready = layer_stacks.stack_ready(layers)
+    call = layer_stacks.stack_call(ready, h, mask, pe, cache) if ready is not None else None
     if call is None:
         return None
     first = ready[0]
     return rowinv_steps.layer_stack(call.layers, h, call.caches, first.heads, first.kv_heads, first.head_dim, pe,
                                     call.start, call.attention, first.scaling, call.n_main, call.pointers)
-
-
-def stack_ready(layers) -> tuple | None:
-    """(the first step, the C array of the steps' `StackLayer`s, their adapters' row state or None) where the layers
-    can run as one `layer_stack` call now (each a whole-layer direct step that may run, one attention implementation
-    the kernel's steps serve, one row state); else None. What stays the same from step to step is kept."""
-    steps = tuple(getattr(layer, _ATTR, None) for layer in layers)
-    if len(steps) < 2 or any(s is None or not s.whole or s.front is None or not s.usable() for s in steps):
-        return None
-    first = steps[0]
-    if first._stack is None or first._stack[0] != steps:  # what stays the same for this run of steps, once
-        first._stack = (steps, _stacked_run(steps))
-    run = first._stack[1]
-    if run is None or first.functions.get(_one_implementation(first, steps)) is None:
-        return None
-    return first, *run
-
-
-class _StackCall(NamedTuple):
-    layers: object  # the C array of `StackLayer` pointers
-    caches: list  # each layer's (keys buffer, values buffer)
-    pointers: tuple | None  # (their keys buffers' addresses, their values buffers' addresses) as C arrays, or None
-    start: int  # the first cache slot this step writes
-    attention: tuple  # (spec, keys) as the kernel's attention takes them
-    n_main: int  # the first stream row
-
-
-_POINTERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # cache -> {first layer: (buffer, caches, arrays)}
-
-
-def _cache_pointers(cache, steps: tuple) -> tuple[list, tuple]:
-    """(each step's layer's (keys, values) buffers, their addresses as C arrays), made once per cache and run of
-    layers (a cache's buffers stay where they are; a new buffer makes them again)."""
-    memo = _POINTERS.setdefault(cache, {})
-    first = steps[0].layer_idx
-    kept = memo.get(first)
-    if kept is None or kept[0] is not cache.buffer or len(kept[1]) != len(steps):
-        caches = [(cache.keys[s.layer_idx], cache.values[s.layer_idx]) for s in steps]
-        arrays = ((ctypes.c_void_p * len(caches))(*(k.data_ptr() for k, _ in caches)),
-                  (ctypes.c_void_p * len(caches))(*(v.data_ptr() for _, v in caches)))
-        kept = memo[first] = (cache.buffer, caches, arrays)
-    return kept[1], kept[2]
-
-
-def _stack_call(ready: tuple, h: torch.Tensor, mask, pe, cache) -> _StackCall | None:
-    """What a `layer_stack` call of `stack_ready`'s run takes for this step of rows h [1, q, d] (only its shape,
-    dtype and device are read), or None where the step is not one the kernel's attention serves."""
-    first, array, state = ready
-    step = first._kernel_step(h, mask, pe, cache)
-    if step is None:
-        return None
-    (where, attention), q = step, h.shape[1]
-    n_main = q if state is None else rowinv_steps.stream_row(state, q)
-    steps = first._stack[0]
-    if isinstance(getattr(cache, "buffer", None), torch.Tensor):  # a KVCache: its buffers' addresses, kept
-        caches, pointers = _cache_pointers(cache, steps)
-    else:
-        caches, pointers = [cache.slots(s.layer_idx, q)[:2] for s in steps], None
-    return _StackCall(array, caches, pointers, where[2], attention, n_main)
-
-
-def stream_stack_ready(lower, upper) -> tuple | None:
-    """(`stack_ready` of the lower layers, of the upper ones) where a speculative step's two runs of layers can go
-    through the kernel as one call (`run_stream_stack`), else None."""
-    low = stack_ready(lower)
-    up = stack_ready(upper) if low is not None else None
-    return None if up is None else (low, up)
-
-
-def run_stream_stack(ready: tuple, h: torch.Tensor, mask, pe, top_mask, top_pe, cache, carriers: torch.Tensor,
-                     embeddings: torch.Tensor, norm: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """A speculative step's layers in one kernel call (`rowinv_steps.stream_stack`): the lower layers on the main rows
-    h [1, n, d] (mask, pe), the stream rows born from their output as `msa._with_stream_rows` makes them (carriers [s]
-    main-row indices, embeddings [γ, d]), the upper layers on all n + s·γ rows (top_mask, top_pe); ready:
-    `stream_stack_ready` of the two runs; norm: None, or the final norm's (weight, eps) as `rowinv.kernel_norm` gives
-    them, applied to the output. Returns (the main rows entering the upper layers [1, n, d], the upper layers' output
-    [1, n + s·γ, d]), or None where a run's step is not one the kernel serves (the caller then runs the pieces itself).
-    The same kernel calls as `run_stack` on each run, so the same numbers, without the Python between them."""
-    if h.shape[0] != 1 or embeddings.dtype is not torch.float32 or carriers.dtype is not torch.int64:
-        return None
-    low, up = ready
-    n, d = h.shape[1], h.shape[2]
-    out = torch.empty(1, n + carriers.numel() * embeddings.shape[0], d)
-    first = low[0]
-    call_low = _stack_call(low, h, mask, pe, cache)
-    call_up = _stack_call(up, out, top_mask, top_pe, cache) if call_low is not None else None
-    if call_up is None or call_up.start != call_low.start:
-        return None
-    mid = rowinv_steps.stream_stack(call_low, call_up, h, first.heads, first.kv_heads, first.head_dim, pe, top_pe,
-                                    carriers, embeddings, first.scaling, out, norm)
-    return None if mid is None else (mid, out)
-
-
-def _stacked_run(steps: tuple) -> tuple | None:
-    """(the C array of whole steps' `StackLayer`s, their stream-row adapters' row state or None), or None where the
-    adapters of the steps have more than one row state."""
-    states = {id(s.front.adapters[2]): s.front.adapters[2] for s in steps if s.front.adapters is not None}
-    if len(states) > 1:
-        return None
-    array = (ctypes.POINTER(rowinv_steps.StackLayer) * len(steps))(*(s.stack_args[0] for s in steps))
-    return array, next(iter(states.values()), None)
-
-
-def _one_implementation(first: DirectStep, steps: tuple) -> str | None:
-    """The attention implementation all `steps` name, or None where they differ. Reading it is slow on transformers'
-    configs (~2 µs, each layer has its own copy), so the answer is kept with the config objects it was read from:
-    implementations change by giving a layer another config (`compat.set_attention_implementation`)."""
-    configs = tuple(s.attn.config for s in steps)
-    memo = first._impls
-    if memo is not None and len(memo[0]) == len(configs) and all(a is b for a, b in zip(memo[0], configs)):
-        return memo[1]
-    impls = {c._attn_implementation for c in configs}
-    first._impls = (configs, next(iter(impls)) if len(impls) == 1 else None)
-    return first._impls[1]
 
 
 def _is_silu(act) -> bool:

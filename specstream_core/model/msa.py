@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from specstream_core.model import compat, direct_layers, masks, rowinv
+from specstream_core.model import compat, direct_layers, layer_stacks, masks, rowinv_steps
 from specstream_core.model.streams import StreamParams
 
 
@@ -98,9 +98,9 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Te
 def _one_call(model, layers, birth: int, ids, positions, visible, prefix, cache, window, streams: StreamParams,
               carriers: torch.Tensor, gamma: int) -> ForwardOutput | None:
     """A decoding step of one sequence whose layers can all run on the kernel's whole-layer steps: both runs of layers
-    and the stream rows' birth between them in one kernel call (`direct_layers.run_stream_stack`), everything each
+    and the stream rows' birth between them in one kernel call (`layer_stacks.run_stream_stack`), everything each
     run needs made before it. The same numbers as the step below; None where the kernel cannot take the step."""
-    ready = direct_layers.stream_stack_ready(layers[:birth], layers[birth:])
+    ready = layer_stacks.stream_stack_ready(layers[:birth], layers[birth:])
     if ready is None:
         return None
     h = compat.embed(model, ids)
@@ -110,9 +110,9 @@ def _one_call(model, layers, birth: int, ids, positions, visible, prefix, cache,
     top_mask = masks.additive_mask(prefix, local, q_pos, h.dtype, window)
     top_pe = compat.rotary(model, h, q_pos)
     n, final = h.shape[1], compat.final_norm_module(model)
-    norm = rowinv.kernel_norm(final)  # the final norm inside the call where it is the kernel's
+    norm = rowinv_steps.kernel_norm(final)  # the final norm inside the call where it is the kernel's
     with streams.rows.streams_after(n):
-        ran = direct_layers.run_stream_stack(ready, h, mask, pe, top_mask, top_pe, cache, carriers[0],
+        ran = layer_stacks.run_stream_stack(ready, h, mask, pe, top_mask, top_pe, cache, carriers[0],
                                              streams.embeddings[:gamma].to(h.dtype), norm)
     if ran is None:
         return None

@@ -70,7 +70,7 @@ def _load():
              "layer_front": ([ptr, i64, i64, ptr, ptr, f32, i64, i64, ptr, ptr, ptr, ptr, i64, i64, i64, ptr, ptr, ptr,
                               ptr, i64, i64, ptr, ptr, f32, ptr, ptr, ptr, i64, i64, i32], i32),
              "rowinv_lanes": ([], i32), "rowinv_span": ([i64], i64), "fma_burn": ([i64], f32),
-             "linear_bf16x": (linear, i32), "rowinv_amx": ([], i32), "mask_keys": ([ptr, i64, i64, i64, ptr, ptr], i64)}
+             "linear_bf16x": (linear, i32), "rowinv_amx": ([], i32)}
     for name, (argtypes, restype) in calls.items():
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = argtypes, restype
@@ -254,19 +254,6 @@ def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, spec: to
     return None if failed else out
 
 
-def mask_keys(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """What `attend` takes of the keys each query row may see, from an additive float mask [q, keys] (0: may see):
-    (spec, keys) with every row's keys listed, as torch's `(mask == 0).nonzero()` lists them, in one kernel call
-    instead of ~9 torch ops; None where the kernel cannot take the mask (not fp32 on the CPU)."""
-    lib = _lib or library()
-    if lib is None or mask.dtype is not torch.float32 or not mask.is_cpu or mask.dim() != 2 or mask.stride(1) != 1:
-        return None
-    q, keys = mask.shape
-    spec, listed = torch.empty(2 * q, dtype=torch.int64), torch.empty(max(q * keys, 1), dtype=torch.int64)
-    total = lib.mask_keys(mask.data_ptr(), mask.stride(0), q, keys, spec.data_ptr(), listed.data_ptr())
-    return spec, listed[:total]
-
-
 _DTYPES = (torch.float32, torch.bfloat16)
 
 
@@ -317,7 +304,7 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return y
 
 
-class _RowInvariantNorm:
+class RowInvariantNorm:
     """Mixed into a Llama-form RMSNorm's own class (`make_row_invariant_norm`): its inference forward on fp32
     CPU rows is one kernel call instead of ~7 torch ops; anything else (gradients, other dtypes or devices,
     `torch_linears()`) runs the module's own forward."""
@@ -330,26 +317,16 @@ class _RowInvariantNorm:
         return super().forward(x)
 
 
-def kernel_norm(module: nn.Module) -> tuple[torch.Tensor, float] | None:
-    """(weight, eps) where `module` is a norm whose forward on fp32 CPU rows is this kernel's `rmsnorm` now (a
-    caller may apply it inside a kernel call of its own: the same numbers), else None."""
-    w = getattr(module, "weight", None)
-    if (not isinstance(module, _RowInvariantNorm) or w is None or w.dtype is not torch.float32 or not w.is_cpu
-            or not w.is_contiguous() or getattr(_local, "off", False) or (torch.is_grad_enabled() and w.requires_grad)):
-        return None
-    return w, float(module.variance_epsilon)
-
-
 _NORM_CLASSES: dict[type, type] = {}
 
 
 def make_row_invariant_norm(module: nn.Module) -> bool:
     """Give a Llama-form RMSNorm (compat.LLAMA_RMS_NORMS) the kernel's forward, in place (its class only)."""
     cls = type(module)
-    if issubclass(cls, _RowInvariantNorm) or cls.__name__ not in compat.LLAMA_RMS_NORMS:
+    if issubclass(cls, RowInvariantNorm) or cls.__name__ not in compat.LLAMA_RMS_NORMS:
         return False
     if cls not in _NORM_CLASSES:
-        _NORM_CLASSES[cls] = type(f"RowInvariant{cls.__name__}", (_RowInvariantNorm, cls), {})
+        _NORM_CLASSES[cls] = type(f"RowInvariant{cls.__name__}", (RowInvariantNorm, cls), {})
     module.__class__ = _NORM_CLASSES[cls]
     return True
 

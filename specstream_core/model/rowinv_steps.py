@@ -125,7 +125,31 @@ def _setup(lib):
                                  ctypes.c_float, ptr, ptr, ctypes.c_int]
     lib.stream_stack.restype = ctypes.c_int
     lib.lora_rows.argtypes, lib.lora_rows.restype = [ptr, i64, i64, ptr, ptr, i64, i64, ptr], ctypes.c_int
+    lib.mask_keys.argtypes, lib.mask_keys.restype = [ptr, i64, i64, i64, ptr, ptr], i64
     return lib
+
+
+def mask_keys(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """What `attend` takes of the keys each query row may see, from an additive float mask [q, keys] (0: may see):
+    (spec, keys) with every row's keys listed, as torch's `(mask == 0).nonzero()` lists them, in one kernel call
+    instead of ~9 torch ops; None where the kernel cannot take the mask (not fp32 on the CPU)."""
+    lib = _library()
+    if lib is None or mask.dtype is not torch.float32 or not mask.is_cpu or mask.dim() != 2 or mask.stride(1) != 1:
+        return None
+    q, keys = mask.shape
+    spec, listed = torch.empty(2 * q, dtype=torch.int64), torch.empty(max(q * keys, 1), dtype=torch.int64)
+    total = lib.mask_keys(mask.data_ptr(), mask.stride(0), q, keys, spec.data_ptr(), listed.data_ptr())
+    return spec, listed[:total]
+
+
+def kernel_norm(module: torch.nn.Module) -> tuple[torch.Tensor, float] | None:
+    """(weight, eps) where `module` is a norm whose forward on fp32 CPU rows is this kernel's `rmsnorm` now (a
+    caller may apply it inside a kernel call of its own: the same numbers), else None."""
+    w = getattr(module, "weight", None)
+    if (not isinstance(module, rowinv.RowInvariantNorm) or w is None or w.dtype is not torch.float32 or not w.is_cpu
+            or not w.is_contiguous() or not rowinv.enabled() or (torch.is_grad_enabled() and w.requires_grad)):
+        return None
+    return w, float(module.variance_epsilon)
 
 
 def lora_rows(x: torch.Tensor, at: torch.Tensor, bt: torch.Tensor) -> torch.Tensor | None:
@@ -282,7 +306,8 @@ def stream_stack(lower, upper, h: torch.Tensor, heads: int, kv_heads: int, head_
     (spec, keys), (spec2, keys2) = lower.attention, upper.attention
     failed = lib.stream_stack(len(lower.caches), lower.layers, *arrays[0], len(upper.caches), upper.layers, *arrays[1],
                               h.data_ptr(), n, d, heads, kv_heads, head_dim, cos.data_ptr(), sin.data_ptr(),
-                              spec.data_ptr(), keys.data_ptr(), lower.n_main, carriers.data_ptr(), carriers.numel(), gamma,
+                              spec.data_ptr(), keys.data_ptr(), lower.n_main, carriers.data_ptr(), carriers.numel(),
+                              gamma,
                               emb.data_ptr(), cos2.data_ptr(), sin2.data_ptr(), spec2.data_ptr(), keys2.data_ptr(),
                               upper.n_main, lower.caches[0][0].shape[2], lower.start, scaling, silu_exp(),
                               None if norm is None else norm[0].data_ptr(), 0.0 if norm is None else norm[1],
