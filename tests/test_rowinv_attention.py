@@ -129,3 +129,32 @@ def test_the_keys_a_mask_lets_each_row_see():
         assert torch.equal(spec, torch.stack([counts, counts.cumsum(0) - counts], -1).reshape(-1))
         assert torch.equal(keys, vis.nonzero()[:, 1])
     assert rowinv_steps.mask_keys(torch.zeros(2, 3, dtype=torch.float64)) is None  # not fp32: torch's way
+
+
+@needs_kernel
+def test_stream_rows_attend_on_tiles_where_the_linears_are():
+    """Stream rows only draft: where the Linears are on AMX tiles and a step has 8 or more stream rows, theirs attend on
+    tiles (`rowinv_steps.TiledStreams`, rowinv.c's `attend_tiles`: bf16 operands, fp32 sums), close to the vector
+    code's fp32; main rows stay `rowinv.attend`'s bit for bit; a row that sees no key gets zeros; fewer stream rows
+    stay on the vector code."""
+    from specstream_core.model import rowinv_tiles
+
+    if not rowinv_tiles.amx(rowinv.library()):
+        pytest.skip("no AMX tiles on this CPU")
+    g = torch.Generator().manual_seed(4)
+    hq, hkv, d, cap, prefix = 4, 2, 64, 80, 37
+    main = [torch.arange(prefix + 1 + i) for i in range(3)]  # a chain: each node sees the prefix and the nodes before
+    streams = [torch.cat([torch.arange(prefix + 1 + i % 3), prefix + 3 + torch.arange(1 + i // 3)]) for i in range(9)]
+    streams[4] = torch.zeros(0, dtype=torch.int64)  # sees nothing
+    spec, keys = _spec(main + streams)
+    q = torch.randn(len(main) + len(streams), hq, d, generator=g).transpose(0, 1)
+    k, v = torch.randn(hkv, cap, d, generator=g), torch.randn(hkv, cap, d, generator=g)
+    state = type("Rows", (), {"n_main": len(main)})()
+    exact = rowinv.attend(q, k, v, spec, keys, 0.125)
+    tiled = rowinv_steps.TiledStreams(state)(q, k, v, spec, keys, 0.125)
+    assert torch.equal(tiled[:3], exact[:3])
+    assert not torch.equal(tiled[3:], exact[3:])  # another arithmetic
+    torch.testing.assert_close(tiled[3:], exact[3:], rtol=0.05, atol=0.02)
+    assert torch.equal(tiled[3 + 4], torch.zeros(hq, d))
+    state.n_main = len(main) + len(streams) - rowinv_steps.TILE_STREAM_ROWS + 1  # 7 stream rows: the vector code
+    assert torch.equal(rowinv_steps.TiledStreams(state)(q, k, v, spec, keys, 0.125), exact)

@@ -108,11 +108,26 @@ class Engine:
 
     @property
     def kernel_attention(self):
-        """The row-invariant kernel's attention (`rowinv.attend`) where decoding steps use it (engines on its
-        Linears), else None. int4 engines keep sdpa's own arithmetic: their Linears round activations to
+        """The row-invariant kernel's attention (`rowinv.attend`; `rowinv_steps.TiledStreams` where the stream layers'
+        Linears are on AMX tiles) where decoding steps use it (engines on its Linears), else None. int4 engines keep sdpa's own arithmetic: their Linears round activations to
         bf16, where a last-bit difference in attention would often change a token against transformers'
         generate on the same int4 model."""
-        return rowinv.attend if rowinv.uses_kernel(self.model) else None
+        if not rowinv.uses_kernel(self.model):
+            return None
+        return self._tiled_streams() or rowinv.attend
+
+    def _tiled_streams(self):
+        """`rowinv_steps.TiledStreams` where stream rows run through layers whose Linears are on AMX tiles (their
+        attention on tiles too, as the layer steps compute it there), else None."""
+        if self.streams is None:
+            return None
+        lin = compat.decoder_layers(self.model)[-1].self_attn.q_proj
+        lin = getattr(lin, "base", lin)
+        if not (isinstance(lin, rowinv.RowInvariantLinear) and lin.on_tiles()):
+            return None
+        if getattr(self, "_tiled", None) is None or self._tiled.rows is not self.streams.rows:
+            self._tiled = rowinv_steps.TiledStreams(self.streams.rows)
+        return self._tiled
 
     @property
     def kernel_keys(self):

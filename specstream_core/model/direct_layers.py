@@ -215,7 +215,7 @@ class DirectStep:
         B, q, _ = h.shape
         where = self._slots(h, pe, cache) if B == 1 and h.is_contiguous() else None
         kernel = compat.kernel_step_keys(self.attn, mask, 1, q, where[3]) if where is not None else None
-        return None if kernel is None or kernel[0] is not rowinv.attend else (where, kernel[1][0])
+        return None if kernel is None or not rowinv_steps.is_kernel_attention(kernel[0]) else (where, kernel[1][0])
 
     def _front(self, h: torch.Tensor, mask, pe, cache):
         """(h + attention, the gate/up output) of one sequence's decoding step through `rowinv_steps.layer_front`,

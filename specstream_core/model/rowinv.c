@@ -1218,6 +1218,13 @@ static int lora_add(const float *x, int64_t q, int64_t n, int64_t K, const float
  * call, or q, k and v), o, then n_gu_parts writing gate's and up's columns of gu (one fused call, or gate and
  * up): kind[i], w[i], dm[i] (LIN_Q4's scales, else NULL), n[i] outputs. lora: NULL, or the A and B weights of
  * the q, k, v, o, gate and up row adapters (rank `rank`) that rows n_main.. get. */
+int attend_tiles(const float *q, int64_t q_sr, int64_t q_sh, const float *k, const float *v, int64_t kv_sh,
+                 int64_t rows, int64_t Hq, int64_t Hkv, int64_t D, const int64_t *spec, const int64_t *keys,
+                 float scaling, float *out, int threads);
+/* stream rows a step needs for their attention to go on tiles: below, the vector code costs less (SmolLM2's heads over
+ * 259 keys, one thread, ad-hoc: 4 rows 39.6 us against 43.2 on tiles, 6 rows 54.2 against 46.3, 8 rows 114.7 against
+ * 76.6, 20 rows 149.4 against 80.6) */
+#define TILE_STREAM_ROWS 8
 static int front(const float *h, int64_t q, int64_t d, const float *w1, const float *w2, float eps, int64_t n_qkv_parts,
                  int64_t n_gu_parts, const int *kind, const void *const *w, const float *const *dm, const int64_t *n,
                  int64_t H, int64_t Hkv, int64_t D, const float *cos, const float *sin, float *k_cache, float *v_cache,
@@ -1242,8 +1249,18 @@ static int front(const float *h, int64_t q, int64_t d, const float *w1, const fl
   }
   if (!failed) {
     rope_store(qkv, 1, q, H, Hkv, D, cos, sin, qr, k_cache, v_cache, cap, start);
-    failed = attend_f32(qr, H * D, D, k_cache, D, cap * D, v_cache, D, cap * D, q, H, Hkv, D, spec, keys, scaling, a,
+    /* stream rows on tiles where the layer's Linears are, 8 or more of them (attend_tiles; rowinv_steps.TiledStreams,
+     * the modules' path, decides alike) */
+    int64_t first = q - n_main >= TILE_STREAM_ROWS && kind[0] == LIN_BF16X ? n_main : q;
+    failed = attend_f32(qr, H * D, D, k_cache, D, cap * D, v_cache, D, cap * D, first, H, Hkv, D, spec, keys, scaling, a,
                         threads);
+    if (!failed && first < q) {
+      failed = attend_tiles(qr + first * H * D, H * D, D, k_cache, v_cache, cap * D, q - first, H, Hkv, D, spec + 2 * first,
+                            keys, scaling, a + first * H * D, threads);
+      if (failed == -2)
+        failed = attend_f32(qr + first * H * D, H * D, D, k_cache, D, cap * D, v_cache, D, cap * D, q - first, H, Hkv, D,
+                            spec + 2 * first, keys, scaling, a + first * H * D, threads);
+    }
   }
   if (!failed) {
     failed = lin_rows(kind[o_at], w[o_at], dm[o_at], DRAFT_PART(dr, o_at), a, q, n_main, H * D, d, o, d, threads);
@@ -1605,8 +1622,126 @@ int linear_bf16x_map(const float *x, int64_t M, int64_t K, const uint16_t *W, in
                      const int32_t *cols, int64_t split, float *y2, int64_t ld2, int threads) {
   return bf16x(x, M, K, W, N, y, ldy, cols, split, y2, ld2, threads);
 }
+
+/* ---- Stream rows' attention on tiles ------------------------------------------------------------------
+ * Stream rows only draft: no main row sees them, and verification reads the main rows alone. So their attention may
+ * take another arithmetic than a main row's, and on the tile unit it costs a fraction of the vector code's: for each
+ * key/value head, the scores of every stream row's query heads against keys 0 .. end as one tile product (bf16
+ * operands, fp32 sums: the queries against the keys laid out as tiles, `tile_keys`), each query's softmax over the keys
+ * its row sees (the others weigh 0; fp32), then the weighted values as another (the values laid out as tiles in pairs
+ * of keys, `tile_values`). Rows are computed alone (a row's numbers depend on its own query and keys), but not as
+ * attend_f32 computes them: for stream rows only. */
+static inline __m256i bf16_words(__m512 x) { /* 16 floats rounded to bf16 (to nearest, ties to even), as 16 words */
+  __m512i b = _mm512_castps_si512(x);
+  __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_add_epi32(b, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF))), 16));
+}
+static inline __m512i bf16_pairs(const float *x) { /* x[0 .. 32) as 16 dwords: (x[2p], x[2p + 1]) in dword p */
+  return _mm512_inserti64x4(_mm512_castsi256_si512(bf16_words(_mm512_loadu_ps(x))), bf16_words(_mm512_loadu_ps(x + 16)), 1);
+}
+/* W = the keys k[0 .. end) (rows of D floats) as `linear_bf16x`'s weights [Np x D] (rowinv_tiles' layout), keys past
+ * end zero: key j's pairs of columns go down the 16 rows of its tile, at column j % 16 */
+static void tile_keys(const float *k, int64_t end, int64_t D, int64_t Np, uint16_t *W) {
+  memset(W, 0, (size_t)(Np * D) * sizeof(uint16_t));
+  const __m512i rows = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
+  int64_t steps = D / 32;
+  for (int64_t j = 0; j < end; j++)
+    for (int64_t st = 0; st < steps; st++) {
+      uint16_t *tile = W + (((j / 32) * steps + st) * 2 + (j % 32) / 16) * 512;
+      _mm512_i32scatter_epi32((void *)(tile + (j % 16) * 2), rows, bf16_pairs(k + j * D + st * 32), 4);
+    }
+}
+/* W = the values' transpose [D x Kp] (rowinv_tiles' layout; keys past end zero): keys j, j + 1 side by side in the
+ * dwords of one tile row, 16 columns of D at a time */
+static void tile_values(const float *v, int64_t end, int64_t D, int64_t Kp, uint16_t *W) {
+  memset(W, 0, (size_t)(Kp * D) * sizeof(uint16_t));
+  int64_t steps = Kp / 32;
+  for (int64_t j = 0; j < end; j += 2)
+    for (int64_t d0 = 0; d0 < D; d0 += 16) {
+      __m512 a = _mm512_loadu_ps(v + j * D + d0), b = j + 1 < end ? _mm512_loadu_ps(v + (j + 1) * D + d0) : _mm512_setzero_ps();
+      __m512i lo = _mm512_cvtepu16_epi32(bf16_words(a)), hi = _mm512_cvtepu16_epi32(bf16_words(b));
+      uint16_t *row = W + (((d0 / 32) * steps + j / 32) * 2 + (d0 % 32) / 16) * 512 + ((j % 32) / 2) * 32;
+      _mm512_storeu_si512((void *)row, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    }
+}
+/* out[i - first, h] for stream rows i of the step (q [rows, Hq, D] at strides q_sr, q_sh; spec/keys as attend_f32
+ * takes them; k, v: [Hkv, cap, D] rows of D floats at head stride kv_sh). Returns 0, -1 (no memory, no tiles) or -2
+ * (a shape the tiles do not take: the caller runs attend_f32). */
+int attend_tiles(const float *q, int64_t q_sr, int64_t q_sh, const float *k, const float *v, int64_t kv_sh,
+                 int64_t rows, int64_t Hq, int64_t Hkv, int64_t D, const int64_t *spec, const int64_t *keys,
+                 float scaling, float *out, int threads) {
+  if (rows <= 0) return 0;
+  if (D % 32 || Hq % Hkv || D > MAX_D) return -2;
+  int64_t G = Hq / Hkv, M = rows * G, end = 0, most = 0;
+  for (int64_t i = 0; i < rows; i++) {
+    const int64_t *kl = spec[2 * i + 1] < 0 ? NULL : keys + spec[2 * i + 1];
+    for (int64_t t = 0; t < spec[2 * i]; t++) end = (kl ? kl[t] : t) + 1 > end ? (kl ? kl[t] : t) + 1 : end;
+    most = spec[2 * i] > most ? spec[2 * i] : most;
+  }
+  int64_t Ep = (end + 31) / 32 * 32;
+  if (Ep == 0) Ep = 32;
+  float *x = KEPT(float, M * D), *sc = KEPT(float, M * Ep), *o = KEPT(float, M * D), *keep = KEPT(float, most + 1);
+  float *inv = KEPT(float, M);
+  uint16_t *kt = KEPT(uint16_t, Ep * D), *vt = KEPT(uint16_t, Ep * D);
+  int64_t *run = KEPT(int64_t, rows);
+  if (!x || !sc || !o || !keep || !inv || !kt || !vt || !run) return -1;
+  for (int64_t i = 0; i < rows; i++) { /* how many of row i's keys are 0, 1, ... in order (a list rises: search) */
+    const int64_t *kl = spec[2 * i + 1] < 0 ? NULL : keys + spec[2 * i + 1];
+    int64_t lo = 0, hi = spec[2 * i];
+    if (kl)
+      while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (kl[mid] == mid) lo = mid + 1;
+        else hi = mid;
+      }
+    run[i] = kl ? lo : spec[2 * i];
+  }
+  for (int64_t g = 0; g < Hkv; g++) {
+    for (int64_t m = 0; m < M; m++) memcpy(x + m * D, q + (m / G) * q_sr + (g * G + m % G) * q_sh, (size_t)D * sizeof(float));
+    tile_keys(k + g * kv_sh, end, D, Ep, kt);
+    if (linear_bf16x_ld(x, M, D, kt, Ep, sc, Ep, threads)) return -1;
+    for (int64_t m = 0; m < M; m++) { /* sc row m: the scores of keys 0 .. Ep; only its row's keys count */
+      int64_t i = m / G, count = spec[2 * i], r = run[i];
+      const int64_t *kl = spec[2 * i + 1] < 0 ? NULL : keys + spec[2 * i + 1];
+      float *s = sc + m * Ep;
+      /* keys 0 .. r in order; the rest listed: kept, then put back after every other key is masked */
+      for (int64_t t = r; t < count; t++) keep[t - r] = s[kl[t]];
+      for (int64_t j = r; j < Ep; j++) s[j] = -INFINITY;
+      for (int64_t t = r; t < count; t++) s[kl[t]] = keep[t - r];
+      if (count == 0) {
+        memset(s, 0, (size_t)Ep * sizeof(float));
+        inv[m] = 0.0f;
+        continue;
+      }
+      vec mx = vset1(-INFINITY);
+      for (int64_t j = 0; j < Ep; j += LANES) mx = vmax(mx, load_x(s + j, LANES));
+      float top = _mm512_reduce_max_ps(mx) * scaling;
+      vec total = vzero();
+      for (int64_t j = 0; j < Ep; j += LANES) {
+        vec e = vexp(vsub(vmul(load_x(s + j, LANES), vset1(scaling)), vset1(top)));
+        store_x(s + j, e, LANES);
+        total = vadd(total, e);
+      }
+      inv[m] = 1.0f / _mm512_reduce_add_ps(total);
+    }
+    tile_values(v + g * kv_sh, end, D, Ep, vt);
+    if (linear_bf16x_ld(sc, M, Ep, vt, D, o, D, threads)) return -1;
+    for (int64_t m = 0; m < M; m++) { /* the weighted values over the weights' sum */
+      float *y = out + ((m / G) * Hq + g * G + m % G) * D;
+      for (int64_t d0 = 0; d0 < D; d0 += LANES) store_x(y + d0, vmul(load_x(o + m * D + d0, LANES), vset1(inv[m])), LANES);
+    }
+  }
+  return 0;
+}
 #else
 int rowinv_amx(void) { return 0; }
+int attend_tiles(const float *q, int64_t q_sr, int64_t q_sh, const float *k, const float *v, int64_t kv_sh,
+                 int64_t rows, int64_t Hq, int64_t Hkv, int64_t D, const int64_t *spec, const int64_t *keys,
+                 float scaling, float *out, int threads) {
+  (void)q, (void)q_sr, (void)q_sh, (void)k, (void)v, (void)kv_sh, (void)rows, (void)Hq, (void)Hkv, (void)D;
+  (void)spec, (void)keys, (void)scaling, (void)out, (void)threads;
+  return -2;
+}
 int linear_bf16x_ld(const float *x, int64_t M, int64_t K, const uint16_t *W, int64_t N, float *y, int64_t ldy,
                     int threads) {
   (void)x, (void)M, (void)K, (void)W, (void)N, (void)y, (void)ldy, (void)threads;
