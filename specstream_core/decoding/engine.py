@@ -109,9 +109,9 @@ class Engine:
     @property
     def kernel_attention(self):
         """The row-invariant kernel's attention (`rowinv.attend`; `rowinv_steps.TiledStreams` where the stream layers'
-        Linears are on AMX tiles) where decoding steps use it (engines on its Linears), else None. int4 engines keep sdpa's own arithmetic: their Linears round activations to
-        bf16, where a last-bit difference in attention would often change a token against transformers'
-        generate on the same int4 model."""
+        Linears are on AMX tiles) where decoding steps use it (engines on its Linears), else None. int4 engines keep
+        sdpa's own arithmetic: their Linears round activations to bf16, where a last-bit difference in attention would
+        often change a token against transformers' generate on the same int4 model."""
         if not rowinv.uses_kernel(self.model):
             return None
         return self._tiled_streams() or rowinv.attend
@@ -289,7 +289,8 @@ def _probe(engine: Engine) -> list[torch.Tensor]:
                              masks.causal_visibility(n, 1, device), cache=cache)
     cache.advance(n)
     carriers = torch.arange(3, device=device)[None] if streams is not None else None
-    with compat.row_exact_attention(rows, per_row=True, kernel=engine.kernel_attention, kernel_keys=engine.kernel_keys):
+    with compat.row_exact_attention(rows, per_row=True, kernel=engine.kernel_attention,
+                                    kernel_keys=engine.kernel_keys):
         step = msa.forward(model, ids[:, n:], torch.arange(n, n + 3, device=device)[None],
                            masks.causal_visibility(3, 1, device), streams=streams, carriers=carriers, cache=cache)
     return [prompt.main, step.main] + ([step.streams] if step.streams is not None else [])
