@@ -121,19 +121,20 @@ class Engine:
         attention on tiles too, as the layer steps compute it there), else None."""
         if self.streams is None:
             return None
-        lin = compat.decoder_layers(self.model)[-1].self_attn.q_proj
-        lin = getattr(lin, "base", lin)
-        if not (isinstance(lin, rowinv.RowInvariantLinear) and lin.on_tiles()):
-            return None
-        if getattr(self, "_tiled", None) is None or self._tiled.rows is not self.streams.rows:
-            self._tiled = rowinv_steps.TiledStreams(self.streams.rows)
-        return self._tiled
+        kept = getattr(self, "_tiled", None)  # (the model, the row state, the answer): asked every step
+        if kept is None or kept[0] is not self.model or kept[1] is not self.streams.rows:
+            lin = compat.decoder_layers(self.model)[-1].self_attn.q_proj
+            lin = getattr(lin, "base", lin)
+            tiles = isinstance(lin, rowinv.RowInvariantLinear) and lin.on_tiles()
+            kept = (self.model, self.streams.rows, rowinv_steps.TiledStreams(self.streams.rows) if tiles else None)
+            self._tiled = kept
+        return kept[2]
 
     @property
     def kernel_keys(self):
         """What lists the keys each row of a decoding step sees for the kernel's attention (`rowinv_steps.mask_keys`)
         where decoding steps use it, else None."""
-        return rowinv_steps.mask_keys if self.kernel_attention is not None else None
+        return rowinv_steps.mask_keys if rowinv.uses_kernel(self.model) else None
 
     @property
     def exact(self) -> bool:
