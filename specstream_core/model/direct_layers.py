@@ -209,7 +209,7 @@ class DirectStep:
                                     start)
         return q.transpose(1, 2), k_buf[:, :, :end], v_buf[:, :, :end]
 
-    def _kernel_step(self, h: torch.Tensor, mask, pe, cache):
+    def kernel_step(self, h: torch.Tensor, mask, pe, cache):
         """(this layer's cache slots, the kernel attention's (spec, keys)) where one sequence's decoding step can go
         through the kernel's layer calls (its attention the kernel's: `compat.kernel_step_keys`); else None."""
         B, q, _ = h.shape
@@ -220,8 +220,8 @@ class DirectStep:
     def _front(self, h: torch.Tensor, mask, pe, cache):
         """(h + attention, the gate/up output) of one sequence's decoding step through `rowinv_steps.layer_front`,
         or (the layer's output, None) through `rowinv_steps.layer_step` where the layer is `whole`, where
-        `_kernel_step` can take the step; else None."""
-        step = self._kernel_step(h, mask, pe, cache)
+        `kernel_step` can take the step; else None."""
+        step = self.kernel_step(h, mask, pe, cache)
         if step is None:
             return None
         (where, attention), f, q = step, self.front, h.shape[1]

@@ -40,20 +40,20 @@ class _StackCall(NamedTuple):
     n_main: int  # the first stream row
 
 
-_POINTERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # cache -> {first layer: (buffer, caches, arrays)}
+_POINTERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # cache -> {(first layer, count): (buffer, ...)}
 
 
 def _cache_pointers(cache, steps: tuple) -> tuple[list, tuple]:
     """(each step's layer's (keys, values) buffers, their addresses as C arrays), made once per cache and run of
     layers (a cache's buffers stay where they are; a new buffer makes them again)."""
     memo = _POINTERS.setdefault(cache, {})
-    first = steps[0].layer_idx
-    kept = memo.get(first)
-    if kept is None or kept[0] is not cache.buffer or len(kept[1]) != len(steps):
+    run = (steps[0].layer_idx, len(steps))
+    kept = memo.get(run)
+    if kept is None or kept[0] is not cache.buffer:
         caches = [(cache.keys[s.layer_idx], cache.values[s.layer_idx]) for s in steps]
         arrays = ((ctypes.c_void_p * len(caches))(*(k.data_ptr() for k, _ in caches)),
                   (ctypes.c_void_p * len(caches))(*(v.data_ptr() for _, v in caches)))
-        kept = memo[first] = (cache.buffer, caches, arrays)
+        kept = memo[run] = (cache.buffer, caches, arrays)
     return kept[1], kept[2]
 
 
@@ -61,7 +61,7 @@ def stack_call(ready: tuple, h: torch.Tensor, mask, pe, cache) -> _StackCall | N
     """What a `layer_stack` call of `stack_ready`'s run takes for this step of rows h [1, q, d] (only its shape,
     dtype and device are read), or None where the step is not one the kernel's attention serves."""
     first, array, state = ready
-    step = first._kernel_step(h, mask, pe, cache)
+    step = first.kernel_step(h, mask, pe, cache)
     if step is None:
         return None
     (where, attention), q = step, h.shape[1]
