@@ -156,5 +156,5 @@ def test_stream_rows_attend_on_tiles_where_the_linears_are():
     assert not torch.equal(tiled[3:], exact[3:])  # another arithmetic
     torch.testing.assert_close(tiled[3:], exact[3:], rtol=0.05, atol=0.02)
     assert torch.equal(tiled[3 + 4], torch.zeros(hq, d))
-    state.n_main = len(main) + len(streams) - rowinv_steps.TILE_STREAM_ROWS + 1  # 7 stream rows: the vector code
+    state.n_main = len(main) + len(streams) - rowinv_steps.tile_stream_rows() + 1  # 7 stream rows: the vector code
     assert torch.equal(rowinv_steps.TiledStreams(state)(q, k, v, spec, keys, 0.125), exact)

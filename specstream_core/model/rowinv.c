@@ -1214,10 +1214,6 @@ static int lora_add(const float *x, int64_t q, int64_t n, int64_t K, const float
   return failed ? -1 : 0;
 }
 
-/* The layer's Linears, in order: n_qkv_parts writing q's, k's and v's columns of qkv side by side (one fused
- * call, or q, k and v), o, then n_gu_parts writing gate's and up's columns of gu (one fused call, or gate and
- * up): kind[i], w[i], dm[i] (LIN_Q4's scales, else NULL), n[i] outputs. lora: NULL, or the A and B weights of
- * the q, k, v, o, gate and up row adapters (rank `rank`) that rows n_main.. get. */
 int attend_tiles(const float *q, int64_t q_sr, int64_t q_sh, const float *k, const float *v, int64_t kv_sh,
                  int64_t rows, int64_t Hq, int64_t Hkv, int64_t D, const int64_t *spec, const int64_t *keys,
                  float scaling, float *out, int threads);
@@ -1225,6 +1221,12 @@ int attend_tiles(const float *q, int64_t q_sr, int64_t q_sh, const float *k, con
  * 259 keys, one thread, ad-hoc: 4 rows 39.6 us against 43.2 on tiles, 6 rows 54.2 against 46.3, 8 rows 114.7 against
  * 76.6, 20 rows 149.4 against 80.6) */
 #define TILE_STREAM_ROWS 8
+int attend_tiles_rows(void) { return TILE_STREAM_ROWS; } /* rowinv_steps.TiledStreams decides by it too */
+
+/* The layer's Linears, in order: n_qkv_parts writing q's, k's and v's columns of qkv side by side (one fused
+ * call, or q, k and v), o, then n_gu_parts writing gate's and up's columns of gu (one fused call, or gate and
+ * up): kind[i], w[i], dm[i] (LIN_Q4's scales, else NULL), n[i] outputs. lora: NULL, or the A and B weights of
+ * the q, k, v, o, gate and up row adapters (rank `rank`) that rows n_main.. get. */
 static int front(const float *h, int64_t q, int64_t d, const float *w1, const float *w2, float eps, int64_t n_qkv_parts,
                  int64_t n_gu_parts, const int *kind, const void *const *w, const float *const *dm, const int64_t *n,
                  int64_t H, int64_t Hkv, int64_t D, const float *cos, const float *sin, float *k_cache, float *v_cache,
@@ -1474,14 +1476,14 @@ static void amx_configure(int ra, int rb) {
   _tile_loadconfig(&c);
 }
 /* x rounded to bf16, to nearest even (NaN is not expected of a hidden state) */
+static inline __m256i bf16_words(__m512 x) { /* 16 floats rounded to bf16 (to nearest, ties to even), as 16 words */
+  __m512i b = _mm512_castps_si512(x);
+  __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_add_epi32(b, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF))), 16));
+}
 static void to_bf16(const float *x, int64_t n, uint16_t *out) {
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m512i b = _mm512_castps_si512(_mm512_loadu_ps(x + i));
-    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
-    b = _mm512_add_epi32(b, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF)));
-    _mm256_storeu_si256((__m256i *)(out + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(b, 16)));
-  }
+  for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i *)(out + i), bf16_words(_mm512_loadu_ps(x + i)));
   for (; i < n; i++) {
     uint32_t b;
     memcpy(&b, x + i, 4);
@@ -1631,13 +1633,9 @@ int linear_bf16x_map(const float *x, int64_t M, int64_t K, const uint16_t *W, in
  * its row sees (the others weigh 0; fp32), then the weighted values as another (the values laid out as tiles in pairs
  * of keys, `tile_values`). Rows are computed alone (a row's numbers depend on its own query and keys), but not as
  * attend_f32 computes them: for stream rows only. */
-static inline __m256i bf16_words(__m512 x) { /* 16 floats rounded to bf16 (to nearest, ties to even), as 16 words */
-  __m512i b = _mm512_castps_si512(x);
-  __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_add_epi32(b, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF))), 16));
-}
 static inline __m512i bf16_pairs(const float *x) { /* x[0 .. 32) as 16 dwords: (x[2p], x[2p + 1]) in dword p */
-  return _mm512_inserti64x4(_mm512_castsi256_si512(bf16_words(_mm512_loadu_ps(x))), bf16_words(_mm512_loadu_ps(x + 16)), 1);
+  __m256i lo = bf16_words(_mm512_loadu_ps(x)), hi = bf16_words(_mm512_loadu_ps(x + 16));
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 /* W = the keys k[0 .. end) (rows of D floats) as `linear_bf16x`'s weights [Np x D] (rowinv_tiles' layout), keys past
  * end zero: key j's pairs of columns go down the 16 rows of its tile, at column j % 16 */
@@ -1658,7 +1656,8 @@ static void tile_values(const float *v, int64_t end, int64_t D, int64_t Kp, uint
   int64_t steps = Kp / 32;
   for (int64_t j = 0; j < end; j += 2)
     for (int64_t d0 = 0; d0 < D; d0 += 16) {
-      __m512 a = _mm512_loadu_ps(v + j * D + d0), b = j + 1 < end ? _mm512_loadu_ps(v + (j + 1) * D + d0) : _mm512_setzero_ps();
+      __m512 a = _mm512_loadu_ps(v + j * D + d0);
+      __m512 b = j + 1 < end ? _mm512_loadu_ps(v + (j + 1) * D + d0) : _mm512_setzero_ps();
       __m512i lo = _mm512_cvtepu16_epi32(bf16_words(a)), hi = _mm512_cvtepu16_epi32(bf16_words(b));
       uint16_t *row = W + (((d0 / 32) * steps + j / 32) * 2 + (d0 % 32) / 16) * 512 + ((j % 32) / 2) * 32;
       _mm512_storeu_si512((void *)row, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
@@ -1673,10 +1672,11 @@ int attend_tiles(const float *q, int64_t q_sr, int64_t q_sh, const float *k, con
   if (rows <= 0) return 0;
   if (D % 32 || Hq % Hkv || D > MAX_D) return -2;
   int64_t G = Hq / Hkv, M = rows * G, end = 0, most = 0;
-  for (int64_t i = 0; i < rows; i++) {
-    const int64_t *kl = spec[2 * i + 1] < 0 ? NULL : keys + spec[2 * i + 1];
-    for (int64_t t = 0; t < spec[2 * i]; t++) end = (kl ? kl[t] : t) + 1 > end ? (kl ? kl[t] : t) + 1 : end;
-    most = spec[2 * i] > most ? spec[2 * i] : most;
+  for (int64_t i = 0; i < rows; i++) { /* one past the last key any row sees (a row's list rises) */
+    int64_t count = spec[2 * i];
+    int64_t last = count == 0 ? -1 : (spec[2 * i + 1] < 0 ? count - 1 : keys[spec[2 * i + 1] + count - 1]);
+    end = last + 1 > end ? last + 1 : end;
+    most = count > most ? count : most;
   }
   int64_t Ep = (end + 31) / 32 * 32;
   if (Ep == 0) Ep = 32;
@@ -1697,7 +1697,8 @@ int attend_tiles(const float *q, int64_t q_sr, int64_t q_sh, const float *k, con
     run[i] = kl ? lo : spec[2 * i];
   }
   for (int64_t g = 0; g < Hkv; g++) {
-    for (int64_t m = 0; m < M; m++) memcpy(x + m * D, q + (m / G) * q_sr + (g * G + m % G) * q_sh, (size_t)D * sizeof(float));
+    for (int64_t m = 0; m < M; m++) /* query head m % G of stream row m / G */
+      memcpy(x + m * D, q + (m / G) * q_sr + (g * G + m % G) * q_sh, (size_t)D * sizeof(float));
     tile_keys(k + g * kv_sh, end, D, Ep, kt);
     if (linear_bf16x_ld(x, M, D, kt, Ep, sc, Ep, threads)) return -1;
     for (int64_t m = 0; m < M; m++) { /* sc row m: the scores of keys 0 .. Ep; only its row's keys count */
@@ -1728,7 +1729,8 @@ int attend_tiles(const float *q, int64_t q_sr, int64_t q_sh, const float *k, con
     if (linear_bf16x_ld(sc, M, Ep, vt, D, o, D, threads)) return -1;
     for (int64_t m = 0; m < M; m++) { /* the weighted values over the weights' sum */
       float *y = out + ((m / G) * Hq + g * G + m % G) * D;
-      for (int64_t d0 = 0; d0 < D; d0 += LANES) store_x(y + d0, vmul(load_x(o + m * D + d0, LANES), vset1(inv[m])), LANES);
+      for (int64_t d0 = 0; d0 < D; d0 += LANES)
+        store_x(y + d0, vmul(load_x(o + m * D + d0, LANES), vset1(inv[m])), LANES);
     }
   }
   return 0;

@@ -128,8 +128,16 @@ def _setup(lib):
     lib.mask_keys.argtypes, lib.mask_keys.restype = [ptr, i64, i64, i64, ptr, ptr], i64
     lib.attend_tiles.argtypes = [ptr, i64, i64, ptr, ptr, i64, i64, i64, i64, i64, ptr, ptr, ctypes.c_float, ptr,
                                  ctypes.c_int]
-    lib.attend_tiles.restype = ctypes.c_int
+    lib.attend_tiles.restype = lib.attend_tiles_rows.restype = ctypes.c_int
+    lib.attend_tiles_rows.argtypes = []
     return lib
+
+
+def tile_stream_rows() -> int:
+    """Stream rows a step needs for their attention to go on tiles (rowinv.c's TILE_STREAM_ROWS, which its layer
+    steps decide by)."""
+    lib = _library()
+    return lib.attend_tiles_rows() if lib is not None else 0
 
 
 def mask_keys(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -155,23 +163,23 @@ def kernel_norm(module: torch.nn.Module) -> tuple[torch.Tensor, float] | None:
     return w, float(module.variance_epsilon)
 
 
-TILE_STREAM_ROWS = 8  # stream rows a step needs for their attention to go on tiles (rowinv.c's TILE_STREAM_ROWS)
 
 
 class TiledStreams:
     """The kernel's attention (`rowinv.attend`'s call) for an engine whose Linears are on AMX tiles: main rows as
     `rowinv.attend` computes them, stream rows (from the row state's first stream row on) on tiles, as the layer steps
     compute them where a layer's Linears are (rowinv.c's `attend_tiles`: bf16 operands, fp32 sums), where a step has
-    `TILE_STREAM_ROWS` or more. Stream rows only draft, so this changes drafts, never output; main rows are computed
+    `tile_stream_rows()` or more. Stream rows only draft, so this changes drafts, never output; main rows are computed
     alone, whatever the stream rows are (pass-cost's bf16 γ = 4 pass ~0.4 ms cheaper, τ unchanged: BENCHMARKS)."""
 
     def __init__(self, rows):
         self.rows = rows  # the stream parameters' RowState (its n_main: the first stream row of the pass)
+        self.min_rows = tile_stream_rows()
 
     def __call__(self, query, key, value, spec, keys, scaling):
         n = query.shape[1]
         first = n if self.rows is None or self.rows.n_main is None else min(self.rows.n_main, n)
-        if n - first < TILE_STREAM_ROWS:
+        if n - first < self.min_rows:
             return rowinv.attend(query, key, value, spec, keys, scaling)
         main = rowinv.attend(query[:, :first], key, value, spec[:2 * first], keys, scaling) if first else None
         if first and main is None:
