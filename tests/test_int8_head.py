@@ -1,12 +1,17 @@
 """The 8-bit LM head of int4 models (model/int8_head.py, GGUF's Q8_0): its arithmetic on the row-invariant
-kernel and through torch, its row invariance, a file's own Q8_0 blocks, and its draft-vocabulary rows."""
+kernel and through torch, its row invariance, a file's own Q8_0 blocks, and its draft-vocabulary rows; and an
+fp32 head that is 8-bit groups exactly, read as them (`use_exact_head`)."""
+
+import copy
 
 import numpy as np
 import pytest
 import torch
 
+from specstream_core import DecodeConfig, Engine, StreamParams
 from specstream_core.errors import SpecstreamError
 from specstream_core.model import int8_head, rowinv
+from tiny_models import hf_greedy, prompts, tiny_model
 
 PATHS = [pytest.param(True, id="kernel", marks=pytest.mark.skipif(not rowinv.available(), reason="no kernel here")),
          pytest.param(False, id="torch")]
@@ -75,3 +80,61 @@ def test_odd_sizes_are_refused():
         int8_head.quantize_groups(torch.randn(4, 48))
     with pytest.raises(SpecstreamError, match="groups of 32"):
         int8_head.Int8Linear(torch.zeros(4, 64, dtype=torch.int8), torch.ones(4, 3))
+
+
+def _q8_exact(n, k, seed=0, scale=1.0):
+    """A weight that is 8-bit groups exactly, as a Q8_0 file's head: int8 times fp16 scales, each group's
+    largest |q| 127 (Q8_0's rule puts it there)."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randint(-126, 127, (n, k // 32, 32), generator=g)
+    q[..., 0] = 127 * torch.where(torch.rand(n, k // 32, generator=g) < 0.5, -1, 1)
+    d = (torch.rand(n, k // 32, 1, generator=g) * 0.02 * scale + 1e-3).half().float()
+    return (q * d).reshape(n, k)
+
+
+def test_exact_groups_are_found_only_where_they_are_the_weight():
+    w = _q8_exact(40, 96)
+    groups = int8_head.exact_groups(w)
+    assert groups is not None and torch.equal(int8_head.dequantize(*groups), w)
+    nudged = w.clone()
+    nudged[3, 5] = torch.nextafter(nudged[3, 5], torch.tensor(1.0))  # one weight one step off: not 8-bit groups
+    assert int8_head.exact_groups(nudged) is None
+    assert int8_head.exact_groups(torch.randn(40, 96)) is None
+    assert int8_head.exact_groups(w.bfloat16()) is None and int8_head.exact_groups(w[:, :48]) is None
+    w[0, 0] = float("nan")
+    assert int8_head.exact_groups(w) is None
+
+
+@pytest.mark.skipif(not rowinv.available(), reason="no kernel here")
+def test_an_fp32_head_of_exact_8_bit_groups_reads_them_and_keeps_its_logits():
+    """`use_exact_head`: the fp32 model's logits bit for bit from a quarter of the head's bytes, and decoding
+    still transformers' own greedy output, speculative and plain alike."""
+    model = tiny_model("llama", seed=3, hidden=64)
+    with torch.no_grad():
+        model.lm_head.weight.copy_(_q8_exact(*model.lm_head.weight.shape, seed=4, scale=40.0))
+    reference = copy.deepcopy(model)  # transformers' own fp32 model
+    fp32 = copy.deepcopy(model)
+    rowinv.install(fp32)
+    rowinv.install(model)
+    assert int8_head.use_exact_head(model) and isinstance(model.lm_head, int8_head.Int8Linear)
+    assert model.config.specstream_head.startswith("8-bit groups")
+    assert not int8_head.use_exact_head(model)  # already 8-bit
+    ids = torch.tensor([prompts(1, seed=9)[0]])
+    with torch.inference_mode():
+        assert torch.equal(model(ids).logits, fp32(ids).logits)
+    streams = StreamParams.fresh(model, gamma=3, n_stream_layers=2, adapter_rank=4, seed=1)
+    engine = Engine(model, None, streams, precision="fp32")
+    assert engine.exact and engine.row_exact
+    ar = DecodeConfig(mode="ar", max_new_tokens=16, stop_on_eos=False)
+    ss = DecodeConfig(mode="ss", max_new_tokens=16, stop_on_eos=False, tree_topk=(2, 1, 1))
+    for item in prompts(4, seed=4):
+        want = hf_greedy(reference, item, 16)
+        assert engine.generate(item, ar).token_ids == want and engine.generate(item, ss).token_ids == want
+
+
+@pytest.mark.skipif(not rowinv.available(), reason="no kernel here")
+def test_a_head_that_is_not_8_bit_groups_stays_fp32():
+    model = tiny_model("llama", seed=3)
+    rowinv.install(model)
+    head = model.lm_head
+    assert not int8_head.use_exact_head(model) and model.lm_head is head

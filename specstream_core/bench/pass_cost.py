@@ -28,7 +28,7 @@ from typing import Callable
 
 import torch
 
-from specstream_core.model import compat, greedy, msa, rowinv
+from specstream_core.model import compat, greedy, int8_head, msa, rowinv
 from specstream_core.model.cache import KVCache
 from specstream_core.bench.pass_parts import measure_parts
 from specstream_core.bench.results import read_json
@@ -172,11 +172,13 @@ def with_rooflines(costs: list[PassCost], engine, machine: Machine, context: int
     """Fill each pass's roofline from its rows (measured) and the model's shape."""
     cfg = engine.streams.cfg if engine.streams is not None else None
     birth = cfg.birth_layer if cfg is not None else engine.model.config.num_hidden_layers
+    exact8 = isinstance(compat.lm_head(engine.model), int8_head.Int8Linear)  # fp32's exact 8-bit head, too
+    head_bytes = HEAD_BYTES_PER_WEIGHT["int4"] if exact8 else HEAD_BYTES_PER_WEIGHT.get(engine.precision, 4.0)
     limits = [pass_limit(engine.model.config, machine, rows_bottom=c.rows_bottom, rows_top=c.rows_top,
                          birth_layer=birth, main_logit_rows=c.nodes,
                          stream_logit_rows=c.nodes - 1 if c.kind == "ss" else 0, context=context,
                          bytes_per_weight=BYTES_PER_WEIGHT.get(engine.precision, 4.0),
-                         head_bytes_per_weight=HEAD_BYTES_PER_WEIGHT.get(engine.precision, 4.0),
+                         head_bytes_per_weight=head_bytes,
                          draft_vocab=cfg.draft_vocab_size if cfg is not None else 0,
                          linear_gops=machine.int8_gops if engine.precision == "int4-a8" else 0.0) for c in costs]
     plain = limits[0].ms
