@@ -44,6 +44,28 @@ def test_the_kernel_computes_x_w_t_and_each_row_alone(dtype, n, k):
     assert (rowinv.library().rowinv_span(k) < k) == (k > 768)  # the spans above are what this case exercises
 
 
+@needs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n,k", [(33, 1008), (260, 128)])  # spans; panels of 16 blocks and a short last one
+def test_a_prompt_sized_call_sums_each_row_as_a_one_row_call(dtype, n, k):
+    """Calls of 32 rows or more (prompts) run panel by panel (rowinv.c's WIDE_ROWS): the same sums, bit for bit."""
+    g = torch.Generator().manual_seed(n)
+    w = torch.randn(n, k, generator=g).to(dtype)
+    x = torch.randn(70, k, generator=g)
+    wb = rowinv.blocked(w)
+    y = rowinv.linear(x, wb, None, n)
+    assert torch.equal(y, rowinv.linear(x, w))  # the row-major kernel's sums
+    for m in (1, 31, 32, 33, 69):
+        assert torch.equal(rowinv.linear(x[:m], wb, None, n), y[:m])
+        assert torch.equal(rowinv.linear(x[m:m + 1], wb, None, n), y[m:m + 1])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:  # two threads split the panels (smaller ones where there are few blocks), never a sum
+        assert torch.equal(rowinv.linear(x, wb, None, n), y)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _blocked_equals_row_major(x, w):
     """The blocked layout (`rowinv.blocked`, what RowInvariantLinear reads) gives the row-major kernel's sums bit
     for bit, each row alone; it exists where K is a multiple of the build's lanes."""
