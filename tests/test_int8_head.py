@@ -118,6 +118,7 @@ def test_an_fp32_head_of_exact_8_bit_groups_reads_them_and_keeps_its_logits():
     rowinv.install(model)
     assert int8_head.use_exact_head(model) and isinstance(model.lm_head, int8_head.Int8Linear)
     assert model.config.specstream_head.startswith("8-bit groups")
+    assert rowinv.linears_label(model).endswith("+exact-8-bit-head") and "head" not in rowinv.linears_label(fp32)
     assert not int8_head.use_exact_head(model)  # already 8-bit
     ids = torch.tensor([prompts(1, seed=9)[0]])
     with torch.inference_mode():

@@ -38,6 +38,7 @@ from specstream_core.model import compat, rowinv_build, rowinv_tiles
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rowinv.c")
 KERNELS = ("auto", "rowinv", "torch")  # auto: rowinv where it can run; torch: never
+_DTYPES = (torch.float32, torch.bfloat16)  # what RowInvariantLinear runs on the kernel
 
 _lock = threading.Lock()
 _lib = None
@@ -254,9 +255,6 @@ def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, spec: to
     return None if failed else out
 
 
-_DTYPES = (torch.float32, torch.bfloat16)
-
-
 class RowInvariantLinear(nn.Linear):
     """An nn.Linear (same parameters, same state dict) whose inference forward runs the kernel. It falls
     back to torch for gradients, CUDA, other dtypes, a non-contiguous weight and inside `torch_linears()`."""
@@ -393,8 +391,9 @@ def uses_kernel(model: nn.Module) -> bool:
 
 
 def linears_label(model: nn.Module) -> str:
-    """What a model's Linears run on, for benchmark settings: 'rowinv-avx512', 'rowinv-avx2' or 'torch'."""
+    """What a model's Linears run on, for benchmark settings: 'rowinv-avx512' or 'rowinv-avx2' (+amx: bf16 on tiles;
+    +exact-8-bit-head: `int8_head.use_exact_head`), or 'torch'."""
     if not uses_kernel(model):
         return "torch"
-    tiles = any(getattr(m, "_tiled", False) for m in model.modules())
-    return f"rowinv-{isa()}" + ("+amx" if tiles else "")
+    tiles = "+amx" if any(getattr(m, "_tiled", False) for m in model.modules()) else ""
+    return f"rowinv-{isa()}{tiles}" + ("+exact-8-bit-head" if getattr(model.config, "specstream_head", None) else "")
