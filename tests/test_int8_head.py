@@ -7,11 +7,13 @@ import copy
 import numpy as np
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
 
 from specstream_core import DecodeConfig, Engine, StreamParams
 from specstream_core.errors import SpecstreamError
-from specstream_core.model import int8_head, rowinv
-from tiny_models import hf_greedy, prompts, tiny_model
+from specstream_core.model import compat, int8_head, rowinv
+from specstream_core.model.loading import LoadConfig, load_model
+from tiny_models import hf_greedy, prompts, save_tiny_model_dir, tiny_model
 
 PATHS = [pytest.param(True, id="kernel", marks=pytest.mark.skipif(not rowinv.available(), reason="no kernel here")),
          pytest.param(False, id="torch")]
@@ -139,3 +141,21 @@ def test_a_head_that_is_not_8_bit_groups_stays_fp32():
     rowinv.install(model)
     head = model.lm_head
     assert not int8_head.use_exact_head(model) and model.lm_head is head
+
+
+@pytest.mark.skipif(not rowinv.available(), reason="no kernel here")
+def test_decoding_engines_read_the_exact_head_and_training_loads_keep_its_weight(tmp_path):
+    """`Engine.load` takes the 8-bit head; `load_model` (training, Medusa heads, the layer draft: they read
+    `lm_head.weight`) keeps the fp32 one."""
+    path = save_tiny_model_dir(tmp_path / "m")
+    model = AutoModelForCausalLM.from_pretrained(path)
+    with torch.no_grad():
+        model.lm_head.weight.copy_(_q8_exact(*model.lm_head.weight.shape, seed=5, scale=40.0))
+    model.save_pretrained(path)
+    engine = Engine.load(path, precision="fp32", fresh_streams=False)
+    assert isinstance(compat.lm_head(engine.model), int8_head.Int8Linear)
+    trained = load_model(LoadConfig(path, precision="fp32"))
+    assert isinstance(compat.lm_head(trained), rowinv.RowInvariantLinear) and trained.lm_head.weight.shape[0] > 0
+    ids = engine.encode("abc")
+    want = hf_greedy(model, ids, 8)
+    assert engine.generate(ids, DecodeConfig(mode="ar", max_new_tokens=8, stop_on_eos=False)).token_ids == want

@@ -12,8 +12,8 @@ from functools import lru_cache
 
 import torch
 
-from specstream_core.model import (compat, direct_layers, draft_weights, hub, masks, merged_head, msa, rowinv,
-                                   rowinv_steps)
+from specstream_core.model import (compat, direct_layers, draft_weights, hub, int8_head, masks, merged_head, msa,
+                                   rowinv, rowinv_steps)
 from specstream_core.decoding import loop
 from specstream_core.decoding.config import DecodeConfig, Result, decode_fields
 from specstream_core.decoding.drafters import Drafter
@@ -87,6 +87,8 @@ class Engine:
         load = LoadConfig(base, precision=precision, device=device, exact_nf4=exact_nf4, shared_lora=streams_dir,
                           **({"kernel": kernel} if kernel else {}))  # resolves "auto"
         model = load_model(load)  # a shared-mode set's LoRA merged into the weights before quantizing
+        if load.precision == "fp32" and rowinv.uses_kernel(model):  # decoding only: training reads the head's weight
+            int8_head.use_exact_head(model)  # the same logits from a quarter of the head's bytes, where exact
         tokenizer = load_tokenizer(base)
         streams = ngrams = None
         if streams_dir is not None:

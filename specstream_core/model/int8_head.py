@@ -113,7 +113,9 @@ def use_exact_head(model: nn.Module) -> bool:
     """Give an fp32 model on the row-invariant kernel an 8-bit head where its weights are 8-bit groups exactly
     (`exact_groups`); its logits stay the fp32 head's bit for bit (`rowinv.linear_q8` makes each weight d q in fp32
     and sums as `rowinv.linear` sums), from a quarter of the bytes (SmolLM2: 31.5 MB a pass instead of 113, the
-    largest single read of an fp32 pass). The token embedding keeps its fp32 weight. Returns whether it did."""
+    largest single read of an fp32 pass). The token embedding keeps its fp32 weight. Returns whether it did.
+    For decoding (`Engine.load`): training, Medusa heads and the layer draft read the head's `weight`, which the
+    8-bit head does not have."""
     head = compat.lm_head(model)
     if not isinstance(head, rowinv.RowInvariantLinear) or head.bias is not None:
         return False

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from specstream_core.model.lora import apply_shared_lora
-from specstream_core.model import compat, int4, int4_a8, int8_head, rowinv
+from specstream_core.model import compat, int4, int4_a8, rowinv
 from specstream_core.errors import SpecstreamError
 from safetensors import SafetensorError
 import tempfile
@@ -171,8 +171,6 @@ def load_model(cfg: LoadConfig):
                 a8=cfg.precision == "int4-a8")
     elif rowinv.kernel_for(cfg.precision, cfg.device, cfg.kernel):
         rowinv.install(model, cfg.kernel, torch.bfloat16 if cfg.precision == "bf16" else torch.float32)
-        if cfg.precision == "fp32" and rowinv.uses_kernel(model):
-            int8_head.use_exact_head(model)  # the same logits from a quarter of the head's bytes, where exact
     return model
 
 
