@@ -125,9 +125,12 @@ def test_an_fp32_head_of_exact_8_bit_groups_reads_them_and_keeps_its_logits():
     ids = torch.tensor([prompts(1, seed=9)[0]])
     with torch.inference_mode():
         assert torch.equal(model(ids).logits, fp32(ids).logits)
-    streams = StreamParams.fresh(model, gamma=3, n_stream_layers=2, adapter_rank=4, seed=1)
+    streams = StreamParams.fresh(model, gamma=3, n_stream_layers=2, adapter_rank=4, seed=1,
+                                 draft_vocab=list(range(0, 128, 2)))
     engine = Engine(model, None, streams, precision="fp32")
     assert engine.exact and engine.row_exact
+    draft_head = streams.draft_head(model.lm_head)  # the stream rows' head: 8-bit activations where their copies are
+    assert isinstance(draft_head, int8_head.Int8Linear) and draft_head.a8 == streams.cheap_draft_head
     ar = DecodeConfig(mode="ar", max_new_tokens=16, stop_on_eos=False)
     ss = DecodeConfig(mode="ss", max_new_tokens=16, stop_on_eos=False, tree_topk=(2, 1, 1))
     for item in prompts(4, seed=4):

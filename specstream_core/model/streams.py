@@ -257,10 +257,11 @@ class StreamParams(nn.Module):
         cached = self._draft_head
         if cached is None or cached[1] is not source or cached[2] != (source.device, source.dtype):
             idx = self.draft_vocab.to(source.device)
-            if hasattr(head, "rows"):
+            if self.cheap_draft_head and getattr(head, "bias", None) is None and not getattr(head, "a8", False):
+                rows = head.rows(idx).dequantized() if hasattr(head, "rows") else source.detach()[idx]
+                sub = draft_weights.head_rows(rows)  # fp32's exact 8-bit head too (`int8_head.use_exact_head`)
+            elif hasattr(head, "rows"):
                 sub = head.rows(idx)
-            elif self.cheap_draft_head and getattr(head, "bias", None) is None:
-                sub = draft_weights.head_rows(source.detach()[idx])
             else:
                 bias = head.bias[idx].detach() if getattr(head, "bias", None) is not None else None
                 sub = nn.Linear(head.in_features, idx.numel(), bias=bias is not None, device=source.device,
