@@ -48,6 +48,7 @@ class Engine:
         self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else ([eos] if eos is not None else []))
         self._lm_head = compat.lm_head(model)
         self._head_memo: tuple = (None, None)  # (what it was made for, `_merged_head`)
+        self._tiled: tuple | None = None  # (the model, the row state, `_tiled_streams` for them): asked every step
         self.stream_weights = "same"
         if self.row_exact:
             compat.use_row_exact_attention(model)
@@ -123,7 +124,7 @@ class Engine:
         attention on tiles too, as the layer steps compute it there), else None."""
         if self.streams is None:
             return None
-        kept = getattr(self, "_tiled", None)  # (the model, the row state, the answer): asked every step
+        kept = self._tiled
         if kept is None or kept[0] is not self.model or kept[1] is not self.streams.rows:
             lin = compat.decoder_layers(self.model)[-1].self_attn.q_proj
             lin = getattr(lin, "base", lin)

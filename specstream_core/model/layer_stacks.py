@@ -51,9 +51,7 @@ def _cache_pointers(cache, steps: tuple) -> tuple[list, tuple]:
     kept = memo.get(run)
     if kept is None or kept[0] is not cache.buffer:
         caches = [(cache.keys[s.layer_idx], cache.values[s.layer_idx]) for s in steps]
-        arrays = ((ctypes.c_void_p * len(caches))(*(k.data_ptr() for k, _ in caches)),
-                  (ctypes.c_void_p * len(caches))(*(v.data_ptr() for _, v in caches)))
-        kept = memo[run] = (cache.buffer, caches, arrays)
+        kept = memo[run] = (cache.buffer, caches, rowinv_steps.pointer_arrays(caches))
     return kept[1], kept[2]
 
 

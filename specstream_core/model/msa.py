@@ -84,9 +84,7 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Te
         B, n, d = h.shape
         s = carriers.shape[1]
         h = _with_stream_rows(h, carriers, streams.embeddings[:gamma])  # [B, n + s*γ, d]
-        q_pos, local = masks.stream_layout(positions, visible, carriers, gamma)
-        mask = masks.additive_mask(prefix, local, q_pos, h.dtype, window)
-        pe = compat.rotary(model, h, q_pos)
+        mask, pe = _stream_tables(model, h, positions, visible, carriers, gamma, prefix, window)
         # 3. the multi-stream layers (row adapters act on rows >= n only)
         with streams.rows.streams_after(n):
             h = run_layers(layers[birth:], h, mask, pe, cache)
@@ -106,9 +104,7 @@ def _one_call(model, layers, birth: int, ids, positions, visible, prefix, cache,
     h = compat.embed(model, ids)
     mask = masks.additive_mask(prefix, visible, positions, h.dtype, window)
     pe = compat.rotary(model, h, positions)
-    q_pos, local = masks.stream_layout(positions, visible, carriers, gamma)
-    top_mask = masks.additive_mask(prefix, local, q_pos, h.dtype, window)
-    top_pe = compat.rotary(model, h, q_pos)
+    top_mask, top_pe = _stream_tables(model, h, positions, visible, carriers, gamma, prefix, window)
     n, final = h.shape[1], compat.final_norm_module(model)
     norm = rowinv_steps.kernel_norm(final)  # the final norm inside the call where it is the kernel's
     with streams.rows.streams_after(n):
@@ -121,6 +117,13 @@ def _one_call(model, layers, birth: int, ids, positions, visible, prefix, cache,
         h = final(h)
     s = carriers.shape[1]
     return ForwardOutput(h[:, :n], h[:, n:].reshape(1, s, gamma, h.shape[-1]), None, n, h.shape[1], {}, h_birth, None)
+
+
+def _stream_tables(model, h: torch.Tensor, positions, visible, carriers, gamma: int, prefix, window):
+    """(additive mask, RoPE tables) of the multi-stream layers' rows: the main rows, then each carrier's γ stream rows
+    (`masks.stream_layout`)."""
+    q_pos, local = masks.stream_layout(positions, visible, carriers, gamma)
+    return masks.additive_mask(prefix, local, q_pos, h.dtype, window), compat.rotary(model, h, q_pos)
 
 
 def _with_stream_rows(h: torch.Tensor, carriers: torch.Tensor, embeddings: torch.Tensor) -> torch.Tensor:

@@ -278,25 +278,8 @@ static float *parking(size_t floats) {
   static void NAME##_ld(const float *x, int64_t M, int64_t K, const WT *W, int64_t N, float *y, int64_t ldy, \
                         int threads) {                                                                 \
     int64_t blocks = (N + NB - 1) / NB, span = span_of(K);                                             \
-    if (M >= WIDE_ROWS) { /* a prompt: panel by panel of blocks, every row group against a panel's blocks */ \
-      int64_t panel = PANEL;                                                                           \
-      while (panel > 1 && (blocks + panel - 1) / panel < 2 * threads) panel /= 2;                       \
-      _Pragma("omp parallel for schedule(static) num_threads(threads)")                                \
-      for (int64_t p0 = 0; p0 < blocks; p0 += panel) {                                                 \
-        int64_t p1 = p0 + panel < blocks ? p0 + panel : blocks;                                        \
-        float own[PARKED];                                                                             \
-        for (int64_t m0 = 0; m0 < M; m0 += MB)                                                         \
-          for (int64_t b = p0; b < p1; b++)                                                            \
-            for (int64_t k0 = 0; k0 < K; k0 += span) {                                                 \
-              int64_t k1 = k0 + span < K ? k0 + span : K, n0 = b * NB;                                 \
-              NAME##_wide_spans[M - m0 < MB ? M - m0 : MB](x + m0 * K, K, W + k0 * blocks * NB + b * NB * (k1 - k0), \
-                                                          k0, k1, own, y + m0 * ldy, ldy, n0, N - n0 < NB ? N - n0 : NB); \
-            }                                                                                          \
-      }                                                                                                \
-      return;                                                                                          \
-    }                                                                                                  \
     float *park = span < K && M <= MB ? parking((size_t)(blocks * PARKED)) : NULL;                     \
-    if (span == K || park) { /* span by span, each span's blocks in turn */                            \
+    if (M < WIDE_ROWS && (span == K || park)) { /* span by span, each span's blocks in turn */         \
       _Pragma("omp parallel num_threads(threads)")                                                     \
       for (int64_t k0 = 0; k0 < K; k0 += span) {                                                       \
         int64_t k1 = k0 + span < K ? k0 + span : K;                                                    \
@@ -311,16 +294,23 @@ static float *parking(size_t floats) {
       }                                                                                                \
       return;                                                                                          \
     }                                                                                                  \
-    _Pragma("omp parallel for schedule(static) num_threads(threads)") /* block by block */           \
-    for (int64_t b = 0; b < blocks; b++) {                                                             \
-      int64_t n0 = b * NB, nn = N - n0 < NB ? N - n0 : NB;                                             \
+    /* block by block, each block's spans in turn, parked on the stack; a prompt (WIDE_ROWS) a panel of blocks at a \
+     * time, every row group against the panel's blocks, without prefetching */                       \
+    int wide = M >= WIDE_ROWS;                                                                         \
+    const NAME##_fn *spans = wide ? NAME##_wide_spans : NAME##_spans;                                  \
+    int64_t panel = wide ? PANEL : 1;                                                                  \
+    while (panel > 1 && (blocks + panel - 1) / panel < 2 * threads) panel /= 2;                         \
+    _Pragma("omp parallel for schedule(static) num_threads(threads)")                                  \
+    for (int64_t p0 = 0; p0 < blocks; p0 += panel) {                                                   \
+      int64_t p1 = p0 + panel < blocks ? p0 + panel : blocks;                                          \
       float own[PARKED];                                                                               \
       for (int64_t m0 = 0; m0 < M; m0 += MB)                                                           \
-        for (int64_t k0 = 0; k0 < K; k0 += span) {                                                     \
-          int64_t k1 = k0 + span < K ? k0 + span : K;                                                  \
-          NAME##_spans[M - m0 < MB ? M - m0 : MB](x + m0 * K, K, W + k0 * blocks * NB + b * NB * (k1 - k0), k0, \
-                                                   k1, own, y + m0 * ldy, ldy, n0, nn);                \
-        }                                                                                              \
+        for (int64_t b = p0; b < p1; b++)                                                              \
+          for (int64_t k0 = 0; k0 < K; k0 += span) {                                                   \
+            int64_t k1 = k0 + span < K ? k0 + span : K, n0 = b * NB;                                   \
+            spans[M - m0 < MB ? M - m0 : MB](x + m0 * K, K, W + k0 * blocks * NB + b * NB * (k1 - k0), k0, k1, own, \
+                                             y + m0 * ldy, ldy, n0, N - n0 < NB ? N - n0 : NB);        \
+          }                                                                                            \
     }                                                                                                  \
   }                                                                                                    \
   void NAME(const float *x, int64_t M, int64_t K, const WT *W, int64_t N, float *y, int threads) {    \

@@ -163,8 +163,6 @@ def kernel_norm(module: torch.nn.Module) -> tuple[torch.Tensor, float] | None:
     return w, float(module.variance_epsilon)
 
 
-
-
 class TiledStreams:
     """The kernel's attention (`rowinv.attend`'s call) for an engine whose Linears are on AMX tiles: main rows as
     `rowinv.attend` computes them, stream rows (from the row state's first stream row on) on tiles, as the layer steps
@@ -326,7 +324,7 @@ def _stack(layers, h, caches, heads, kv_heads, head_dim, pe, start, attention, s
     lib = _library()
     _, q, d = h.shape
     count = len(caches)
-    k_caches, v_caches = pointers if pointers is not None else _pointers(caches)
+    k_caches, v_caches = pointers if pointers is not None else pointer_arrays(caches)
     out = torch.empty(1, q, d)
     (cos, sin), (spec, keys) = pe, attention
     failed = lib.layer_stack(count, layers, k_caches, v_caches, h.data_ptr(), q, d, heads, kv_heads, head_dim,
@@ -335,7 +333,7 @@ def _stack(layers, h, caches, heads, kv_heads, head_dim, pe, start, attention, s
     return None if failed else out
 
 
-def _pointers(caches: list) -> tuple:
+def pointer_arrays(caches: list) -> tuple:
     """The (keys, values) buffers' addresses as C arrays (keys', values')."""
     return ((ctypes.c_void_p * len(caches))(*(k.data_ptr() for k, _ in caches)),
             (ctypes.c_void_p * len(caches))(*(v.data_ptr() for _, v in caches)))
@@ -346,7 +344,7 @@ def stream_stack(lower, upper, h: torch.Tensor, heads: int, kv_heads: int, head_
                  norm: tuple | None = None) -> torch.Tensor | None:
     """A speculative step's two runs of layers in one kernel call (rowinv.c's stream_stack): `lower` on the main rows
     h [1, n, d] (RoPE tables pe), the stream rows born from its output (row n + c·γ + j = output[carriers[c]] +
-    embeddings[j]), `upper` on all rows (top_pe) into out [1, n + s·γ, d]. lower, upper: `direct_layers._StackCall`s
+    embeddings[j]), `upper` on all rows (top_pe) into out [1, n + s·γ, d]. lower, upper: `layer_stacks._StackCall`s
     (layers, caches, pointers, start, attention, n_main), both writing the cache at the same slot; norm: None, or the
     model's final RMSNorm (fp32 weight, eps), applied to out in place as `rowinv.rmsnorm` computes it. Returns the lower
     run's output [1, n, d] (the rows the streams were born from), or None where the kernel declined."""
@@ -354,7 +352,7 @@ def stream_stack(lower, upper, h: torch.Tensor, heads: int, kv_heads: int, head_
     _, n, d = h.shape
     q = out.shape[1]
     mid = torch.empty(1, n, d)
-    arrays = [call.pointers if call.pointers is not None else _pointers(call.caches) for call in (lower, upper)]
+    arrays = [call.pointers if call.pointers is not None else pointer_arrays(call.caches) for call in (lower, upper)]
     emb = embeddings.contiguous()
     carriers = carriers.contiguous()
     gamma = emb.shape[0]
@@ -365,8 +363,7 @@ def stream_stack(lower, upper, h: torch.Tensor, heads: int, kv_heads: int, head_
     failed = lib.stream_stack(len(lower.caches), lower.layers, *arrays[0], len(upper.caches), upper.layers, *arrays[1],
                               h.data_ptr(), n, d, heads, kv_heads, head_dim, cos.data_ptr(), sin.data_ptr(),
                               spec.data_ptr(), keys.data_ptr(), lower.n_main, carriers.data_ptr(), carriers.numel(),
-                              gamma,
-                              emb.data_ptr(), cos2.data_ptr(), sin2.data_ptr(), spec2.data_ptr(), keys2.data_ptr(),
+                              gamma, emb.data_ptr(), cos2.data_ptr(), sin2.data_ptr(), spec2.data_ptr(), keys2.data_ptr(),
                               upper.n_main, lower.caches[0][0].shape[2], lower.start, scaling, silu_exp(),
                               None if norm is None else norm[0].data_ptr(), 0.0 if norm is None else norm[1],
                               mid.data_ptr(), out.data_ptr(), torch.get_num_threads())
