@@ -73,6 +73,49 @@ static inline __m128 total4(vec a, vec b, vec c, vec d) { /* lane j: the sum of 
   return _mm_add_ps(_mm_add_ps(_mm_add_ps(r0, r1), r2), r3);
 }
 
+/* A block's sums stored: y[i * ldy + n0 + j] = total4(acc[i][0], .., acc[i][3])[j], rows i < MM, outputs j < nn. */
+#if defined(__AVX512F__)
+/* On AVX-512, four rows at a time with the same adds as total4 and a third of its shuffles (a prompt's Linears
+ * spent ~1 in 6 of their vector instructions on total4's 27 a row at K = 576): fold4 folds 4 vectors with 512-bit
+ * shuffles (lanes 4j..4j+3: fold of the j-th), totals4 transposes four rows' folds within each 128-bit lane and
+ * adds them in total4's order (lane 4j + i: row i, output j). */
+static inline __m512 fold4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE)); /* l + l+8 */
+  __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD)); /* + l+4 */
+}
+static inline __m512 totals4(__m512 r0, __m512 r1, __m512 r2, __m512 r3) {
+  __m512d t0 = _mm512_castps_pd(_mm512_unpacklo_ps(r0, r1)), t1 = _mm512_castps_pd(_mm512_unpackhi_ps(r0, r1));
+  __m512d t2 = _mm512_castps_pd(_mm512_unpacklo_ps(r2, r3)), t3 = _mm512_castps_pd(_mm512_unpackhi_ps(r2, r3));
+  __m512 x0 = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2)), x1 = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+  __m512 x2 = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3)), x3 = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+  return _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(x0, x1), x2), x3);
+}
+/* rows (1..4) rows of totals4's result t stored, each row's nn outputs (lane 4j + i -> y[i * ldy + j]) */
+static inline void store_totals4(__m512 t, int rows, float *y, int64_t ldy, int64_t nn) {
+  const __m512i by_row = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  __m512 p = _mm512_permutexvar_ps(by_row, t);
+  __mmask8 m = (__mmask8)((1u << nn) - 1);
+  _mm_mask_storeu_ps(y, m, _mm512_castps512_ps128(p));
+  if (rows > 1) _mm_mask_storeu_ps(y + ldy, m, _mm512_extractf32x4_ps(p, 1));
+  if (rows > 2) _mm_mask_storeu_ps(y + 2 * ldy, m, _mm512_extractf32x4_ps(p, 2));
+  if (rows > 3) _mm_mask_storeu_ps(y + 3 * ldy, m, _mm512_extractf32x4_ps(p, 3));
+}
+#define FOLD_ROW(MM, acc, i) ((i) < (MM) ? fold4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]) : vzero())
+#define STORE_TOTALS(MM, acc, y, ldy, n0, nn)                                                          \
+  UNROLLED for (int i0_ = 0; i0_ < (MM); i0_ += 4)                                                     \
+    store_totals4(totals4(FOLD_ROW(MM, acc, i0_), FOLD_ROW(MM, acc, i0_ + 1), FOLD_ROW(MM, acc, i0_ + 2), \
+                          FOLD_ROW(MM, acc, i0_ + 3)),                                                 \
+                  (MM) - i0_ < 4 ? (MM) - i0_ : 4, (y) + i0_ * (ldy) + (n0), ldy, nn);
+#else
+#define STORE_TOTALS(MM, acc, y, ldy, n0, nn)                                                          \
+  UNROLLED for (int i_ = 0; i_ < (MM); i_++) {                                                         \
+    float out_[NB];                                                                                    \
+    _mm_storeu_ps(out_, total4(acc[i_][0], acc[i_][1], acc[i_][2], acc[i_][3]));                       \
+    memcpy((y) + i_ * (ldy) + (n0), out_, (size_t)(nn) * sizeof(float));                              \
+  }
+#endif
+
 #define STEP(MM, LOAD, k, n)                                                                           \
   {                                                                                                    \
     vec a = LOAD(w0 + (k), n), b = LOAD(w1 + (k), n), c = LOAD(w2 + (k), n), d = LOAD(w3 + (k), n);    \
@@ -99,11 +142,7 @@ static inline __m128 total4(vec a, vec b, vec c, vec d) { /* lane j: the sum of 
     UNROLLED for (int i = 0; i < MM; i++)                                                              \
       UNROLLED for (int j = 0; j < NB; j++) acc[i][j] = vzero();                                       \
     LOOP(MM, WT, LOAD)                                                                                 \
-    UNROLLED for (int i = 0; i < MM; i++) {                                                            \
-      float out[NB];                                                                                   \
-      _mm_storeu_ps(out, total4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));                          \
-      memcpy(y + i * N + n0, out, (size_t)nn * sizeof(float));                                         \
-    }                                                                                                  \
+    STORE_TOTALS(MM, acc, y, N, n0, nn)                                                                \
   }
 
 /* Row-major weights: 4 reads K apart; missing output rows read row n0 again and are not stored. */
@@ -221,11 +260,25 @@ int64_t rowinv_span(int64_t K) { return span_of(K); }
         UNROLLED for (int j = 0; j < NB; j++) park_store(park + (i * NB + j) * LANES, acc[i][j]);      \
       return;                                                                                          \
     }                                                                                                  \
-    UNROLLED for (int i = 0; i < MM; i++) {                                                            \
-      float out[NB];                                                                                   \
-      _mm_storeu_ps(out, total4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));                          \
-      memcpy(y + i * ldy + n0, out, (size_t)nn * sizeof(float));                                       \
+    STORE_TOTALS(MM, acc, y, ldy, n0, nn)                                                              \
+  }
+
+/* All of K for one block, span after span, the accumulators kept in registers throughout: MM input rows against the
+ * nn <= 4 output rows from n0 = b * NB of a weight W with `blocks` blocks, laid out in spans of `span` columns. The
+ * same FMAs in the same order as span by span with parking, without storing and reloading the accumulators
+ * between spans (a prompt's 1536 -> 576 Linear spent ~1 in 12 of its instructions parking). */
+#define DEFINE_WHOLE_OF(NAME, WT, LOAD, MM, PF)                                                        \
+  static void NAME##_##MM(const float *x, int64_t K, const WT *W, int64_t blocks, int64_t b, int64_t span, \
+                          float *y, int64_t ldy, int64_t nn) {                                         \
+    vec acc[MM][NB];                                                                                   \
+    UNROLLED for (int i = 0; i < MM; i++)                                                              \
+      UNROLLED for (int j = 0; j < NB; j++) acc[i][j] = vzero();                                       \
+    for (int64_t k0 = 0; k0 < K; k0 += span) {                                                         \
+      int64_t k1 = k0 + span < K ? k0 + span : K;                                                      \
+      const WT *wb = W + k0 * blocks * NB + b * NB * (k1 - k0) - k0 * NB;                              \
+      for (int64_t k = k0; k < k1; k += LANES) STEP_B(MM, WT, LOAD, k, PF)                             \
     }                                                                                                  \
+    STORE_TOTALS(MM, acc, y, ldy, b * NB, nn)                                                          \
   }
 
 /* A thread's buffer of at least `bytes` (grown, kept for the thread's next calls), or NULL */
@@ -256,25 +309,27 @@ static float *parking(size_t floats) {
 
 #if MB == 6
 #define SPAN_BLOCKS(NAME) {0, NAME##_1, NAME##_2, NAME##_3, NAME##_4, NAME##_5, NAME##_6}
-#define DEFINE_SPANS(NAME, WT, LOAD, PF)                                                               \
-  DEFINE_SPAN_OF(NAME, WT, LOAD, 1, PF) DEFINE_SPAN_OF(NAME, WT, LOAD, 2, PF)                          \
-  DEFINE_SPAN_OF(NAME, WT, LOAD, 3, PF) DEFINE_SPAN_OF(NAME, WT, LOAD, 4, PF)                          \
-  DEFINE_SPAN_OF(NAME, WT, LOAD, 5, PF) DEFINE_SPAN_OF(NAME, WT, LOAD, 6, PF)
+#define DEFINE_SPANS(DEF, NAME, WT, LOAD, PF)                                                          \
+  DEF(NAME, WT, LOAD, 1, PF) DEF(NAME, WT, LOAD, 2, PF) DEF(NAME, WT, LOAD, 3, PF)                     \
+  DEF(NAME, WT, LOAD, 4, PF) DEF(NAME, WT, LOAD, 5, PF) DEF(NAME, WT, LOAD, 6, PF)
 #else
 #define SPAN_BLOCKS(NAME) {0, NAME##_1, NAME##_2, NAME##_3}
-#define DEFINE_SPANS(NAME, WT, LOAD, PF)                                                               \
-  DEFINE_SPAN_OF(NAME, WT, LOAD, 1, PF) DEFINE_SPAN_OF(NAME, WT, LOAD, 2, PF)                          \
-  DEFINE_SPAN_OF(NAME, WT, LOAD, 3, PF)
+#define DEFINE_SPANS(DEF, NAME, WT, LOAD, PF)                                                          \
+  DEF(NAME, WT, LOAD, 1, PF) DEF(NAME, WT, LOAD, 2, PF) DEF(NAME, WT, LOAD, 3, PF)
 #endif
 
 /* NAME##_ld writes row m of y at y + m * ldy (ldy >= N: a slice of a wider output); NAME is ldy = N. */
 #define DEFINE_BLOCKED_KERNEL(NAME, WT, LOAD)                                                          \
-  DEFINE_SPANS(NAME, WT, LOAD, 1)                                                                      \
-  DEFINE_SPANS(NAME##_wide, WT, LOAD, 0)                                                               \
+  DEFINE_SPANS(DEFINE_SPAN_OF, NAME, WT, LOAD, 1)                                                      \
+  DEFINE_SPANS(DEFINE_WHOLE_OF, NAME##_whole, WT, LOAD, 1)                                             \
+  DEFINE_SPANS(DEFINE_WHOLE_OF, NAME##_wide, WT, LOAD, 0)                                              \
   typedef void (*NAME##_fn)(const float *, int64_t, const WT *, int64_t, int64_t, float *, float *, int64_t, \
                             int64_t, int64_t);                                                         \
+  typedef void (*NAME##_whole_fn)(const float *, int64_t, const WT *, int64_t, int64_t, int64_t, float *, int64_t, \
+                                  int64_t);                                                            \
   static const NAME##_fn NAME##_spans[MB + 1] = SPAN_BLOCKS(NAME);                                     \
-  static const NAME##_fn NAME##_wide_spans[MB + 1] = SPAN_BLOCKS(NAME##_wide);                         \
+  static const NAME##_whole_fn NAME##_wholes[MB + 1] = SPAN_BLOCKS(NAME##_whole);                      \
+  static const NAME##_whole_fn NAME##_wides[MB + 1] = SPAN_BLOCKS(NAME##_wide);                        \
   static void NAME##_ld(const float *x, int64_t M, int64_t K, const WT *W, int64_t N, float *y, int64_t ldy, \
                         int threads) {                                                                 \
     int64_t blocks = (N + NB - 1) / NB, span = span_of(K);                                             \
@@ -294,23 +349,19 @@ static float *parking(size_t floats) {
       }                                                                                                \
       return;                                                                                          \
     }                                                                                                  \
-    /* block by block, each block's spans in turn, parked on the stack; a prompt (WIDE_ROWS) a panel of blocks at a \
-     * time, every row group against the panel's blocks, without prefetching */                       \
+    /* block by block, all of K at a time; a prompt (WIDE_ROWS) a panel of blocks at a time, every row group   \
+     * against the panel's blocks, without prefetching */                                              \
     int wide = M >= WIDE_ROWS;                                                                         \
-    const NAME##_fn *spans = wide ? NAME##_wide_spans : NAME##_spans;                                  \
+    const NAME##_whole_fn *run = wide ? NAME##_wides : NAME##_wholes;                                  \
     int64_t panel = wide ? PANEL : 1;                                                                  \
     while (panel > 1 && (blocks + panel - 1) / panel < 2 * threads) panel /= 2;                         \
     _Pragma("omp parallel for schedule(static) num_threads(threads)")                                  \
     for (int64_t p0 = 0; p0 < blocks; p0 += panel) {                                                   \
       int64_t p1 = p0 + panel < blocks ? p0 + panel : blocks;                                          \
-      float own[PARKED];                                                                               \
       for (int64_t m0 = 0; m0 < M; m0 += MB)                                                           \
         for (int64_t b = p0; b < p1; b++)                                                              \
-          for (int64_t k0 = 0; k0 < K; k0 += span) {                                                   \
-            int64_t k1 = k0 + span < K ? k0 + span : K, n0 = b * NB;                                   \
-            spans[M - m0 < MB ? M - m0 : MB](x + m0 * K, K, W + k0 * blocks * NB + b * NB * (k1 - k0), k0, k1, own, \
-                                             y + m0 * ldy, ldy, n0, N - n0 < NB ? N - n0 : NB);        \
-          }                                                                                            \
+          run[M - m0 < MB ? M - m0 : MB](x + m0 * K, K, W, blocks, b, span, y + m0 * ldy, ldy,          \
+                                         N - b * NB < NB ? N - b * NB : NB);                           \
     }                                                                                                  \
   }                                                                                                    \
   void NAME(const float *x, int64_t M, int64_t K, const WT *W, int64_t N, float *y, int threads) {    \
@@ -828,11 +879,7 @@ static inline void make_q8(const uint8_t *b, const float *d, vec w[QV]) {
         }                                                                                              \
       }                                                                                                \
     }                                                                                                  \
-    UNROLLED for (int i = 0; i < MM; i++) {                                                            \
-      float out[NB];                                                                                   \
-      _mm_storeu_ps(out, total4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));                          \
-      memcpy(y + i * N, out, (size_t)nn * sizeof(float));                                              \
-    }                                                                                                  \
+    STORE_TOTALS(MM, acc, y, N, 0, nn)                                                                 \
   }
 typedef void (*q_fn)(const float *, int64_t, const uint8_t *, const float *, int64_t, float *, int64_t, int64_t);
 #define DEFINE_QBLOCKS(T, GB, S)                                                                       \
