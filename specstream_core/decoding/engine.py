@@ -12,8 +12,8 @@ from functools import lru_cache
 
 import torch
 
-from specstream_core.model import (compat, direct_layers, draft_weights, hub, int8_head, masks, merged_head, msa,
-                                   rowinv, rowinv_steps)
+from specstream_core.model import (certified_head, compat, direct_layers, draft_weights, hub, int8_head, masks,
+                                   merged_head, msa, rowinv, rowinv_steps)
 from specstream_core.decoding import loop
 from specstream_core.decoding.config import DecodeConfig, Result, decode_fields
 from specstream_core.decoding.drafters import Drafter
@@ -48,6 +48,7 @@ class Engine:
         self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else ([eos] if eos is not None else []))
         self._lm_head = compat.lm_head(model)
         self._head_memo: tuple = (None, None)  # (what it was made for, `_merged_head`)
+        self._certified_memo: tuple = (None, None)  # (what it was made for, `_certified_head`)
         self._tiled: tuple | None = None  # (the model, the row state, `_tiled_streams` for them): asked every step
         self.stream_weights = "same"
         if self.row_exact:
@@ -189,6 +190,27 @@ class Engine:
         of every row); else None: the drafter scores the node it takes."""
         head = self._merged_head() if streams is not None and not self.streams.cheap_draft_head else None
         return (self.logits(main), None) if head is None else head.scores(main, streams)
+
+    def greedy_choices(self, main: torch.Tensor, streams: torch.Tensor | None) -> tuple | None:
+        """Each main row's greedy token [...] without its whole logits, and the stream rows' draft scores as
+        `head_scores` gives them (or None), where this engine's head is an exact 8-bit head on fp32 activations and the
+        8-bit-activation kernel runs (`certified_head`: fp32 and int4 engines); else None (`head_scores` then)."""
+        head = self._certified_head()
+        if head is None:
+            return None
+        drafts = streams is not None and self.streams is not None and self.streams.cheap_draft_head
+        return head.choose(main, streams if drafts else None)
+
+    def _certified_head(self):
+        """`certified_head.CertifiedHead` of the LM head (the stream set's draft vocabulary first), or None; made once
+        per head and draft vocabulary."""
+        ids = self.streams.draft_vocab if self.streams is not None else None
+        weight = getattr(self._lm_head, "q8", None)
+        key = (None if weight is None else weight.data_ptr(), None if ids is None else ids.data_ptr())
+        if self._certified_memo[0] != key:
+            made = certified_head.CertifiedHead.of(self._lm_head, ids) if self.row_exact and weight is not None else None
+            self._certified_memo = (key, made)
+        return self._certified_memo[1]
 
     def _merged_head(self):
         """The LM head with the stream set's draft vocabulary first (`MergedHead.of`), or None; made once per head

@@ -38,7 +38,7 @@ from specstream_core.decoding.prefill import pad_steps, prefill
 from specstream_core.decoding.state import Limits, Row
 from specstream_core.decoding.tracer import Pass, RowTrace, attention_maps, capture_layers
 from specstream_core.decoding.tree import Tree, prune_by_threshold
-from specstream_core.decoding.verify import Verdict, sample_token, verify_greedy, verify_sampling
+from specstream_core.decoding.verify import Verdict, sample_token, verify_greedy, verify_sampling, walk_greedy
 from specstream_core.errors import SpecstreamError
 from specstream_core.model import compat, msa
 from specstream_core.model.cache import KVCache, SharedPrefixCache
@@ -76,6 +76,7 @@ class Decoding:
         self.birth = self.streams.cfg.birth_layer if self.streams is not None else self.num_layers
         self.forward_passes = 0
         self.cache = None  # allocated by the prefill
+        self.greedy = cfg.sampling.greedy and not processors.active(cfg)  # verification needs only argmaxes
 
     def _check_capture(self) -> None:
         if self.capture:
@@ -118,8 +119,13 @@ class Decoding:
         keeps = ([list(range(len(t))) for t in trees] if out.keep is None
                  else [out.keep[b, :n].tolist() for b, n in enumerate(out.kept)])
         survivors = [t if out.keep is None else t.subset(k) for t, k in zip(trees, keeps)]
-        logits, scored = engine.head_scores(out.main, out.streams)  # [B, m, V] verification rows (+ stream rows')
-        verdicts = [self._verify(row, s, logits[b, :len(s)]) for b, (row, s) in enumerate(zip(live, survivors))]  # 3.
+        picks = engine.greedy_choices(out.main, out.streams) if self.greedy else None  # 3. verify
+        if picks is None:
+            logits, scored = engine.head_scores(out.main, out.streams)  # [B, m, V] verification rows (+ stream rows')
+            verdicts = [self._verify(row, s, logits[b, :len(s)]) for b, (row, s) in enumerate(zip(live, survivors))]
+        else:  # each node's greedy token without the whole logits (model/certified_head.py)
+            choices, scored = picks
+            verdicts = [walk_greedy(s, choices[b, :len(s)].tolist()) for b, s in enumerate(survivors)]
         t2 = time.perf_counter()
         self._commit(out, keeps, verdicts)  # 4. commit
         t3 = time.perf_counter()

@@ -54,7 +54,11 @@ class Verdict:
 def verify_greedy(tree: Tree, logits: torch.Tensor) -> Verdict:
     """logits: [n, V] main-stream logits of the tree's nodes."""
     # one host sync per step: the walk needs the argmaxes on the host
-    choice = greedy.argmax(logits).tolist()
+    return walk_greedy(tree, greedy.argmax(logits).tolist())
+
+
+def walk_greedy(tree: Tree, choice: list[int]) -> Verdict:
+    """The longest path of the tree that follows each node's greedy choice (choice[i]: node i's argmax token)."""
     children = tree.children()
     path = [0]
     while True:

@@ -66,12 +66,22 @@ class MergedHead:
                 order = _draft_first(w.shape[0], ids)
                 tiled = rowinv_tiles.tiled(w.detach()[order].contiguous(), rowinv.library())
                 return None if tiled is None else _OnTiles(order, ids.numel(), lib, tiled)
-        elif isinstance(head, int8_head.Int8Linear) and head.a8 and 0 < ids.numel() < head.out_features:
-            if not head.out_features % int4_a8.TILE:
-                order = _draft_first(head.out_features, ids)
-                q, scale = head.groups()
-                return _Q8A8(order, ids.numel(), lib, *int4_a8.pack_q8(q[order], scale[order]))
+        elif isinstance(head, int8_head.Int8Linear) and head.a8:
+            return cls.of_groups(*head.groups(), ids)
         return None
+
+    @classmethod
+    def of_groups(cls, q: torch.Tensor, scale: torch.Tensor, draft_ids: torch.Tensor) -> "MergedHead | None":
+        """An 8-bit head's groups (q [V, d] int8, scale [V, d / 32]) against 8-bit activations, its draft vocabulary
+        first (`int4_a8.pack_q8`), where that runs and the vocabulary suits (as `of`); else None. Also what
+        `certified_head` reads an fp32-activation 8-bit head with."""
+        lib = rowinv.typed(_typed, _setup)
+        ids = draft_ids.to(torch.long).cpu()
+        vocab = q.shape[0]
+        if lib is None or not int4_a8.available() or ids.numel() % 32 or not 0 < ids.numel() < vocab or vocab % int4_a8.TILE:
+            return None
+        order = _draft_first(vocab, ids)
+        return _Q8A8(order, ids.numel(), lib, *int4_a8.pack_q8(q[order], scale[order]))
 
     def scores(self, main: torch.Tensor, streams: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(logits [..., V] of main rows [..., d], scores [..., K] of stream rows [..., d] over the draft vocabulary, in

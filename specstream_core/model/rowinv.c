@@ -1899,5 +1899,163 @@ int argmax_rows(const float *x, int64_t rows, int64_t n, int64_t ld, int64_t *ou
   return 0;
 }
 
+/* ---- Candidates of a greedy choice (model/certified_head.py) --------------------------------------------
+ * Rows a[m, n] of approximate logits, each within r[i, v] of its exact logit, where
+ *   r[i, v] = slack (sum_o dxo[i, o] l1[g_o, v] + rest[i] (tot[v] (1 + 2^-16) - sum_o l1[g_o, v])),
+ * l1 [G, n]: each token's sum of |w| per input group, tot[v] = sum_g l1[g, v], g_o (o < k <= 4) the groups the
+ * caller bounds one by one and rest[i] the largest dx of row i's other groups (the 2^-16 covers the subtraction's
+ * rounding). Writes to cols, in order, every token v that some row's upper end a + r reaches that row's best lower
+ * end max_v (a - r), and returns their count (the others cannot be any row's largest exact logit); -1: k > 4 or no
+ * memory; -2: some a is not finite (the caller takes the whole head). */
+#define CAND_GROUPS 4
+static inline float cand_bound(const float *l1v[CAND_GROUPS], int64_t k, const float *dxo, float rest, float tot, int64_t v) {
+  float part = 0.0f, rem = tot * (1.0f + 1.0f / 65536.0f);
+  for (int64_t o = 0; o < k; o++) part = fmaf(dxo[o], l1v[o][v], part), rem -= l1v[o][v];
+  return fmaf(rest, rem, part);
+}
+static int64_t greedy_candidates(const float *a, int64_t m, int64_t n, const float *l1, const float *tot, const int64_t *groups,
+                                 int64_t k, const float *dxo, const float *rest, float slack, int32_t *cols) {
+  if (k > CAND_GROUPS || k < 0) return -1;
+  const float *l1v[CAND_GROUPS];
+  for (int64_t o = 0; o < k; o++) l1v[o] = l1 + groups[o] * n;
+  float *floor_ = KEPT(float, m);
+  if (!floor_) return -1;
+#if defined(__AVX512F__)
+  const float widen = 1.0f + 1.0f / 65536.0f;
+  int64_t n16 = n / LANES * LANES, count = 0;
+  __mmask16 odd = 0; /* lanes where some a is not finite (a - a is NaN) */
+  for (int64_t i = 0; i < m; i++) {
+    __m512 best = _mm512_set1_ps(-INFINITY);
+    for (int64_t v = 0; v < n16; v += LANES) {
+      __m512 av = _mm512_loadu_ps(a + i * n + v);
+      odd |= _mm512_cmp_ps_mask(vsub(av, av), vzero(), _CMP_NEQ_UQ);
+      __m512 rem = vmul(_mm512_loadu_ps(tot + v), vset1(widen)), part = vzero();
+      for (int64_t o = 0; o < k; o++) {
+        __m512 l = _mm512_loadu_ps(l1v[o] + v);
+        part = vfmadd(vset1(dxo[i * k + o]), l, part), rem = vsub(rem, l);
+      }
+      __m512 r = vfmadd(vset1(rest[i]), rem, part);
+      best = vmax(best, _mm512_fnmadd_ps(vset1(slack), r, av));
+    }
+    float b = _mm512_reduce_max_ps(best);
+    for (int64_t v = n16; v < n; v++) {
+      if (!isfinite(a[i * n + v])) return -2;
+      float lo = a[i * n + v] - slack * cand_bound(l1v, k, dxo + i * k, rest[i], tot[v], v);
+      b = lo > b ? lo : b;
+    }
+    floor_[i] = b;
+  }
+  if (odd) return -2;
+  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  for (int64_t v = 0; v < n16; v += LANES) {
+    __m512 rem = vmul(_mm512_loadu_ps(tot + v), vset1(widen));
+    __m512 l[CAND_GROUPS];
+    for (int64_t o = 0; o < k; o++) l[o] = _mm512_loadu_ps(l1v[o] + v), rem = vsub(rem, l[o]);
+    __mmask16 hit = 0;
+    for (int64_t i = 0; i < m && hit != 0xFFFF; i++) {
+      __m512 part = vzero();
+      for (int64_t o = 0; o < k; o++) part = vfmadd(vset1(dxo[i * k + o]), l[o], part);
+      __m512 up = _mm512_fmadd_ps(vset1(slack), vfmadd(vset1(rest[i]), rem, part), _mm512_loadu_ps(a + i * n + v));
+      hit |= _mm512_cmp_ps_mask(up, vset1(floor_[i]), _CMP_GE_OQ);
+    }
+    if (hit) {
+      _mm512_mask_compressstoreu_epi32(cols + count, hit, _mm512_add_epi32(iota, _mm512_set1_epi32((int)v)));
+      count += __builtin_popcount((unsigned)hit);
+    }
+  }
+  for (int64_t v = n16; v < n; v++)
+    for (int64_t i = 0; i < m; i++)
+      if (a[i * n + v] + slack * cand_bound(l1v, k, dxo + i * k, rest[i], tot[v], v) >= floor_[i]) {
+        cols[count++] = (int32_t)v;
+        break;
+      }
+  return count;
+#else
+  for (int64_t i = 0; i < m; i++) {
+    float best = -INFINITY;
+    for (int64_t v = 0; v < n; v++) {
+      if (!isfinite(a[i * n + v])) return -2;
+      float lo = a[i * n + v] - slack * cand_bound(l1v, k, dxo + i * k, rest[i], tot[v], v);
+      best = lo > best ? lo : best;
+    }
+    floor_[i] = best;
+  }
+  int64_t count = 0;
+  for (int64_t v = 0; v < n; v++)
+    for (int64_t i = 0; i < m; i++)
+      if (a[i * n + v] + slack * cand_bound(l1v, k, dxo + i * k, rest[i], tot[v], v) >= floor_[i]) {
+        cols[count++] = (int32_t)v;
+        break;
+      }
+  return count;
+#endif
+}
+
+/* Greedy choices of an exact 8-bit head (linear_q8's layout: wq [N' / 4, K / 32, 4, 32], ds [N' / 4, K / 32, 4, 1])
+ * for rows x [m, K], from a[m, n], the same groups against x rounded to 8 bits (linear_q8a8), l1 [G, n] and tot [n]
+ * (`greedy_candidates`): each row's scales dx (as quantize_q8 makes them), the `bounded` groups with the largest
+ * scales over the rows bounded one by one, the candidates, then every candidate's exact logit from the kernel's own
+ * block call on the block that holds it (the same sums as linear_q8 over the whole head, bit for bit) and each row's
+ * first largest. out[i]: row i's token. Returns 0; -1: no memory; -2: x or a not finite (the caller takes the whole
+ * head). */
+int certified_choices(const float *x, int64_t m, int64_t K, const float *a, int64_t n, const float *l1,
+                      const float *tot, int64_t bounded, float slack, const uint8_t *wq, const float *ds, int64_t *out) {
+  int64_t G = K / QG, k = bounded < G ? bounded : G;
+  if (k > CAND_GROUPS) k = CAND_GROUPS;
+  float *dx = KEPT(float, m * G), *colmax = KEPT(float, G), *dxo = KEPT(float, m * CAND_GROUPS), *rest = KEPT(float, m);
+  float *best = KEPT(float, m), *buf = KEPT(float, MBQ * NB);
+  int32_t *cols = KEPT(int32_t, n);
+  if (!dx || !colmax || !dxo || !rest || !best || !buf || !cols) return -1;
+  for (int64_t g = 0; g < G; g++) colmax[g] = 0.0f;
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t g = 0; g < G; g++) {
+      float amax = 0.0f;
+      for (int64_t j = 0; j < QG; j++) {
+        float v = x[i * K + g * QG + j];
+        if (!isfinite(v)) return -2;
+        amax = fabsf(v) > amax ? fabsf(v) : amax;
+      }
+      dx[i * G + g] = amax / 127.0f;
+      colmax[g] = dx[i * G + g] > colmax[g] ? dx[i * G + g] : colmax[g];
+    }
+  int64_t groups[CAND_GROUPS];
+  for (int64_t o = 0; o < k; o++) { /* the k largest column maxima, first of equal ones */
+    int64_t at = -1;
+    for (int64_t g = 0; g < G; g++) {
+      int taken = 0;
+      for (int64_t p = 0; p < o; p++) taken |= groups[p] == g;
+      if (!taken && (at < 0 || colmax[g] > colmax[at])) at = g;
+    }
+    groups[o] = at;
+  }
+  for (int64_t i = 0; i < m; i++) {
+    rest[i] = 0.0f;
+    for (int64_t g = 0; g < G; g++) {
+      int taken = 0;
+      for (int64_t o = 0; o < k; o++) taken |= groups[o] == g;
+      if (!taken && dx[i * G + g] > rest[i]) rest[i] = dx[i * G + g];
+    }
+    for (int64_t o = 0; o < k; o++) dxo[i * k + o] = dx[i * G + groups[o]];
+  }
+  int64_t count = greedy_candidates(a, m, n, l1, tot, groups, k, dxo, rest, slack, cols);
+  if (count < 0) return (int)count;
+  for (int64_t i = 0; i < m; i++) best[i] = -INFINITY, out[i] = -1;
+  for (int64_t c = 0; c < count;) {
+    int64_t b = cols[c] / NB, c1 = c;
+    while (c1 < count && cols[c1] / NB == b) c1++; /* the candidates in this block */
+    for (int64_t m0 = 0; m0 < m; m0 += MBQ) {
+      int64_t mm = m - m0 < MBQ ? m - m0 : MBQ;
+      q8_blocks[mm](x + m0 * K, K, wq + b * NB * G * QG, ds + b * G * NB, G, buf, NB, NB);
+      for (int64_t i = 0; i < mm; i++)
+        for (int64_t t = c; t < c1; t++) {
+          float v = buf[i * NB + cols[t] % NB];
+          if (out[m0 + i] < 0 || v > best[m0 + i]) best[m0 + i] = v, out[m0 + i] = cols[t];
+        }
+    }
+    c = c1;
+  }
+  return 0;
+}
+
 int rowinv_abi(void) { return 16; }
 int rowinv_lanes(void) { return LANES; }
