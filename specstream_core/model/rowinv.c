@@ -1924,20 +1924,23 @@ static int64_t greedy_candidates(const float *a, int64_t m, int64_t n, const flo
   const float widen = 1.0f + 1.0f / 65536.0f;
   int64_t n16 = n / LANES * LANES, count = 0;
   __mmask16 odd = 0; /* lanes where some a is not finite (a - a is NaN) */
-  for (int64_t i = 0; i < m; i++) {
-    __m512 best = _mm512_set1_ps(-INFINITY);
-    for (int64_t v = 0; v < n16; v += LANES) {
-      __m512 av = _mm512_loadu_ps(a + i * n + v);
+  float *lanes_best = KEPT(float, m * LANES); /* each row's best lower ends, lane by lane */
+  if (!lanes_best) return -1;
+  for (int64_t i = 0; i < m; i++) _mm512_storeu_ps(lanes_best + i * LANES, _mm512_set1_ps(-INFINITY));
+  for (int64_t v = 0; v < n16; v += LANES) { /* token chunks outside, rows inside: the table read once */
+    __m512 rem = vmul(_mm512_loadu_ps(tot + v), vset1(widen));
+    __m512 l[CAND_GROUPS];
+    for (int64_t o = 0; o < k; o++) l[o] = _mm512_loadu_ps(l1v[o] + v), rem = vsub(rem, l[o]);
+    for (int64_t i = 0; i < m; i++) {
+      __m512 av = _mm512_loadu_ps(a + i * n + v), part = vzero();
       odd |= _mm512_cmp_ps_mask(vsub(av, av), vzero(), _CMP_NEQ_UQ);
-      __m512 rem = vmul(_mm512_loadu_ps(tot + v), vset1(widen)), part = vzero();
-      for (int64_t o = 0; o < k; o++) {
-        __m512 l = _mm512_loadu_ps(l1v[o] + v);
-        part = vfmadd(vset1(dxo[i * k + o]), l, part), rem = vsub(rem, l);
-      }
-      __m512 r = vfmadd(vset1(rest[i]), rem, part);
-      best = vmax(best, _mm512_fnmadd_ps(vset1(slack), r, av));
+      for (int64_t o = 0; o < k; o++) part = vfmadd(vset1(dxo[i * k + o]), l[o], part);
+      __m512 lo = _mm512_fnmadd_ps(vset1(slack), vfmadd(vset1(rest[i]), rem, part), av);
+      _mm512_storeu_ps(lanes_best + i * LANES, vmax(_mm512_loadu_ps(lanes_best + i * LANES), lo));
     }
-    float b = _mm512_reduce_max_ps(best);
+  }
+  for (int64_t i = 0; i < m; i++) {
+    float b = _mm512_reduce_max_ps(_mm512_loadu_ps(lanes_best + i * LANES));
     for (int64_t v = n16; v < n; v++) {
       if (!isfinite(a[i * n + v])) return -2;
       float lo = a[i * n + v] - slack * cand_bound(l1v, k, dxo + i * k, rest[i], tot[v], v);
