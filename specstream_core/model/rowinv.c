@@ -1913,6 +1913,30 @@ static inline float cand_bound(const float *l1v[CAND_GROUPS], int64_t k, const f
   for (int64_t o = 0; o < k; o++) part = fmaf(dxo[o], l1v[o][v], part), rem -= l1v[o][v];
   return fmaf(rest, rem, part);
 }
+/* Tokens v0 .. v1 one at a time (a vector loop's tail, or builds without AVX-512): row i's best lower end raised
+ * to them in *best (0), or -2 where some a is not finite */
+static int floor_scalar(const float *a, int64_t n, const float *l1v[CAND_GROUPS], int64_t k, const float *dxo,
+                        const float *rest, const float *tot, float slack, int64_t i, int64_t v0, int64_t v1, float *best) {
+  for (int64_t v = v0; v < v1; v++) {
+    if (!isfinite(a[i * n + v])) return -2;
+    float lo = a[i * n + v] - slack * cand_bound(l1v, k, dxo + i * k, rest[i], tot[v], v);
+    *best = lo > *best ? lo : *best;
+  }
+  return 0;
+}
+/* Tokens v0 .. v1 one at a time: those whose upper end reaches some row's floor appended to cols[count ..]; the
+ * new count */
+static int64_t mark_scalar(const float *a, int64_t m, int64_t n, const float *l1v[CAND_GROUPS], int64_t k,
+                           const float *dxo, const float *rest, const float *tot, float slack, const float *floor_,
+                           int64_t v0, int64_t v1, int32_t *cols, int64_t count) {
+  for (int64_t v = v0; v < v1; v++)
+    for (int64_t i = 0; i < m; i++)
+      if (a[i * n + v] + slack * cand_bound(l1v, k, dxo + i * k, rest[i], tot[v], v) >= floor_[i]) {
+        cols[count++] = (int32_t)v;
+        break;
+      }
+  return count;
+}
 static int64_t greedy_candidates(const float *a, int64_t m, int64_t n, const float *l1, const float *tot, const int64_t *groups,
                                  int64_t k, const float *dxo, const float *rest, float slack, int32_t *cols) {
   if (k > CAND_GROUPS || k < 0) return -1;
@@ -1940,13 +1964,8 @@ static int64_t greedy_candidates(const float *a, int64_t m, int64_t n, const flo
     }
   }
   for (int64_t i = 0; i < m; i++) {
-    float b = _mm512_reduce_max_ps(_mm512_loadu_ps(lanes_best + i * LANES));
-    for (int64_t v = n16; v < n; v++) {
-      if (!isfinite(a[i * n + v])) return -2;
-      float lo = a[i * n + v] - slack * cand_bound(l1v, k, dxo + i * k, rest[i], tot[v], v);
-      b = lo > b ? lo : b;
-    }
-    floor_[i] = b;
+    floor_[i] = _mm512_reduce_max_ps(_mm512_loadu_ps(lanes_best + i * LANES));
+    if (floor_scalar(a, n, l1v, k, dxo, rest, tot, slack, i, n16, n, floor_ + i)) return -2;
   }
   if (odd) return -2;
   const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -1966,31 +1985,13 @@ static int64_t greedy_candidates(const float *a, int64_t m, int64_t n, const flo
       count += __builtin_popcount((unsigned)hit);
     }
   }
-  for (int64_t v = n16; v < n; v++)
-    for (int64_t i = 0; i < m; i++)
-      if (a[i * n + v] + slack * cand_bound(l1v, k, dxo + i * k, rest[i], tot[v], v) >= floor_[i]) {
-        cols[count++] = (int32_t)v;
-        break;
-      }
-  return count;
+  return mark_scalar(a, m, n, l1v, k, dxo, rest, tot, slack, floor_, n16, n, cols, count);
 #else
   for (int64_t i = 0; i < m; i++) {
-    float best = -INFINITY;
-    for (int64_t v = 0; v < n; v++) {
-      if (!isfinite(a[i * n + v])) return -2;
-      float lo = a[i * n + v] - slack * cand_bound(l1v, k, dxo + i * k, rest[i], tot[v], v);
-      best = lo > best ? lo : best;
-    }
-    floor_[i] = best;
+    floor_[i] = -INFINITY;
+    if (floor_scalar(a, n, l1v, k, dxo, rest, tot, slack, i, 0, n, floor_ + i)) return -2;
   }
-  int64_t count = 0;
-  for (int64_t v = 0; v < n; v++)
-    for (int64_t i = 0; i < m; i++)
-      if (a[i * n + v] + slack * cand_bound(l1v, k, dxo + i * k, rest[i], tot[v], v) >= floor_[i]) {
-        cols[count++] = (int32_t)v;
-        break;
-      }
-  return count;
+  return mark_scalar(a, m, n, l1v, k, dxo, rest, tot, slack, floor_, 0, n, cols, 0);
 #endif
 }
 
