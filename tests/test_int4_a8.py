@@ -57,6 +57,17 @@ def test_int4_a8_computes_8_bit_rows_against_the_groups_and_is_row_invariant():
     assert torch.equal(layer.rows(torch.tensor([5, 0, 97]))(x), y[:, [5, 0, 97]])
 
 
+def test_a_prompt_sized_call_sums_each_row_as_a_one_row_call():
+    """Calls of 32 rows or more take two tiles of outputs a block (rowinv.c `a8_pairs`), the last tile of an odd
+    count alone: every row's result is still its one-row call's, bit for bit."""
+    for n in (98, 160):  # 7 tiles of 16 (98 padded to 112) and 10
+        layer = _layer(n=n, seed=4)
+        x = torch.randn(45, 128, generator=torch.Generator().manual_seed(5))
+        y = layer(x)
+        assert torch.equal(y, torch.cat([layer(x[i:i + 1]) for i in range(45)]))
+        assert torch.equal(layer(x[:32]), y[:32]) and torch.equal(layer(x[7:]), y[7:])
+
+
 def test_the_8_bit_head_against_8_bit_rows():
     """Signed weights: the activations go in unsigned (+128) and a per-group constant takes the excess off."""
     w = torch.randn(50, 96, generator=torch.Generator().manual_seed(4))

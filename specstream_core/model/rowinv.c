@@ -1001,6 +1001,53 @@ typedef void (*a8_fn)(const int8_t *, const float *, const float *, int64_t, con
 DEFINE_A8BLOCK(1) DEFINE_A8BLOCK(2) DEFINE_A8BLOCK(3) DEFINE_A8BLOCK(4)
 DEFINE_A8BLOCK(5) DEFINE_A8BLOCK(6) DEFINE_A8BLOCK(7) DEFINE_A8BLOCK(8)
 static const a8_fn a8_blocks[A8_ROWS + 1] = {0, a8_1, a8_2, a8_3, a8_4, a8_5, a8_6, a8_7, a8_8};
+/* A prompt's rows (WIDE_ROWS or more) two tiles at a time, up to 6 rows a block: each broadcast of a row's bytes
+ * feeds both tiles' products (one broadcast a product above), and each output gets the same integer sums and the same
+ * two fmas a group as in a8_MM: the same results bit for bit. SmolLM2's shapes at 202 rows (ad-hoc, GOP/s, one tile
+ * -> two): 576 -> 576 321 -> 379, 576 -> 1536 321 -> 396, 1536 -> 576 337 -> 371, 576 -> 192 291 -> 313. */
+#define A8_WIDE_ROWS 6
+#define DEFINE_A8PAIR(MM)                                                                                 \
+  static void a8pair_##MM(const int8_t *xq, const float *dx, const float *sx, int64_t K, const uint8_t *w, \
+                          const uint16_t *dm, int64_t G, float *y, int64_t ldy) {                         \
+    const __m512i low = _mm512_set1_epi8(0x0F);                                                           \
+    const uint8_t *w2 = w + G * 4 * 64;                                                                   \
+    const uint16_t *dm2 = dm + G * 2 * A8_TILE;                                                           \
+    __m512 f[MM][2];                                                                                      \
+    UNROLLED for (int i = 0; i < MM; i++) f[i][0] = vzero(), f[i][1] = vzero();                           \
+    for (int64_t g = 0; g < G; g++) {                                                                     \
+      const uint8_t *wg = w + g * 4 * 64, *wg2 = w2 + g * 4 * 64;                                         \
+      __m512i acc[MM][2];                                                                                 \
+      UNROLLED for (int i = 0; i < MM; i++) acc[i][0] = _mm512_setzero_si512(), acc[i][1] = _mm512_setzero_si512(); \
+      UNROLLED for (int c = 0; c < 4; c++) {                                                              \
+        __m512i v = _mm512_loadu_si512(wg + c * 64), v2 = _mm512_loadu_si512(wg2 + c * 64);               \
+        __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);       \
+        __m512i lo2 = _mm512_and_si512(v2, low), hi2 = _mm512_and_si512(_mm512_srli_epi16(v2, 4), low);   \
+        UNROLLED for (int i = 0; i < MM; i++) {                                                           \
+          int32_t xa, xb;                                                                                 \
+          memcpy(&xa, xq + i * K + g * QG + 8 * c, 4), memcpy(&xb, xq + i * K + g * QG + 8 * c + 4, 4);   \
+          __m512i ba = _mm512_set1_epi32(xa), bb = _mm512_set1_epi32(xb);                                 \
+          acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], lo, ba);                                             \
+          acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], lo2, ba);                                            \
+          acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], hi, bb);                                             \
+          acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], hi2, bb);                                            \
+        }                                                                                                 \
+      }                                                                                                   \
+      __m512 dv = half16(dm + g * 2 * A8_TILE), mv = half16(dm + g * 2 * A8_TILE + A8_TILE);             \
+      __m512 dv2 = half16(dm2 + g * 2 * A8_TILE), mv2 = half16(dm2 + g * 2 * A8_TILE + A8_TILE);         \
+      UNROLLED for (int i = 0; i < MM; i++) {                                                             \
+        f[i][0] = vfmadd(_mm512_cvtepi32_ps(acc[i][0]), vmul(dv, vset1(dx[i * G + g])), f[i][0]);         \
+        f[i][0] = vfmadd(mv, vset1(sx[i * G + g]), f[i][0]);                                              \
+        f[i][1] = vfmadd(_mm512_cvtepi32_ps(acc[i][1]), vmul(dv2, vset1(dx[i * G + g])), f[i][1]);        \
+        f[i][1] = vfmadd(mv2, vset1(sx[i * G + g]), f[i][1]);                                             \
+      }                                                                                                   \
+    }                                                                                                     \
+    UNROLLED for (int i = 0; i < MM; i++) {                                                               \
+      _mm512_storeu_ps(y + i * ldy, f[i][0]);                                                             \
+      _mm512_storeu_ps(y + i * ldy + A8_TILE, f[i][1]);                                                   \
+    }                                                                                                     \
+  }
+DEFINE_A8PAIR(1) DEFINE_A8PAIR(2) DEFINE_A8PAIR(3) DEFINE_A8PAIR(4) DEFINE_A8PAIR(5) DEFINE_A8PAIR(6)
+static const a8_fn a8_pairs[A8_WIDE_ROWS + 1] = {0, a8pair_1, a8pair_2, a8pair_3, a8pair_4, a8pair_5, a8pair_6};
 
 /* cols NULL: y[m, n] (row stride ldy); else `scatter_cols` */
 static int linear_a8(const a8_fn *blocks, int64_t GB, const float *x, int64_t M, int64_t K, const uint8_t *w,
@@ -1012,8 +1059,16 @@ static int linear_a8(const a8_fn *blocks, int64_t GB, const float *x, int64_t M,
   int failed = !xq || !dx || !sx;
   if (!failed) {
     quantize_q8(x, M, K, xq, dx, sx);
+    int64_t paired = blocks == a8_blocks && !cols && M >= WIDE_ROWS ? tiles / 2 * 2 : 0; /* a prompt: `a8_pairs` */
     _Pragma("omp parallel for schedule(static) num_threads(threads)")
-    for (int64_t t = 0; t < tiles; t++)
+    for (int64_t t = 0; t < paired; t += 2)
+      for (int64_t m0 = 0; m0 < M; m0 += A8_WIDE_ROWS) {
+        int mm = M - m0 < A8_WIDE_ROWS ? (int)(M - m0) : A8_WIDE_ROWS;
+        a8_pairs[mm](xq + m0 * K, dx + m0 * G, sx + m0 * G, K, w + t * G * GB, dm + t * G * 2 * A8_TILE, G,
+                     y + m0 * ldy + t * A8_TILE, ldy);
+      }
+    _Pragma("omp parallel for schedule(static) num_threads(threads)")
+    for (int64_t t = paired; t < tiles; t++)
       for (int64_t m0 = 0; m0 < M; m0 += A8_ROWS) {
         int mm = M - m0 < A8_ROWS ? (int)(M - m0) : A8_ROWS;
         float buf[A8_ROWS * A8_TILE];
