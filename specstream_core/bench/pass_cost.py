@@ -135,13 +135,8 @@ def pass_kinds(engine, context: int = 256, verify_rows=(2, 3, 5, 9)) -> tuple[li
             with _step_attention(engine):
                 out = msa.forward(engine.model, tokens, pos, visible, streams=streams if g else None,
                                   carriers=carriers, cache=cache, window=engine.window, num_streams=g or None)
-            streams_out = out.streams[0] if g else None
-            picks = engine.greedy_choices(out.main[0], streams_out)  # as the loop does, greedy
-            if picks is None:
-                logits, scored = engine.head_scores(out.main[0], streams_out)
-                picks = greedy.argmax(logits), scored
-            picks[0].tolist()  # verification rows' choices, host sync, as `verify` does
-            scored = picks[1]
+            choices, scored = engine.greedy_picks(out.main[0], out.streams[0] if g else None)  # as the loop does
+            choices.tolist()  # verification rows' choices, host sync, as the loop's walk does
             if g:  # one node's streams: the next draft, over the draft vocabulary as the drafters rank it
                 scores, ids = RowOutput(out.main[0], out.streams[0], None, engine.draft_scores,
                                         None if scored is None else (scored, streams.draft_vocab)).node_scores(k - 1)

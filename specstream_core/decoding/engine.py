@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import torch
 
-from specstream_core.model import (certified_head, compat, direct_layers, draft_weights, hub, int8_head, masks,
+from specstream_core.model import (certified_head, compat, direct_layers, draft_weights, greedy, hub, int8_head, masks,
                                    merged_head, msa, rowinv, rowinv_steps)
 from specstream_core.decoding import loop
 from specstream_core.decoding.config import DecodeConfig, Result, decode_fields
@@ -200,6 +200,15 @@ class Engine:
             return None
         drafts = streams is not None and self.streams is not None and self.streams.cheap_draft_head
         return head.choose(main, streams if drafts else None)
+
+    def greedy_picks(self, main: torch.Tensor, streams: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(each main row's greedy token [...], the stream rows' draft scores or None): `greedy_choices` where it runs,
+        else the argmax of `head_scores`' logits (the first of equal largest values, as torch's)."""
+        picks = self.greedy_choices(main, streams)
+        if picks is None:
+            logits, scored = self.head_scores(main, streams)
+            picks = greedy.argmax(logits), scored
+        return picks
 
     def _certified_head(self):
         """`certified_head.CertifiedHead` of the LM head (the stream set's draft vocabulary first), or None; made once

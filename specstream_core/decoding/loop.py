@@ -119,13 +119,12 @@ class Decoding:
         keeps = ([list(range(len(t))) for t in trees] if out.keep is None
                  else [out.keep[b, :n].tolist() for b, n in enumerate(out.kept)])
         survivors = [t if out.keep is None else t.subset(k) for t, k in zip(trees, keeps)]
-        picks = engine.greedy_choices(out.main, out.streams) if self.greedy else None  # 3. verify
-        if picks is None:
+        if self.greedy:  # 3. verify: each node's greedy token (without the whole logits where model/certified_head.py runs)
+            choices, scored = engine.greedy_picks(out.main, out.streams)  # [B, m] (+ stream rows' draft scores)
+            verdicts = [walk_greedy(s, choices[b, :len(s)].tolist()) for b, s in enumerate(survivors)]
+        else:
             logits, scored = engine.head_scores(out.main, out.streams)  # [B, m, V] verification rows (+ stream rows')
             verdicts = [self._verify(row, s, logits[b, :len(s)]) for b, (row, s) in enumerate(zip(live, survivors))]
-        else:  # each node's greedy token without the whole logits (model/certified_head.py)
-            choices, scored = picks
-            verdicts = [walk_greedy(s, choices[b, :len(s)].tolist()) for b, s in enumerate(survivors)]
         t2 = time.perf_counter()
         self._commit(out, keeps, verdicts)  # 4. commit
         t3 = time.perf_counter()

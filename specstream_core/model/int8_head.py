@@ -71,12 +71,13 @@ class Int8Linear(nn.Module):
             y = F.linear(x.float(), self._weight).to(x.dtype)
         return y if self.bias is None else y + self.bias.to(y.dtype)
 
-    def rows(self, index: torch.Tensor) -> "Int8Linear":
-        """The same layer restricted to output rows `index` (a draft vocabulary's slice of the head)."""
+    def rows(self, index: torch.Tensor, a8: bool | None = None) -> "Int8Linear":
+        """The same layer restricted to output rows `index` (a draft vocabulary's slice of the head); a8: against 8-bit
+        activations or not (default: as this layer)."""
         index = index.to(torch.long).cpu()
         q, scale = self.groups()
         bias = None if self.bias is None else self.bias[index]
-        return Int8Linear(q[index], scale[index], bias, kernel=self.kernel, a8=self.a8)
+        return Int8Linear(q[index], scale[index], bias, kernel=self.kernel, a8=self.a8 if a8 is None else a8)
 
     def dequantized(self) -> torch.Tensor:
         """The fp32 weight [N, K], q * scale."""

@@ -22,7 +22,7 @@ from dataclasses import asdict
 import torch
 from torch import nn
 
-from specstream_core.model import compat, direct_layers, draft_weights, hub, rowinv, rowinv_steps, rowinv_tiles
+from specstream_core.model import compat, direct_layers, draft_weights, hub, int8_head, rowinv, rowinv_steps, rowinv_tiles
 from specstream_core.model.stream_config import (ADAPTER_TARGETS, CONFIG_NAME, FORMAT_VERSION, LORA_DIR, MAX_GAMMA,  # noqa: F401
                                                  WEIGHTS_NAME, StreamConfig, check_gamma, read_stream_config)
 from specstream_core.errors import SpecstreamError
@@ -258,8 +258,8 @@ class StreamParams(nn.Module):
         if cached is None or cached[1] is not source or cached[2] != (source.device, source.dtype):
             idx = self.draft_vocab.to(source.device)
             if self.cheap_draft_head and getattr(head, "bias", None) is None and not getattr(head, "a8", False):
-                rows = head.rows(idx).dequantized() if hasattr(head, "rows") else source.detach()[idx]
-                sub = draft_weights.head_rows(rows)  # fp32's exact 8-bit head too (`int8_head.use_exact_head`)
+                sub = (head.rows(idx, a8=True) if isinstance(head, int8_head.Int8Linear)  # fp32's exact 8-bit head
+                       else draft_weights.head_rows(source.detach()[idx]))
             elif hasattr(head, "rows"):
                 sub = head.rows(idx)
             else:
