@@ -177,6 +177,9 @@ def add_training_data_arguments(p) -> None:
     p.add_argument("--distilled-only", action="store_true",
                    help="with --distill: train only on prompts already answered in --distill-cache (generate none)")
     p.add_argument("--distill-cache", default="", help="JSONL file that keeps distilled answers between runs")
+    p.add_argument("--references", action="store_true",
+                   help="with --distill: train on each prompt's reference answer where it has one and on the base's "
+                        "distilled answer elsewhere (shared mode fine-tuned on the tasks, as the paper's shared mode)")
 
 
 def training_pairs(args, model, tokenizer) -> tuple[list, list]:
@@ -200,12 +203,25 @@ def training_pairs(args, model, tokenizer) -> tuple[list, list]:
             done = read_cache(cache)
             train_pairs = [p for p in train_pairs if _key(p[0]) in done]
             print(f"{len(train_pairs)} training prompts have a distilled answer in {cache}")
+        given = (train_pairs, eval_pairs)
         train_pairs = distilled_pairs(model, tokenizer, train_pairs, args.distill_max_new_tokens, cache_file=cache)
         eval_pairs = distilled_pairs(model, tokenizer, eval_pairs, args.distill_max_new_tokens, cache_file=cache)
+        if getattr(args, "references", False):
+            eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+            train_pairs = prefer_references(given[0], train_pairs, eos)
+            eval_pairs = prefer_references(given[1], eval_pairs, eos)
+    elif getattr(args, "references", False):
+        raise SpecstreamError("--references needs --distill (the base's answers where a prompt has no reference)")
     train_pairs = [p for p in train_pairs if p[1]]  # prompts without an answer (not yet distilled)
     if not train_pairs:
         raise SpecstreamError("no training examples with an answer (use --distill for prompt-only data)")
     return train_pairs, eval_pairs
+
+
+def prefer_references(given: list, distilled: list, eos: list[int]) -> list:
+    """Each pair with its reference answer where the data gave one (more than the EOS that closes every answer),
+    with the base's distilled answer elsewhere."""
+    return [g if g[1] != eos else d for g, d in zip(given, distilled, strict=True)]
 
 
 def read_jsonl_examples(path: str) -> list[tuple[str, str]]:

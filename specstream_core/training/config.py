@@ -33,7 +33,7 @@ class TrainConfig:
     draft_vocab_size: int = 0  # streams score only the K most frequent answer tokens (0 = all)
     feature_cache_gb: float = 4.0  # lossless: keep the frozen layers' output per sequence, up to this size
     init_from: str = ""  # start from the trained tensors of this stream directory (same shapes) instead of fresh ones
-    main_target: str = "kl"  # shared: main rows match the base's whole next-token distribution (kl) or its greedy token
+    main_target: str = "kl"  # shared: main rows match the base's whole next-token distribution (kl) or the answers' tokens (answers = greedy)
     lora_lr: float = 0.0  # shared: the LoRA's learning rate (0 = lr)
 
     def __post_init__(self):
@@ -42,8 +42,8 @@ class TrainConfig:
         check_gamma(self.gamma, "--gamma")
         if self.steps < 1 or self.batch_size < 1 or self.seq_len < 8:
             raise SpecstreamError("steps and batch size must be >= 1 and seq_len >= 8")
-        if self.main_target not in ("kl", "greedy"):
-            raise SpecstreamError(f"--main-target must be kl or greedy, got {self.main_target!r}")
+        if self.main_target not in ("kl", "greedy", "answers"):
+            raise SpecstreamError(f"--main-target must be kl, answers or greedy, got {self.main_target!r}")
         if self.lora_lr < 0:
             raise SpecstreamError(f"--lora-lr must be >= 0 (0 = --lr), got {self.lora_lr}")
         if self.lora_layers < 0:

@@ -25,9 +25,10 @@ def add_arguments(p) -> None:
     p.add_argument("--lora-rank", type=int, default=16, help="shared LoRA rank (shared mode)")
     p.add_argument("--lora-layers", type=int, default=0, help="shared mode: LoRA on the top K layers only "
                    "(0 = every layer; K <= --n-stream-layers reuses the frozen lower layers' output, as lossless does)")
-    p.add_argument("--main-target", choices=("kl", "greedy"), default="kl",
-                   help="shared mode: the main rows learn the base's whole next-token distribution (kl) or only "
-                   "its greedy token")
+    p.add_argument("--main-target", choices=("kl", "greedy", "answers"), default="kl",
+                   help="shared mode: the main rows learn the base's whole next-token distribution (kl), or the "
+                   "training answers' tokens by cross-entropy (answers; greedy is its old name: with --distill they "
+                   "are the base's greedy tokens, with --references the references where given)")
     p.add_argument("--lora-lr", type=float, default=0.0, help="shared mode: the LoRA's learning rate (0 = --lr)")
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--minutes", type=float, default=0.0, help="stop after this many minutes (0 = no limit)")
@@ -127,7 +128,10 @@ def _extra(args) -> dict:
     """What the stream set records about its training, and the decode settings to recommend: those of the set it
     continues (`--init-from`), where the flags below say nothing else."""
     decode, history = _inherited(getattr(args, "init_from", ""))
-    extra = {"targets": "self-distilled (base greedy answers)" if args.distill else "data", **history}
+    targets = "self-distilled (base greedy answers)" if args.distill else "data"
+    if getattr(args, "references", False):
+        targets = "the prompts' reference answers where given, self-distilled (base greedy answers) elsewhere"
+    extra = {"targets": targets, **history}
     if args.recommend_topk:
         from specstream_core.decoding.config import parse_topk
 
