@@ -121,3 +121,33 @@ def test_a_cache_from_an_older_version_is_adopted(tmp_path, monkeypatch, capsys)
     with pytest.raises(SpecstreamError, match="different model"):  # from now on it is tied to that model
         distill.distilled_pairs(tiny_model("llama", seed=2), _tokenizer(), [(p, [1]) for p in prompts], 6,
                                 cache_file=str(cache), progress=False)
+
+
+def test_references_replace_distilled_answers_where_a_prompt_has_one(tmp_path):
+    """`train --distill --references`: a prompt with a reference trains on it, one without on the base's answer;
+    without --distill the flag is refused (nothing would stand in for the missing references)."""
+    import argparse
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from specstream_core.cli.args import add_training_data_arguments, load_examples, training_pairs
+    from tiny_models import save_tiny_model_dir
+
+    base = save_tiny_model_dir(tmp_path / "tiny")
+    tokenizer, model = AutoTokenizer.from_pretrained(base), AutoModelForCausalLM.from_pretrained(base)
+    data = tmp_path / "d.jsonl"
+    rows = [{"prompt": "abc", "reference": "cab"}, {"prompt": "bca", "reference": None},
+            {"prompt": "cc", "reference": "a b"}]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    p = argparse.ArgumentParser()
+    add_training_data_arguments(p)
+    flags = ["--data", str(data), "--eval-data", str(data), "--raw", "--distill-max-new-tokens", "4",
+             "--distill-cache", str(tmp_path / "c.jsonl")]
+    given = load_examples(str(data), tokenizer, 0, "all", chat=False)
+    distilled, _ = training_pairs(p.parse_args(flags + ["--distill"]), model, tokenizer)
+    mixed, mixed_eval = training_pairs(p.parse_args(flags + ["--distill", "--references"]), model, tokenizer)
+    assert given[0][1] == tokenizer("cab", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    assert mixed == mixed_eval == [given[0], distilled[1], given[2]]
+    assert distilled[1][1] != [tokenizer.eos_token_id]  # the prompt without a reference keeps the base's answer
+    with pytest.raises(SpecstreamError, match="--references needs --distill"):
+        training_pairs(p.parse_args(flags + ["--references"]), model, tokenizer)

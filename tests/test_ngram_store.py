@@ -134,9 +134,21 @@ def test_the_ngrams_command_builds_a_store_from_a_distillation_cache(tmp_path, c
     assert "2 answers (0 to eval prompts left out)" in capsys.readouterr().out
     store = NgramStore.load(str(out))
     assert store.next([5, 6]) == (7, 2) and store.next([8, 5, 6]) == (9, 3)
+    # --references: a prompt file's reference answers stand in for the cached answers to the same prompts
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": "b", "reference": "dddd"}) + "\n"
+                       + json.dumps({"prompt": "c", "reference": None}) + "\n")
+    with gzip.open(cache, "at") as f:
+        f.write(json.dumps({"prompt_ids": [4], "answer_ids": [9, 9, 9, 2]}) + "\n")
+    assert cli.main(["ngrams", "--answers", str(cache), "--out", str(out), "--base", base, "--raw",
+                     "--references", str(prompts)]) == 0
+    assert "3 answers" in capsys.readouterr().out
+    store = NgramStore.load(str(out))
+    assert store.next([6, 6]) == (6, 2) and store.next([9, 9]) is None and store.next([5, 6]) == (7, 2)
     for argv, message in ((["--answers", str(tmp_path / "none.jsonl"), "--out", str(out)], "no such file"),
                           (["--answers", str(cache), "--out", str(tmp_path / "nowhere")], "not a directory"),
-                          (["--answers", str(cache), "--out", str(out), "--max-n", "0"], "--max-n")):
+                          (["--answers", str(cache), "--out", str(out), "--max-n", "0"], "--max-n"),
+                          (["--answers", str(cache), "--out", str(out), "--references", "nope.jsonl"], "no such file")):
         assert cli.main(["ngrams", *argv, "--base", base]) == 2
         assert message in capsys.readouterr().err
     broken = tmp_path / "broken.jsonl"

@@ -6,7 +6,9 @@
 The store holds, for every 1..4-gram of the base model's own greedy answers, the token that most often
 followed it (`decoding/drafters/ngram_store.py`); speculative streaming copies from it where the context
 offers nothing longer (`--ngrams`). Answers to the chat corpus's eval prompts are left out (they are in a
-distillation cache for `train`'s evaluation), so τ on the eval split measures prompts the store never saw.
+distillation cache for `train`'s evaluation), so τ on the eval split measures prompts the store never saw. A shared set fine-tuned on the prompts'
+references (`train --references`) gets its store from what it was trained to say: `--references PROMPTS.jsonl`
+puts each prompt's reference answer in place of the base's, where the prompt has one.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ def add_arguments(p) -> None:
     p.add_argument("--keep-eval", action="store_true",
                    help="keep answers to the chat corpus's eval prompts (default: leave them out)")
     p.add_argument("--raw", action="store_true", help="the cache's prompts were not chat-wrapped (`distill --raw`)")
+    p.add_argument("--references", default="",
+                   help="a prompt file (`prompts --out`): its prompts' reference answers stand in for the cached "
+                        "answers, where given (the store of a shared set trained with `train --references`)")
 
 
 def eval_prompt_keys(tokenizer, chat: bool) -> set[tuple[int, ...]]:
@@ -34,6 +39,17 @@ def eval_prompt_keys(tokenizer, chat: bool) -> set[tuple[int, ...]]:
     from specstream_core.tasks.corpus import load_corpus
 
     return {tuple(encode_prompt(tokenizer, r["prompt"], chat)) for r in load_corpus("eval", n=None)}
+
+
+def reference_answers(path: str, tokenizer, chat: bool) -> dict[str, list[int]]:
+    """{prompt key: reference ids + EOS} of a prompt file's rows that have a reference, keyed as the cache is."""
+    from specstream_core.cli.args import load_examples
+    from specstream_core.training.distill import _key
+
+    if not os.path.isfile(path):
+        raise SpecstreamError(f"{path}: no such file (make one with `python -m specstream_core prompts --out`)")
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    return {_key(p): a for p, a in load_examples(path, tokenizer, 0, "all", chat) if p and a != eos}
 
 
 def run(args) -> int:
@@ -55,6 +71,8 @@ def run(args) -> int:
     cached = read_cache(args.answers)
     if not cached:
         raise SpecstreamError(f"{args.answers}: no answers in it")
+    if args.references:
+        cached.update(reference_answers(args.references, tokenizer, not args.raw))
     left_out = set() if args.keep_eval else eval_prompt_keys(tokenizer, not args.raw)
     answers = [a for key, a in cached.items() if tuple(int(t) for t in key.split(",")) not in left_out]
     store = NgramStore.build(answers, vocab, args.max_n)
