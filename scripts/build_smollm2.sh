@@ -67,6 +67,10 @@ if has shared; then  # 4. shared-mode streams: a LoRA on the top 4 (stream) laye
   # The lower 26 layers stay frozen, so their output is computed once per sequence (as for lossless).
   # The first run (greedy-token main loss, no row adapters, one rate of 2e-3) kept teacher-forced agreement
   # with the base at 0.88 but made free generation degenerate ("1. **1011101111..."): not shipped
+  # Two more trials (2026-12-05, docs/BENCHMARKS.md), not shipped either: `--references --main-target answers` (the
+  # paper's fine-tuning on the tasks' references) gave short answers, τ 1.81 and lower qa/instruct scores;
+  # `--lora-layers 0` (every layer, KL, 500 steps in 47 min on two threads) gave τ 2.85 with a 24-node draft but
+  # moved task scores by up to 10 points
   stamp "shared streams"
   $PY -m specstream_core train --out "$OUT/streams-shared" --mode shared --lr "${LR:-1e-3}" --lora-lr "${LORA_LR:-1e-3}" \
       --lora-rank 16 --lora-layers 4 --adapter-rank 32 --main-target kl \
