@@ -28,6 +28,22 @@ def test_graft_shares_the_nodes_it_agrees_with_and_keeps_the_budget():
     assert graft_chain(chain(5, []), [], budget=4).tokens == [5]
 
 
+def test_a_streams_tree_larger_than_the_budget_leaves_room_for_the_copy():
+    """With top-k 2,2 (7 nodes) in a 5-node budget the streams' tree alone would fill it (the copy got no node);
+    now the copy keeps its 3 nodes and the streams get the rest, best path first. A tree that fits the budget is
+    built as before."""
+    top = ([[7, 8], [9, 6]], [[0.6, 0.3], [0.5, 0.4]])
+    history = [1, 2, 3, 4, 5, 6, 1, 2]  # with the root 3: "1 2 3" was followed by "4 5 6"
+    drafter = StreamLookupDrafter(topk=(2, 2), budget=5, lookup=3)
+    drafter._top = top
+    tree = drafter.propose(3, history)
+    assert tree.tokens == [3, 7, 4, 5, 6] and tree.parents == [-1, 0, 0, 2, 3] and tree.copied == {2, 3, 4}
+    roomy = StreamLookupDrafter(topk=(2, 2), budget=10, lookup=3)
+    roomy._top = top
+    tree = roomy.propose(3, history)
+    assert tree.tokens[:7] == from_stream_topk(3, *top, budget=10).tokens and tree.tokens[7:] == [4, 5, 6]
+
+
 def test_prompt_lookup_takes_the_latest_longest_match_and_honours_the_shortest_n_gram():
     seq = [1, 2, 3, 9, 1, 2, 4, 8, 1, 2]
     assert prompt_lookup(seq, max_ngram=3, num_tokens=2) == [4, 8]  # "1 2" last seen before "4 8"

@@ -33,7 +33,7 @@ class TrainConfig:
     draft_vocab_size: int = 0  # streams score only the K most frequent answer tokens (0 = all)
     feature_cache_gb: float = 4.0  # lossless: keep the frozen layers' output per sequence, up to this size
     init_from: str = ""  # start from the trained tensors of this stream directory (same shapes) instead of fresh ones
-    main_target: str = "kl"  # shared: main rows match the base's whole next-token distribution (kl) or the answers' tokens (answers = greedy)
+    main_target: str = "kl"  # shared: the base's whole next-token distribution (kl) or the answers' tokens (answers = greedy)
     lora_lr: float = 0.0  # shared: the LoRA's learning rate (0 = lr)
 
     def __post_init__(self):

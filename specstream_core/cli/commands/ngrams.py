@@ -6,9 +6,10 @@
 The store holds, for every 1..4-gram of the base model's own greedy answers, the token that most often
 followed it (`decoding/drafters/ngram_store.py`); speculative streaming copies from it where the context
 offers nothing longer (`--ngrams`). Answers to the chat corpus's eval prompts are left out (they are in a
-distillation cache for `train`'s evaluation), so τ on the eval split measures prompts the store never saw. A shared set fine-tuned on the prompts'
-references (`train --references`) gets its store from what it was trained to say: `--references PROMPTS.jsonl`
-puts each prompt's reference answer in place of the base's, where the prompt has one.
+distillation cache for `train`'s evaluation), so τ on the eval split measures prompts the store never saw.
+A shared set fine-tuned on the prompts' references (`train --references`) gets its store from what it was
+trained to say: `--references PROMPTS.jsonl` puts each prompt's reference answer in place of the base's,
+where the prompt has one.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from specstream_core.decoding.drafters.base import Drafter, StreamDrafter
 from specstream_core.decoding.drafters.ngram_store import NgramStore
-from specstream_core.decoding.tree import Tree, chain, graft_chain
+from specstream_core.decoding.tree import Tree, cartesian_size, chain, from_stream_topk, graft_chain
 
 
 def prompt_lookup(seq: list[int], max_ngram: int, num_tokens: int, min_ngram: int = 1) -> list[int]:
@@ -60,11 +60,16 @@ class StreamLookupDrafter(StreamDrafter):
         self.max_nodes = min(budget, self.max_nodes + lookup)
 
     def propose(self, root: int, history: list[int]) -> Tree:
-        tree = super().propose(root, history)
         seq = history + [root]
         copied, n = lookup_match(seq, self.max_ngram, self.lookup, self.min_ngram)
         if self.store is not None and n < self.STORE_BELOW:
             stored, m = self.store.continuation(seq, self.lookup)
             if m > n:
                 copied = stored
+        if copied and cartesian_size(self.topk) > self.budget:
+            # the streams' tree alone would fill the budget and leave the copy no node: it keeps room for it
+            tokens, probs = self._top
+            tree = from_stream_topk(root, tokens, probs, max(1, self.budget - len(copied)))
+        else:
+            tree = super().propose(root, history)
         return graft_chain(tree, copied, self.max_nodes) if copied else tree
