@@ -122,6 +122,11 @@ def check_output_file(path: str, flag: str) -> None:
         raise SpecstreamError(f"{flag} {path}: not writable")
 
 
+def eos_ids(tokenizer) -> list[int]:
+    """The ids `load_examples` closes every answer with: an answer of only these has no text (no reference)."""
+    return [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+
+
 def load_examples(data: str, tokenizer, per_category: int, split: str,
                   chat: bool = True) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, answer ids + EOS) pairs; the loss is taken on answers only.
@@ -132,7 +137,7 @@ def load_examples(data: str, tokenizer, per_category: int, split: str,
     tokenizer's chat template (when it has one) unless `chat` is False."""
     from specstream_core.model.chat import encode_prompt
 
-    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    eos = eos_ids(tokenizer)
     if data == "tasks":
         from specstream_core.tasks import load_split
 
@@ -206,11 +211,10 @@ def training_pairs(args, model, tokenizer) -> tuple[list, list]:
         given = (train_pairs, eval_pairs)
         train_pairs = distilled_pairs(model, tokenizer, train_pairs, args.distill_max_new_tokens, cache_file=cache)
         eval_pairs = distilled_pairs(model, tokenizer, eval_pairs, args.distill_max_new_tokens, cache_file=cache)
-        if getattr(args, "references", False):
-            eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-            train_pairs = prefer_references(given[0], train_pairs, eos)
-            eval_pairs = prefer_references(given[1], eval_pairs, eos)
-    elif getattr(args, "references", False):
+        if args.references:
+            train_pairs = prefer_references(given[0], train_pairs, eos_ids(tokenizer))
+            eval_pairs = prefer_references(given[1], eval_pairs, eos_ids(tokenizer))
+    elif args.references:
         raise SpecstreamError("--references needs --distill (the base's answers where a prompt has no reference)")
     train_pairs = [p for p in train_pairs if p[1]]  # prompts without an answer (not yet distilled)
     if not train_pairs:

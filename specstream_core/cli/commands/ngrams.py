@@ -44,12 +44,12 @@ def eval_prompt_keys(tokenizer, chat: bool) -> set[tuple[int, ...]]:
 
 def reference_answers(path: str, tokenizer, chat: bool) -> dict[str, list[int]]:
     """{prompt key: reference ids + EOS} of a prompt file's rows that have a reference, keyed as the cache is."""
-    from specstream_core.cli.args import load_examples
+    from specstream_core.cli.args import eos_ids, load_examples
     from specstream_core.training.distill import _key
 
     if not os.path.isfile(path):
         raise SpecstreamError(f"{path}: no such file (make one with `python -m specstream_core prompts --out`)")
-    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    eos = eos_ids(tokenizer)
     return {_key(p): a for p, a in load_examples(path, tokenizer, 0, "all", chat) if p and a != eos}
 
 

@@ -86,8 +86,12 @@ class TopkDrafter(Drafter):
                      [values[j][:k] for j, k in enumerate(self.topk)])
 
     def propose(self, root: int, history: list[int]) -> Tree:
+        return self.tree(root, self.budget)
+
+    def tree(self, root: int, budget: int) -> Tree:
+        """The Cartesian tree of the last observed top-k, its best `budget` nodes."""
         tokens, probs = self._top
-        return from_stream_topk(root, tokens, probs, self.budget)
+        return from_stream_topk(root, tokens, probs, budget)
 
 
 class StreamDrafter(TopkDrafter):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from specstream_core.decoding.drafters.base import Drafter, StreamDrafter
 from specstream_core.decoding.drafters.ngram_store import NgramStore
-from specstream_core.decoding.tree import Tree, cartesian_size, chain, from_stream_topk, graft_chain
+from specstream_core.decoding.tree import Tree, cartesian_size, chain, graft_chain
 
 
 def prompt_lookup(seq: list[int], max_ngram: int, num_tokens: int, min_ngram: int = 1) -> list[int]:
@@ -58,6 +58,8 @@ class StreamLookupDrafter(StreamDrafter):
         self.store = store
         self.max_depth = max(self.max_depth, lookup)
         self.max_nodes = min(budget, self.max_nodes + lookup)
+        # a streams' tree larger than the budget would fill it and leave a copy no node: it keeps room for the copy
+        self.reserve_copy = cartesian_size(topk) > budget
 
     def propose(self, root: int, history: list[int]) -> Tree:
         seq = history + [root]
@@ -66,10 +68,7 @@ class StreamLookupDrafter(StreamDrafter):
             stored, m = self.store.continuation(seq, self.lookup)
             if m > n:
                 copied = stored
-        if copied and cartesian_size(self.topk) > self.budget:
-            # the streams' tree alone would fill the budget and leave the copy no node: it keeps room for it
-            tokens, probs = self._top
-            tree = from_stream_topk(root, tokens, probs, max(1, self.budget - len(copied)))
-        else:
-            tree = super().propose(root, history)
-        return graft_chain(tree, copied, self.max_nodes) if copied else tree
+        if not copied:
+            return self.tree(root, self.budget)
+        tree = self.tree(root, max(1, self.budget - len(copied)) if self.reserve_copy else self.budget)
+        return graft_chain(tree, copied, self.max_nodes)
