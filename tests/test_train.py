@@ -323,6 +323,28 @@ def test_init_from_continues_a_trained_stream_set(tmp_path):
     assert all(big[n].abs().max() < 1e-6 for n in added if n.endswith(".B"))  # fresh B (one step at lr 1e-12)
 
 
+def test_init_from_a_shared_set_continues_its_lora_too(tmp_path):
+    """Shared mode from a shared set: the set's LoRA, not a fresh one, so the continued run starts where it stood
+    (zero steps: the same eval, the main rows' KL to the base as far from zero as the first run left it); a LoRA of
+    another rank or on other layers is refused with one line naming --init-from."""
+    quiet = lambda *a: None  # noqa: E731
+    cfg = TrainConfig(mode="shared", gamma=2, n_stream_layers=2, adapter_rank=4, lora_rank=4, lora_layers=0, steps=30,
+                      batch_size=8, seq_len=64, lr=5e-3, warmup=5, checkpoint_every=0, log_every=1)
+    data = periodic_data()
+    first = train(tiny_model("llama", seed=0), cfg, data, str(tmp_path / "a"), eval_data=data, progress=False, log=quiet)
+    again = train(tiny_model("llama", seed=0), replace(cfg, steps=1, lr=1e-12, init_from=str(tmp_path / "a")), data,
+                  str(tmp_path / "b"), eval_data=data, progress=False, log=quiet)
+    assert again["eval"]["main_top1"] == pytest.approx(first["eval"]["main_top1"], abs=1e-6)
+    assert again["eval"]["stream_top1"] == pytest.approx(first["eval"]["stream_top1"], abs=1e-6)
+    assert again["history"][0]["main"] > 1e-4  # a fresh LoRA starts at KL 0
+    for other in (dict(lora_rank=2), dict(lora_layers=1)):
+        with pytest.raises(SpecstreamError, match="init-from .*LoRA"):
+            train(tiny_model("llama", seed=0), replace(cfg, steps=1, init_from=str(tmp_path / "a"), **other), data,
+                  str(tmp_path / "c"), progress=False, log=quiet)
+    with pytest.raises(SpecstreamError, match="alpha-main"):
+        replace(cfg, alpha_main=-1.0)
+
+
 def test_a_continued_set_keeps_the_recommended_draft_of_the_set_it_started_from(tmp_path):
     """`train --init-from`: the new set records the old set's draft (per precision too) without the old
     measurements, and --recommend-* flags still win."""

@@ -27,3 +27,16 @@ def apply_shared_lora(model, streams_dir: str):
         return peft_model.merge_and_unload()
     except (OSError, ValueError, RuntimeError, KeyError) as exc:
         raise SpecstreamError(f"cannot load the shared-mode LoRA in {lora}: {str(exc).splitlines()[0]}") from None
+
+
+def read_shared_lora(streams_dir: str) -> dict | None:
+    """The tensors of a shared-mode set's LoRA (peft's saved names), or None for a set without one."""
+    weights = os.path.join(streams_dir, LORA_DIR, "adapter_model.safetensors")
+    if read_stream_config(streams_dir).mode != "shared" or not os.path.isfile(weights):
+        return None
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(weights)
+    except (OSError, ValueError, RuntimeError) as exc:  # safetensors' own error is a RuntimeError subclass
+        raise SpecstreamError(f"cannot read the shared-mode LoRA {weights}: {str(exc).splitlines()[0]}") from None

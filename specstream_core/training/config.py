@@ -48,6 +48,8 @@ class TrainConfig:
             raise SpecstreamError(f"--lora-lr must be >= 0 (0 = --lr), got {self.lora_lr}")
         if self.lora_layers < 0:
             raise SpecstreamError(f"--lora-layers must be >= 0 (0 = every layer), got {self.lora_layers}")
+        if not 0 <= self.alpha_main <= 1000:
+            raise SpecstreamError(f"--alpha-main must be between 0 and 1000, got {self.alpha_main}")
 
     @property
     def frozen_bottom(self) -> bool:

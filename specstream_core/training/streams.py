@@ -63,6 +63,9 @@ def build_streams(model, cfg: TrainConfig, draft_vocab: list[int] | None = None)
         streams.cfg = replace(streams.cfg, lora_rank=cfg.lora_rank)
     if cfg.init_from:
         warm_start(streams, cfg.init_from)
+        if cfg.mode == "shared":
+            with streams.unwrapped():  # peft's own module names, as the set saved them
+                warm_start_lora(model, cfg.init_from)
     for p in streams.trainable_parameters():
         p.requires_grad_(True)
     return model, streams
@@ -97,6 +100,27 @@ def warm_start(streams: StreamParams, directory: str) -> None:
             if name.endswith(".B"):
                 target.zero_()
             target[tuple(slice(0, n) for n in source.shape)].copy_(source)
+
+
+def warm_start_lora(model, directory: str) -> None:
+    """Shared mode continuing a shared set: its LoRA (`lora/`) replaces the fresh one, so a longer run goes on
+    from the tensors it stopped with; a set without one (a lossless set) leaves the fresh LoRA as it is."""
+    from specstream_core.model.lora import read_shared_lora
+
+    weights = read_shared_lora(directory)
+    if weights is None:
+        return
+    from peft import set_peft_model_state_dict
+
+    try:
+        result = set_peft_model_state_dict(model, weights)
+    except RuntimeError as exc:  # a tensor of another shape: another --lora-rank
+        raise SpecstreamError(f"--init-from {directory}: its LoRA does not fit these settings "
+                              f"({str(exc).splitlines()[0][:160]}; another --lora-rank?)") from None
+    missing = [k for k in result.missing_keys if "lora_" in k]
+    if result.unexpected_keys or missing:
+        raise SpecstreamError(f"--init-from {directory}: its LoRA covers other layers than these settings "
+                              f"({(result.unexpected_keys or missing)[0]}; another --lora-layers?)")
 
 
 def _added_lower_layers(tensors: dict, targets: dict) -> set[str]:

@@ -30,6 +30,8 @@ def add_arguments(p) -> None:
                    "training answers' tokens by cross-entropy (answers; greedy is its old name: with --distill they "
                    "are the base's greedy tokens, with --references the references where given)")
     p.add_argument("--lora-lr", type=float, default=0.0, help="shared mode: the LoRA's learning rate (0 = --lr)")
+    p.add_argument("--alpha-main", type=float, default=1.0, help="shared mode: the main rows' loss weight against the "
+                   "streams' 0.1 each (higher keeps the model closer to the base)")
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--minutes", type=float, default=0.0, help="stop after this many minutes (0 = no limit)")
     p.add_argument("--batch-size", type=int, default=8)
@@ -49,7 +51,8 @@ def add_arguments(p) -> None:
     p.add_argument("--feature-cache-gb", type=float, default=4.0,
                    help="lossless: memory for reusing the frozen lower layers' output per sequence (0 = off)")
     p.add_argument("--init-from", default="", help="start from this trained stream directory's tensors (same "
-                   "gamma and layers; a larger --adapter-rank grows its adapters, the new part starting at zero) "
+                   "gamma and layers; a larger --adapter-rank grows its adapters, the new part starting at zero; "
+                   "in shared mode a shared set's LoRA too) "
                    "instead of fresh ones; its recommended draft carries over unless --recommend-* says otherwise")
     p.add_argument("--recommend-topk", default="", help="store a recommended draft tree (e.g. 3,2,1,1) with the streams")
     p.add_argument("--recommend-prune", type=float, default=None, help="store a recommended pruning threshold")
@@ -71,7 +74,7 @@ def run(args) -> int:
                       minutes=args.minutes, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
                       precision=args.precision, seed=args.seed, draft_vocab_size=args.draft_vocab,
                       feature_cache_gb=args.feature_cache_gb, init_from=args.init_from,
-                      main_target=args.main_target, lora_lr=args.lora_lr)
+                      main_target=args.main_target, lora_lr=args.lora_lr, alpha_main=args.alpha_main)
     if args.resume:  # before loading and distilling anything
         require_checkpoint(args.out, cfg.checkpoint_every)
     base, _ = defaults.resolve(args.base, None)
