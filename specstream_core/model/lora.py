@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import warnings
 
+from safetensors.torch import load_file
+
 from specstream_core.errors import SpecstreamError
 from specstream_core.model.stream_config import LORA_DIR, read_stream_config
 
@@ -34,8 +36,6 @@ def read_shared_lora(streams_dir: str) -> dict | None:
     weights = os.path.join(streams_dir, LORA_DIR, "adapter_model.safetensors")
     if read_stream_config(streams_dir).mode != "shared" or not os.path.isfile(weights):
         return None
-    from safetensors.torch import load_file
-
     try:
         return load_file(weights)
     except (OSError, ValueError, RuntimeError) as exc:  # safetensors' own error is a RuntimeError subclass

@@ -31,6 +31,7 @@ import torch
 
 from specstream_core.errors import SpecstreamError
 from specstream_core.model import compat
+from specstream_core.model.lora import read_shared_lora
 from specstream_core.model.streams import ADAPTER_TARGETS, LORA_DIR, StreamParams, read_stream_weights
 from specstream_core.training.config import TrainConfig
 from specstream_core.training.evaluate import evaluate_streams
@@ -105,8 +106,6 @@ def warm_start(streams: StreamParams, directory: str) -> None:
 def warm_start_lora(model, directory: str) -> None:
     """Shared mode continuing a shared set: its LoRA (`lora/`) replaces the fresh one, so a longer run goes on
     from the tensors it stopped with; a set without one (a lossless set) leaves the fresh LoRA as it is."""
-    from specstream_core.model.lora import read_shared_lora
-
     weights = read_shared_lora(directory)
     if weights is None:
         return
