@@ -70,7 +70,8 @@ if has shared; then  # 4. shared-mode streams: a LoRA on the top 4 (stream) laye
   # Two more trials (2026-12-05, docs/BENCHMARKS.md), not shipped either: `--references --main-target answers` (the
   # paper's fine-tuning on the tasks' references) gave short answers, τ 1.81 and lower qa/instruct scores;
   # `--lora-layers 0` (every layer, KL, 500 steps in 47 min on two threads) gave τ 2.85 with a 24-node draft but
-  # moved task scores by up to 10 points
+  # moved task scores by up to 10 points; a fifth continued that set with `--alpha-main 5 --lora-lr 3e-4` (main rows
+  # 0.973 on the base's token): instruct's score came back, but τ fell to 2.73 and sql/summarization still lost 5 points
   stamp "shared streams"
   $PY -m specstream_core train --out "$OUT/streams-shared" --mode shared --lr "${LR:-1e-3}" --lora-lr "${LORA_LR:-1e-3}" \
       --lora-rank 16 --lora-layers 4 --adapter-rank 32 --main-target kl \
