@@ -212,8 +212,9 @@ def training_pairs(args, model, tokenizer) -> tuple[list, list]:
         train_pairs = distilled_pairs(model, tokenizer, train_pairs, args.distill_max_new_tokens, cache_file=cache)
         eval_pairs = distilled_pairs(model, tokenizer, eval_pairs, args.distill_max_new_tokens, cache_file=cache)
         if args.references:
-            train_pairs = prefer_references(given[0], train_pairs, eos_ids(tokenizer))
-            eval_pairs = prefer_references(given[1], eval_pairs, eos_ids(tokenizer))
+            eos = eos_ids(tokenizer)
+            train_pairs, eval_pairs = (prefer_references(given[0], train_pairs, eos),
+                                       prefer_references(given[1], eval_pairs, eos))
     elif args.references:
         raise SpecstreamError("--references needs --distill (the base's answers where a prompt has no reference)")
     train_pairs = [p for p in train_pairs if p[1]]  # prompts without an answer (not yet distilled)

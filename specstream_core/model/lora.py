@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 import warnings
 
-from safetensors.torch import load_file
-
 from specstream_core.errors import SpecstreamError
 from specstream_core.model.stream_config import LORA_DIR, read_stream_config
 
@@ -32,11 +30,13 @@ def apply_shared_lora(model, streams_dir: str):
 
 
 def read_shared_lora(streams_dir: str) -> dict | None:
-    """The tensors of a shared-mode set's LoRA (peft's saved names), or None for a set without one."""
-    weights = os.path.join(streams_dir, LORA_DIR, "adapter_model.safetensors")
-    if read_stream_config(streams_dir).mode != "shared" or not os.path.isfile(weights):
+    """The tensors of a shared-mode set's LoRA (as peft saved them), or None for a set without one."""
+    lora = os.path.join(streams_dir, LORA_DIR)
+    if read_stream_config(streams_dir).mode != "shared" or not os.path.isdir(lora):
         return None
+    from peft.utils import load_peft_weights
+
     try:
-        return load_file(weights)
+        return load_peft_weights(lora, device="cpu")
     except (OSError, ValueError, RuntimeError) as exc:  # safetensors' own error is a RuntimeError subclass
-        raise SpecstreamError(f"cannot read the shared-mode LoRA {weights}: {str(exc).splitlines()[0]}") from None
+        raise SpecstreamError(f"cannot read the shared-mode LoRA in {lora}: {str(exc).splitlines()[0]}") from None

@@ -114,8 +114,10 @@ def warm_start_lora(model, directory: str) -> None:
     try:
         result = set_peft_model_state_dict(model, weights)
     except RuntimeError as exc:  # a tensor of another shape: another --lora-rank
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        first = next((line for line in lines if "size mismatch" in line), lines[0] if lines else "")
         raise SpecstreamError(f"--init-from {directory}: its LoRA does not fit these settings "
-                              f"({str(exc).splitlines()[0][:160]}; another --lora-rank?)") from None
+                              f"({first}; another --lora-rank?)") from None
     missing = [k for k in result.missing_keys if "lora_" in k]
     if result.unexpected_keys or missing:
         raise SpecstreamError(f"--init-from {directory}: its LoRA covers other layers than these settings "
