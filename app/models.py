@@ -183,7 +183,7 @@ def recommended_for(spec: ModelSpec | None, mode: str) -> dict:
 
             stored = (read_stream_config(directory).extra or {}).get("decode") or {}
             # the draft fastest at this precision, as DecodeConfig fields
-            from specstream_core.model.rowinv import draft_precision
+            from specstream_core.kernels.linears.rowinv import draft_precision
 
             precision = resolve_precision(spec.precision, spec.device or "cpu", base=spec.base)
             fields = decode_fields(stored, draft_precision(precision))

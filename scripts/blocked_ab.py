@@ -17,7 +17,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from specstream_core.decoding.config import DecodeConfig  # noqa: E402
 from specstream_core.decoding.engine import Engine  # noqa: E402
-from specstream_core.model import defaults, rowinv  # noqa: E402
+from specstream_core.model import defaults  # noqa: E402
+from specstream_core.kernels.linears import rowinv  # noqa: E402
 from specstream_core.bench.suites import suite_categories, suite_examples  # noqa: E402
 
 

@@ -19,7 +19,8 @@ torch.set_num_threads(1)
 from app.presets import presets  # noqa: E402
 from specstream_core.bench.speed import shared_prefix  # noqa: E402
 from specstream_core.decoding.engine import Engine  # noqa: E402
-from specstream_core.model import compat, defaults, int4, rowinv  # noqa: E402
+from specstream_core.model import compat, defaults  # noqa: E402
+from specstream_core.kernels.linears import int4, rowinv  # noqa: E402
 
 base, _ = defaults.resolve(None, None)
 engines = {"fp32": Engine.load(base, None, precision="fp32"), "int4 (8-bit head, as loaded)": Engine.load(base, None, precision="int4"),

@@ -21,7 +21,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from specstream_core.bench.suites import suite_categories, suite_examples  # noqa: E402
 from specstream_core.decoding.engine import Engine  # noqa: E402
-from specstream_core.model import compat, defaults, rowinv  # noqa: E402
+from specstream_core.model import compat, defaults  # noqa: E402
+from specstream_core.kernels.linears import rowinv  # noqa: E402
 
 STEP_CALLS = ("layer_back", "layer_stack", "silu_rows")  # symbols an older kernel may lack
 
@@ -38,7 +39,7 @@ def _build(source: str):
 
 
 def kernels(commit: str) -> dict:
-    text = subprocess.run(["git", "-C", ROOT, "show", f"{commit}:specstream_core/model/rowinv.c"], check=True,
+    text = subprocess.run(["git", "-C", ROOT, "show", f"{commit}:specstream_core/kernels/csrc/rowinv.c"], check=True,
                           capture_output=True, text=True).stdout
     lacks = [name for name in STEP_CALLS if f" {name}(" not in text]
     stubs = "".join(f"\nint {name}(void) {{ return -1; }} /* not in {commit}: never called */" for name in lacks)

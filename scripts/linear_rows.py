@@ -12,7 +12,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from specstream_core.model import int4, int4_a8  # noqa: E402
+from specstream_core.kernels.linears import int4, int4_a8  # noqa: E402
 
 
 def main() -> int:

@@ -1,4 +1,4 @@
-"""The merged head (model/merged_head.py) against the head and the draft head apart, in one process: the default model's
+"""The merged head (kernels/heads/merged_head.py) against the head and the draft head apart, in one process: the default model's
 engine at one precision, speculative streaming with its stream set's draft (or the plain loop with --mode ar), the two
 alternating per prompt (the order reversed every other prompt), one thread; prints the median per-prompt ratio. The
 drafts are the same either way (tests/test_merged_head.py), so only the time differs.

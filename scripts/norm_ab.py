@@ -17,7 +17,7 @@ sys.path.insert(0, ROOT)
 torch.set_num_threads(1)
 from specstream_core.decoding.engine import Engine  # noqa: E402
 from specstream_core.bench import pass_cost  # noqa: E402
-from specstream_core.model import rowinv  # noqa: E402
+from specstream_core.kernels.linears import rowinv  # noqa: E402
 from specstream_core.model import defaults  # noqa: E402
 
 prec = sys.argv[1] if len(sys.argv) > 1 else "bf16"

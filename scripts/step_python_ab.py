@@ -23,7 +23,8 @@ sys.path.insert(0, ROOT)
 from specstream_core.bench.suites import suite_categories, suite_examples  # noqa: E402
 from specstream_core.decoding import loop, prefill, tree, verify  # noqa: E402
 from specstream_core.decoding.engine import Engine  # noqa: E402
-from specstream_core.model import defaults, direct_layers, masks, msa  # noqa: E402
+from specstream_core.model import defaults, masks, msa  # noqa: E402
+from specstream_core.kernels.steps import direct_layers  # noqa: E402
 
 
 def old_module(commit: str, path: str):
@@ -41,7 +42,7 @@ def slots(commit: str) -> list[tuple[object, str, object]]:
     """(owner, attribute, the commit's function) for every place the changed functions are looked up from."""
     o_tree, o_prefill, o_verify, o_masks, o_msa, o_layers = (old_module(commit, p) for p in (
         "specstream_core/decoding/tree.py", "specstream_core/decoding/prefill.py", "specstream_core/decoding/verify.py",
-        "specstream_core/model/masks.py", "specstream_core/model/msa.py", "specstream_core/model/direct_layers.py"))
+        "specstream_core/model/masks.py", "specstream_core/model/msa.py", "specstream_core/kernels/steps/direct_layers.py"))
     return [(tree.Tree, "visibility", o_tree.Tree.visibility), (prefill, "pad_steps", o_prefill.pad_steps),
             (loop, "pad_steps", o_prefill.pad_steps), (masks, "additive_mask", o_masks.additive_mask),
             (verify, "verify_greedy", o_verify.verify_greedy), (loop, "verify_greedy", o_verify.verify_greedy),

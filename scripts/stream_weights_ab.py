@@ -1,4 +1,4 @@
-"""Stream rows on the layers' own weights against 4-bit copies (model/draft_weights.py), in one process: one engine
+"""Stream rows on the layers' own weights against 4-bit copies (kernels/draft_weights.py), in one process: one engine
 at fp32 or bf16, its stream weights switched per generate (`Engine.set_stream_weights`), the chat eval prompts,
 plain loop and speculative streaming, every combination on each prompt in turn (order reversed every other prompt),
 one thread. Prints tokens/s medians, the per-prompt ratio, τ (tokens per pass) and how many prompts give the plain

@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from specstream_core import DecodeConfig, Engine, StreamParams
-from specstream_core.model import certified_head, draft_weights, int4_a8, int8_head, rowinv
+from specstream_core.kernels.heads import certified_head, int8_head
+from specstream_core.kernels import draft_weights
+from specstream_core.kernels.linears import int4_a8, rowinv
 from test_int8_head import _q8_exact
 from tiny_models import hf_greedy, prompts, tiny_model
 

@@ -9,7 +9,8 @@ from specstream_core import DecodeConfig, Engine, StreamParams
 from specstream_core.decoding.drafters.base import StreamDrafter
 from specstream_core.errors import SpecstreamError
 from specstream_core.model.chat import encode_prompt
-from specstream_core.model import rowinv, rowinv_tiles
+from specstream_core.kernels.linears import rowinv
+from specstream_core.kernels import amx_tiles
 from specstream_core.training.data import IGNORE
 from specstream_core.training.config import TrainConfig
 from specstream_core.training.features import FeatureCache
@@ -206,7 +207,7 @@ def test_a_precision_can_record_its_own_fastest_draft(tmp_path):
     assert decode_fields(record, "bf16+amx")["node_budget"] == 8 and decode_fields(record, "bf16")["node_budget"] == 4
     assert decode_fields(record, "fp32+amx")["node_budget"] == 3
     assert rowinv.draft_precision("fp32") == "fp32"
-    assert rowinv.draft_precision("bf16") == ("bf16+amx" if rowinv.available() and rowinv_tiles.amx(rowinv.library())
+    assert rowinv.draft_precision("bf16") == ("bf16+amx" if rowinv.available() and amx_tiles.amx(rowinv.library())
                                               else "bf16")
     del record["precisions"]["bf16+amx"]
     model = tiny_model("llama", seed=3, max_position_embeddings=64)

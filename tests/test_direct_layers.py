@@ -1,4 +1,4 @@
-"""Direct layer steps (model/direct_layers.py): engines on the row-invariant kernel run each decoder layer
+"""Direct layer steps (kernels/steps/direct_layers.py): engines on the row-invariant kernel run each decoder layer
 as one function over its own modules, and that must change nothing, bit for bit."""
 
 from __future__ import annotations
@@ -8,7 +8,9 @@ import torch
 
 from specstream_core import DecodeConfig, Engine, StreamParams
 from specstream_core.decoding.engine import _probe
-from specstream_core.model import compat, direct_layers, int4, layer_stacks, rowinv, rowinv_steps
+from specstream_core.model import compat
+from specstream_core.kernels.steps import direct_layers, layer_stacks, rowinv_steps
+from specstream_core.kernels.linears import int4, rowinv
 from tiny_models import prompts, tiny_model
 
 needs_kernel = pytest.mark.skipif(not rowinv.available(), reason=f"kernel unavailable: {rowinv.unavailable_reason()}")

@@ -1,4 +1,4 @@
-"""Stream rows on 4-bit copies of the multi-stream layers (model/draft_weights.py): the main rows, so the output, stay
+"""Stream rows on 4-bit copies of the multi-stream layers (kernels/draft_weights.py): the main rows, so the output, stay
 bit for bit what the layers' own weights give; the stream rows (drafts) do change; the kernel's layer steps compute
 what the modules compute; and a setting that cannot run says so."""
 
@@ -10,7 +10,10 @@ import torch
 from specstream_core import DecodeConfig, Engine, StreamParams
 from specstream_core.decoding.engine import _probe
 from specstream_core.errors import SpecstreamError
-from specstream_core.model import compat, direct_layers, draft_weights, int4_a8, rowinv
+from specstream_core.model import compat
+from specstream_core.kernels.steps import direct_layers
+from specstream_core.kernels import draft_weights
+from specstream_core.kernels.linears import int4_a8, rowinv
 from tiny_models import hf_greedy, prompts, tiny_model
 
 needs_a8 = pytest.mark.skipif(not (rowinv.available() and int4_a8.available()),

@@ -1,4 +1,4 @@
-"""4-bit CPU decoding (model/int4.py), on the row-invariant kernel and through torch's int4 kernel: their
+"""4-bit CPU decoding (kernels/linears/int4.py), on the row-invariant kernel and through torch's int4 kernel: their
 arithmetic, their row invariance, a GGUF file's own Q4_1 groups, and int4 decoding against transformers'
 generate on the same int4 model."""
 
@@ -10,7 +10,9 @@ import torch
 
 from specstream_core import DecodeConfig, Engine, StreamParams
 from specstream_core.errors import SpecstreamError
-from specstream_core.model import int4, int8_head, rowinv, rowinv_steps
+from specstream_core.kernels.linears import int4, rowinv
+from specstream_core.kernels.heads import int8_head
+from specstream_core.kernels.steps import rowinv_steps
 from specstream_core.model.loading import LoadConfig
 from tiny_models import hf_greedy, prompts, tiny_model
 

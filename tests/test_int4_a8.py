@@ -1,4 +1,4 @@
-"""int4-a8: 4-bit Linears against 8-bit activations on the kernel's AVX512-VNNI build (model/int4_a8.py):
+"""int4-a8: 4-bit Linears against 8-bit activations on the kernel's AVX512-VNNI build (kernels/linears/int4_a8.py):
 the integer arithmetic it claims, row invariance, and speculative output equal to plain int4-a8 output."""
 
 import pytest
@@ -6,7 +6,9 @@ import torch
 
 from specstream_core import DecodeConfig, Engine
 from specstream_core.errors import SpecstreamError
-from specstream_core.model import int4, int4_a8, int8_head, rowinv_steps
+from specstream_core.kernels.linears import int4, int4_a8
+from specstream_core.kernels.heads import int8_head
+from specstream_core.kernels.steps import rowinv_steps
 from specstream_core.model.loading import LoadConfig
 from test_int4 import _mismatches, _perturbed
 from tiny_models import prompts, tiny_model

@@ -1,4 +1,4 @@
-"""The 8-bit LM head of int4 models (model/int8_head.py, GGUF's Q8_0): its arithmetic on the row-invariant
+"""The 8-bit LM head of int4 models (kernels/heads/int8_head.py, GGUF's Q8_0): its arithmetic on the row-invariant
 kernel and through torch, its row invariance, a file's own Q8_0 blocks, and its draft-vocabulary rows; and an
 fp32 head that is 8-bit groups exactly, read as them (`use_exact_head`)."""
 
@@ -11,7 +11,9 @@ from transformers import AutoModelForCausalLM
 
 from specstream_core import DecodeConfig, Engine, StreamParams
 from specstream_core.errors import SpecstreamError
-from specstream_core.model import compat, int8_head, rowinv
+from specstream_core.model import compat
+from specstream_core.kernels.heads import int8_head
+from specstream_core.kernels.linears import rowinv
 from specstream_core.model.loading import LoadConfig, load_model
 from tiny_models import hf_greedy, prompts, save_tiny_model_dir, tiny_model
 

@@ -1,4 +1,4 @@
-"""The LM head laid out with the draft vocabulary first (`model/merged_head.py`): one read of the head scores a pass's
+"""The LM head laid out with the draft vocabulary first (`kernels/heads/merged_head.py`): one read of the head scores a pass's
 main rows over the vocabulary and its stream rows over the draft vocabulary, each value as the head's own call and the
 draft head give it, and decoding through it is plain decoding, with the same drafts. bf16 on AMX tiles and int4-a8's
 8-bit head, where this CPU runs them."""
@@ -8,12 +8,14 @@ import torch
 
 from specstream_core.decoding.config import DecodeConfig
 from specstream_core.decoding.engine import Engine
-from specstream_core.model import compat, int4, int4_a8, rowinv, rowinv_tiles
-from specstream_core.model.merged_head import MergedHead
+from specstream_core.model import compat
+from specstream_core.kernels.linears import int4, int4_a8, rowinv
+from specstream_core.kernels import amx_tiles
+from specstream_core.kernels.heads.merged_head import MergedHead
 from specstream_core.model.streams import StreamParams
 from tests.tiny_models import prompts, tiny_model
 
-HEADS = [pytest.param("bf16", marks=pytest.mark.skipif(not rowinv.available() or not rowinv_tiles.amx(rowinv.library()),
+HEADS = [pytest.param("bf16", marks=pytest.mark.skipif(not rowinv.available() or not amx_tiles.amx(rowinv.library()),
                                                        reason="no AMX tiles here")),
          pytest.param("int4-a8", marks=pytest.mark.skipif(not int4_a8.available(), reason="no AVX512-VNNI kernel here"))]
 

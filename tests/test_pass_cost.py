@@ -60,7 +60,7 @@ def test_cli_writes_json_and_reports_errors(tiny_dir, tmp_path, capsys):
     (run,) = json.loads(out.read_text())["runs"]
     assert [p["label"] for p in run["passes"]] == ["plain", "verify 3", "ss γ=1", "ss γ=2"]
     assert run["settings"]["gamma"] == 2 and run["settings"]["context"] == 8 and run["label"].startswith("fp32")
-    from specstream_core.model import rowinv
+    from specstream_core.kernels.linears import rowinv
 
     linears = "rowinv-" + rowinv.isa() if rowinv.available() else "torch"  # which Linears were timed
     assert run["settings"]["linears"] == linears
@@ -97,7 +97,7 @@ def test_rooflines_follow_rows_and_precision(engine):
 def test_where_the_time_goes_on_the_kernel(engine, tiny_dir):
     """On the kernel's engines each pass is split into its Linears, its attention and the rest; the parts
     are real time inside the pass (so they add up to no more than it) and grow with the rows."""
-    from specstream_core.model import rowinv
+    from specstream_core.kernels.linears import rowinv
 
     if not rowinv.uses_kernel(engine.model):
         pytest.skip(f"kernel unavailable: {rowinv.unavailable_reason()}")

@@ -1,7 +1,7 @@
 """The roofline of a pass: bytes and flops counted from the model's shape, limits from a machine."""
 
 from specstream_core.bench.roofline import Machine, fma_gflops, layer_parameters, measure_machine, pass_limit
-from specstream_core.model import int4_a8, rowinv
+from specstream_core.kernels.linears import int4_a8, rowinv
 from tiny_models import tiny_config
 
 

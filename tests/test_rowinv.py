@@ -1,4 +1,4 @@
-"""The row-invariant CPU kernel (model/rowinv.py): its arithmetic, its row invariance, its fallbacks, and
+"""The row-invariant CPU kernel (kernels/linears/rowinv.py): its arithmetic, its row invariance, its fallbacks, and
 speculative decoding on it equal to plain decoding bit for bit in fp32 and in bf16 weights."""
 
 import json
@@ -9,8 +9,11 @@ import torch
 
 from specstream_core import DecodeConfig, Engine, StreamParams
 from specstream_core.errors import SpecstreamError
-from specstream_core.model import (compat, default_model, int4, int4_a8, int8_head, loading, rowinv, rowinv_build,
-                                   rowinv_steps, rowinv_tiles)
+from specstream_core.model import compat, default_model, loading
+from specstream_core.kernels.linears import int4, int4_a8, rowinv
+from specstream_core.kernels.heads import int8_head
+from specstream_core.kernels import amx_tiles, builder
+from specstream_core.kernels.steps import rowinv_steps
 from specstream_core.model.loading import LoadConfig, load_model
 from tiny_models import hf_greedy, prompts, save_tiny_model_dir, tiny_model
 
@@ -85,8 +88,8 @@ def _blocked_equals_row_major(x, w):
     finally:
         torch.set_num_threads(threads)
     module = rowinv.RowInvariantLinear(k, n, bias=False, dtype=w.dtype)
-    tiles = rowinv_tiles.tiled(w, rowinv.library()) is not None  # bf16 on AMX tiles where they run (test_bf16_on_amx_tiles)
-    kernel = (lambda x, w: rowinv.linear_tiled(x, rowinv_tiles.tiled(w, rowinv.library()), None, n)) if tiles else rowinv.linear
+    tiles = amx_tiles.tiled(w, rowinv.library()) is not None  # bf16 on AMX tiles where they run (test_bf16_on_amx_tiles)
+    kernel = (lambda x, w: rowinv.linear_tiled(x, amx_tiles.tiled(w, rowinv.library()), None, n)) if tiles else rowinv.linear
     with torch.no_grad():
         module.weight.copy_(w)
         assert torch.equal(module(x), kernel(x, w)) and module._tiled == tiles
@@ -94,16 +97,16 @@ def _blocked_equals_row_major(x, w):
         assert torch.equal(module(x), kernel(x, w * 2))
 
 
-@pytest.mark.skipif(not rowinv.available() or not rowinv_tiles.amx(rowinv.library()), reason="no AMX tiles here")
+@pytest.mark.skipif(not rowinv.available() or not amx_tiles.amx(rowinv.library()), reason="no AMX tiles here")
 def test_bf16_on_amx_tiles_sums_each_row_alone(monkeypatch):
-    """bf16 weights on the AMX tile unit (`rowinv_tiles`): x rounded to bf16 times W in fp32 sums, each row's
+    """bf16 weights on the AMX tile unit (`amx_tiles`): x rounded to bf16 times W in fp32 sums, each row's
     result the same whatever the other rows of its call (1 to 40 rows: one and two row tiles, then another step)
     and however many threads; weights it cannot take (N or K not a multiple of 32, fp32) stay on the vector kernel,
     as do all with SPECSTREAM_AMX=0."""
     g = torch.Generator().manual_seed(7)
     for n, k in ((96, 128), (64, 1536), (1536, 576)):
         w, x = (torch.randn(n, k, generator=g) * 0.05).bfloat16(), torch.randn(40, k, generator=g)
-        wt = rowinv_tiles.tiled(w, rowinv.library())
+        wt = amx_tiles.tiled(w, rowinv.library())
         y = rowinv.linear_tiled(x, wt, None, n)
         exact = x.bfloat16().double() @ w.double().T
         assert (y.double() - exact).abs().max() < 1e-5 * k ** 0.5
@@ -118,14 +121,14 @@ def test_bf16_on_amx_tiles_sums_each_row_alone(monkeypatch):
             assert torch.equal(rowinv.linear_tiled(x, wt, None, n), y)
         finally:
             torch.set_num_threads(threads)
-    assert rowinv_tiles.tiled(torch.zeros(48, 64, dtype=torch.bfloat16), rowinv.library()) is None
-    assert rowinv_tiles.tiled(torch.zeros(64, 48, dtype=torch.bfloat16), rowinv.library()) is None
-    assert rowinv_tiles.tiled(torch.zeros(64, 64), rowinv.library()) is None
-    monkeypatch.setattr(rowinv_tiles, "AMX", False)
-    assert rowinv_tiles.tiled(torch.zeros(64, 64, dtype=torch.bfloat16), rowinv.library()) is None
+    assert amx_tiles.tiled(torch.zeros(48, 64, dtype=torch.bfloat16), rowinv.library()) is None
+    assert amx_tiles.tiled(torch.zeros(64, 48, dtype=torch.bfloat16), rowinv.library()) is None
+    assert amx_tiles.tiled(torch.zeros(64, 64), rowinv.library()) is None
+    monkeypatch.setattr(amx_tiles, "AMX", False)
+    assert amx_tiles.tiled(torch.zeros(64, 64, dtype=torch.bfloat16), rowinv.library()) is None
 
 
-@pytest.mark.skipif(not rowinv.available() or not rowinv_tiles.amx(rowinv.library()), reason="no AMX tiles here")
+@pytest.mark.skipif(not rowinv.available() or not amx_tiles.amx(rowinv.library()), reason="no AMX tiles here")
 def test_bf16_on_tiles_decodes_exactly_with_the_adapters_on_tiles_too():
     """A bf16 model on AMX tiles whose stream-row adapters fit them (rank 32): the adapters' deltas run on tiles in the
     modules and in the kernel's layer steps alike (bind found them equal bit for bit, so the steps stay bound), and
@@ -144,7 +147,7 @@ def test_bf16_on_tiles_decodes_exactly_with_the_adapters_on_tiles_too():
 
 @pytest.mark.skipif(not rowinv.available(), reason="the kernel cannot run here")
 def test_the_l2_prefetch_changes_no_sum(monkeypatch, tmp_path):
-    """The vendor tuning (`rowinv_build.tuning_flags`: an L2 prefetch ahead of the blocked Linears and of the 4- and
+    """The vendor tuning (`builder.tuning_flags`: an L2 prefetch ahead of the blocked Linears and of the 4- and
     8-bit weights against 8-bit activations) only moves data: a build with it and one without give the same sums."""
     monkeypatch.setenv("SPECSTREAM_CACHE", str(tmp_path))
     g = torch.Generator().manual_seed(3)
@@ -154,7 +157,7 @@ def test_the_l2_prefetch_changes_no_sum(monkeypatch, tmp_path):
         monkeypatch.setenv("SPECSTREAM_L2_AHEAD", ahead)
         monkeypatch.setattr(rowinv, "_why", None)
         monkeypatch.setattr(rowinv, "_lib", None)
-        assert rowinv_build.tuning_flags() == ([] if ahead == "0" else [f"-DL2_AHEAD={ahead}"])
+        assert builder.tuning_flags() == ([] if ahead == "0" else [f"-DL2_AHEAD={ahead}"])
         for dtype in (torch.float32, torch.bfloat16):
             wb = rowinv.blocked(w.to(dtype))
             out[ahead, dtype] = [rowinv.linear(x[:m], wb, None, 37) for m in (1, 5, 9)]
@@ -165,17 +168,17 @@ def test_the_l2_prefetch_changes_no_sum(monkeypatch, tmp_path):
     assert len(os.listdir(tmp_path / "kernels")) == 2  # two builds
     monkeypatch.setenv("SPECSTREAM_L2_AHEAD", "16k")
     with pytest.warns(UserWarning, match="not a number of bytes"):
-        rowinv_build.tuning_flags()
+        builder.tuning_flags()
     for kind in (torch.float32, torch.bfloat16) + (("a8",) if ("0", "a8") in out else ()):
         assert all(torch.equal(a, b) for a, b in zip(out["0", kind], out["16384", kind]))
 
 
-@pytest.mark.skipif(not {"avx2", "fma"} <= rowinv_build.cpu_flags(), reason="this CPU lacks AVX2 + FMA")
+@pytest.mark.skipif(not {"avx2", "fma"} <= builder.cpu_flags(), reason="this CPU lacks AVX2 + FMA")
 def test_the_avx2_build_is_row_invariant_too(monkeypatch, tmp_path):
     """The build a CPU without AVX-512 gets, built and checked here whatever this CPU has."""
     monkeypatch.setattr(rowinv, "_why", None)
     monkeypatch.setattr(rowinv, "_lib", None)
-    monkeypatch.setattr(rowinv_build, "cpu_flags", lambda: {"avx2", "fma"})
+    monkeypatch.setattr(builder, "cpu_flags", lambda: {"avx2", "fma"})
     monkeypatch.setenv("SPECSTREAM_CACHE", str(tmp_path))
     assert rowinv.available(), rowinv.unavailable_reason()
     assert rowinv.isa() == "avx2"
@@ -244,7 +247,7 @@ def test_a_machine_without_the_kernel_runs_torch_and_says_why(monkeypatch, tmp_p
     with pytest.raises(SpecstreamError, match="cannot run here"):
         rowinv.install(model, "rowinv")
     monkeypatch.setattr(rowinv, "_why", None)
-    monkeypatch.setattr(rowinv_build, "cpu_flags", lambda: {"sse2"})
+    monkeypatch.setattr(builder, "cpu_flags", lambda: {"sse2"})
     assert not rowinv.available() and "neither AVX-512 nor AVX2" in rowinv.unavailable_reason()
     with pytest.raises(SpecstreamError, match="unknown kernel"):
         LoadConfig("x", kernel="fast")

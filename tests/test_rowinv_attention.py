@@ -7,7 +7,10 @@ import torch
 from torch.nn import functional as F
 
 from specstream_core import DecodeConfig
-from specstream_core.model import compat, rowinv, rowinv_build, rowinv_steps
+from specstream_core.model import compat
+from specstream_core.kernels.linears import rowinv
+from specstream_core.kernels import builder
+from specstream_core.kernels.steps import rowinv_steps
 from test_rowinv import _mismatches, _near_tie
 
 needs_kernel = pytest.mark.skipif(not rowinv.available(), reason=f"kernel unavailable: {rowinv.unavailable_reason()}")
@@ -73,7 +76,7 @@ def test_attention_is_sdpa_and_each_row_alone(hq, hkv, d):
 def test_the_avx2_builds_attention_too(monkeypatch, tmp_path):
     monkeypatch.setattr(rowinv, "_why", None)
     monkeypatch.setattr(rowinv, "_lib", None)
-    monkeypatch.setattr(rowinv_build, "cpu_flags", lambda: {"avx2", "fma"})
+    monkeypatch.setattr(builder, "cpu_flags", lambda: {"avx2", "fma"})
     monkeypatch.setenv("SPECSTREAM_CACHE", str(tmp_path))
     if not rowinv.available():
         pytest.skip(rowinv.unavailable_reason())
@@ -137,9 +140,9 @@ def test_stream_rows_attend_on_tiles_where_the_linears_are():
     tiles (`rowinv_steps.TiledStreams`, rowinv.c's `attend_tiles`: bf16 operands, fp32 sums), close to the vector
     code's fp32; main rows stay `rowinv.attend`'s bit for bit; a row that sees no key gets zeros; fewer stream rows
     stay on the vector code."""
-    from specstream_core.model import rowinv_tiles
+    from specstream_core.kernels import amx_tiles
 
-    if not rowinv_tiles.amx(rowinv.library()):
+    if not amx_tiles.amx(rowinv.library()):
         pytest.skip("no AMX tiles on this CPU")
     g = torch.Generator().manual_seed(4)
     hq, hkv, d, cap, prefix = 4, 2, 64, 80, 37

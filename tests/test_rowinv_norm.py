@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from specstream_core import DecodeConfig, Engine
-from specstream_core.model import rowinv
+from specstream_core.kernels.linears import rowinv
 from tiny_models import prompts, tiny_model
 
 pytestmark = pytest.mark.skipif(not rowinv.available(), reason=f"kernel unavailable: {rowinv.unavailable_reason()}")

@@ -6,7 +6,7 @@ import torch
 from specstream_core import Engine, StreamParams
 from specstream_core.bench import speed
 from specstream_core.bench.runner import run_benchmark
-from specstream_core.model import int4, int4_a8
+from specstream_core.kernels.linears import int4, int4_a8
 from specstream_core.model.loading import quantize_in_memory
 from tiny_models import prompts, tiny_model
 

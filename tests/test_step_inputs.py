@@ -7,7 +7,9 @@ import torch
 
 from specstream_core.decoding.prefill import pad_steps
 from specstream_core.decoding.tree import Tree
-from specstream_core.model import greedy, masks, rowinv
+from specstream_core.kernels.heads import greedy
+from specstream_core.model import masks
+from specstream_core.kernels.linears import rowinv
 
 
 @pytest.mark.skipif(not rowinv.available(), reason=f"kernel unavailable: {rowinv.unavailable_reason()}")

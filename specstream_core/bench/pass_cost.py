@@ -28,7 +28,9 @@ from typing import Callable
 
 import torch
 
-from specstream_core.model import compat, greedy, int8_head, msa, rowinv
+from specstream_core.model import compat, msa
+from specstream_core.kernels.heads import greedy, int8_head
+from specstream_core.kernels.linears import rowinv
 from specstream_core.model.cache import KVCache
 from specstream_core.bench.pass_parts import measure_parts
 from specstream_core.bench.results import read_json

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 
 import torch
 
-from specstream_core.model import int4_a8, merged_head, rowinv, rowinv_steps
+from specstream_core.kernels.linears import int4_a8, rowinv
+from specstream_core.kernels.heads import merged_head
+from specstream_core.kernels.steps import rowinv_steps
 
 
 @dataclass

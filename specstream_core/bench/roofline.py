@@ -24,13 +24,13 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from specstream_core.model import int4_a8, rowinv
+from specstream_core.kernels.linears import int4_a8, rowinv
 
 
 # bytes read per weight of the decoder layers in each precision (bitsandbytes nf4: 4 bits plus one fp32
 # scale per 64 weights; the LM head stays in the compute precision, counted as fp32 here; int4 on the
 # row-invariant kernel: 4 bits plus an fp32 scale and low end per 32 weights, and an 8-bit head, 8 bits plus
-# an fp32 scale per 32 weights: model/int4.py, model/int8_head.py)
+# an fp32 scale per 32 weights: kernels/linears/int4.py, kernels/heads/int8_head.py)
 BYTES_PER_WEIGHT = {"fp32": 4.0, "bf16": 2.0, "nf4": 0.5625, "int8": 1.0, "int4": 0.75, "int4-a8": 0.75}
 HEAD_BYTES_PER_WEIGHT = {"bf16": 2.0, "int4": 1.125, "int4-a8": 1.125}  # others: fp32
 

@@ -20,7 +20,7 @@ from typing import Callable
 import torch
 
 from specstream_core.decoding.config import DecodeConfig
-from specstream_core.model import rowinv
+from specstream_core.kernels.linears import rowinv
 
 
 @dataclass

@@ -35,7 +35,7 @@ def add_model_arguments(p) -> None:
                    help="what the multi-stream layers' stream rows (drafts only) are computed with: auto (default: 4-bit "
                         "copies where a pass has 8 or more stream rows on fp32 or bf16 Linears of the row-invariant "
                         "kernel, and an 8-bit draft head), same (the layers' own weights) or int4-a8; output never "
-                        "changes (model/draft_weights.py)")
+                        "changes (kernels/draft_weights.py)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--raw", action="store_true",
                    help="send the prompt text as it is (default: wrap it in the model's chat template, if it has one)")

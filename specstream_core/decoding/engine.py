@@ -12,8 +12,11 @@ from functools import lru_cache
 
 import torch
 
-from specstream_core.model import (certified_head, compat, direct_layers, draft_weights, greedy, hub, int8_head, masks,
-                                   merged_head, msa, rowinv, rowinv_steps)
+from specstream_core.kernels.heads import certified_head, greedy, int8_head, merged_head
+from specstream_core.model import compat, hub, masks, msa
+from specstream_core.kernels.steps import direct_layers, rowinv_steps
+from specstream_core.kernels import draft_weights
+from specstream_core.kernels.linears import rowinv
 from specstream_core.decoding import loop
 from specstream_core.decoding.config import DecodeConfig, Result, decode_fields
 from specstream_core.decoding.drafters import Drafter
@@ -58,7 +61,7 @@ class Engine:
         self.token_text = lru_cache(maxsize=65536)(self._token_text)
 
     def set_stream_weights(self, kind: str = "auto") -> str:
-        """What the stream rows of the multi-stream layers are computed with (model/draft_weights.py: "auto", "same",
+        """What the stream rows of the multi-stream layers are computed with (kernels/draft_weights.py: "auto", "same",
         "int4-a8"); drafts change, output never does. Rebinds the direct layer steps. Returns the resolved kind."""
         layers = compat.decoder_layers(self.model)
         direct_layers.unbind(layers)
@@ -82,7 +85,7 @@ class Engine:
         AVX512-VNNI, else bf16 weights on the row-invariant CPU kernel, else fp32; `resolve_precision`), fp32,
         bf16, nf4, int8, int4 or int4-a8. chat: wrap text prompts as a user turn of the model's chat template (when it
         has one). kernel: the CPU fp32/bf16 Linears (auto, rowinv, torch; default: $SPECSTREAM_KERNEL or auto,
-        model/rowinv.py). stream_weights: what the stream rows are computed with (`set_stream_weights`)."""
+        kernels/linears/rowinv.py). stream_weights: what the stream rows are computed with (`set_stream_weights`)."""
         if streams_dir is not None:
             streams_dir = hub.local_dir(streams_dir)  # a hub repo id: its snapshot
             read_stream_config(streams_dir)  # fail on a bad adapter before loading a large model
@@ -106,7 +109,7 @@ class Engine:
 
     @property
     def row_exact(self) -> bool:
-        """Row-invariant Linears (int4, or the CPU kernel of model/rowinv.py), so row-exact attention makes
+        """Row-invariant Linears (int4, or the CPU kernel of kernels/linears/rowinv.py), so row-exact attention makes
         a pass's main rows exact."""
         return self.precision in INT4 or rowinv.uses_kernel(self.model)
 

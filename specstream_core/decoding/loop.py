@@ -119,7 +119,7 @@ class Decoding:
         keeps = ([list(range(len(t))) for t in trees] if out.keep is None
                  else [out.keep[b, :n].tolist() for b, n in enumerate(out.kept)])
         survivors = [t if out.keep is None else t.subset(k) for t, k in zip(trees, keeps)]
-        if self.greedy:  # 3. verify: each node's greedy token (without the whole logits where model/certified_head.py runs)
+        if self.greedy:  # 3. verify: each node's greedy token (without the whole logits where kernels/heads/certified_head.py runs)
             choices, scored = engine.greedy_picks(out.main, out.streams)  # [B, m] (+ stream rows' draft scores)
             verdicts = [walk_greedy(s, choices[b, :len(s)].tolist()) for b, s in enumerate(survivors)]
         else:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from specstream_core.decoding.tree import Tree
-from specstream_core.model import greedy
+from specstream_core.kernels.heads import greedy
 
 
 @dataclass(frozen=True)

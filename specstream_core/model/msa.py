@@ -17,7 +17,8 @@ from typing import Callable
 
 import torch
 
-from specstream_core.model import compat, direct_layers, layer_stacks, masks, rowinv_steps
+from specstream_core.model import compat, masks
+from specstream_core.kernels.steps import direct_layers, layer_stacks, rowinv_steps
 from specstream_core.model.streams import StreamParams
 
 

@@ -22,7 +22,11 @@ from dataclasses import asdict
 import torch
 from torch import nn
 
-from specstream_core.model import compat, direct_layers, draft_weights, hub, int8_head, rowinv, rowinv_steps, rowinv_tiles
+from specstream_core.model import compat, hub
+from specstream_core.kernels.steps import direct_layers, rowinv_steps
+from specstream_core.kernels import amx_tiles, draft_weights
+from specstream_core.kernels.heads import int8_head
+from specstream_core.kernels.linears import rowinv
 from specstream_core.model.stream_config import (ADAPTER_TARGETS, CONFIG_NAME, FORMAT_VERSION, LORA_DIR, MAX_GAMMA,  # noqa: F401
                                                  WEIGHTS_NAME, StreamConfig, check_gamma, read_stream_config)
 from specstream_core.errors import SpecstreamError
@@ -63,7 +67,7 @@ class StreamRowLoRA(nn.Module):
         self.lora_B = nn.Linear(rank, out_features, bias=False)
         nn.init.kaiming_uniform_(self.lora_A.weight, a=math.sqrt(5))
         nn.init.zeros_(self.lora_B.weight)
-        self.__dict__["draft"] = None  # a cheaper copy of base for the stream rows (model/draft_weights.py); not saved
+        self.__dict__["draft"] = None  # a cheaper copy of base for the stream rows (kernels/draft_weights.py); not saved
 
     def set_draft(self, draft: nn.Module | None) -> None:
         self.__dict__["draft"] = draft
@@ -116,7 +120,7 @@ class StreamRowLoRA(nn.Module):
         return tuple((w.data_ptr(), None if w.is_inference() else w._version) for w in (self.lora_A.weight, self.lora_B.weight))
 
     def tiled_factors(self) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """A and B in bf16 as AMX tiles (`rowinv_tiles.tiled`) where the base Linear runs on tiles (bf16 weights on a
+        """A and B in bf16 as AMX tiles (`amx_tiles.tiled`) where the base Linear runs on tiles (bf16 weights on a
         CPU with AMX) and the rank is a multiple of 32: there the stream rows' delta runs on tiles too (25 rows cost
         about one); else None. Made again whenever A or B changes."""
         if not (isinstance(self.base, rowinv.RowInvariantLinear) and self.base.on_tiles()):
@@ -125,7 +129,7 @@ class StreamRowLoRA(nn.Module):
         key = self._weights_key() + (id(rowinv._lib),)
         if getattr(self, "_tiles_key", None) != key:
             lib = rowinv.library()
-            made = [rowinv_tiles.tiled(w.detach().to(torch.bfloat16), lib) for w in (a, b)]
+            made = [amx_tiles.tiled(w.detach().to(torch.bfloat16), lib) for w in (a, b)]
             self._tiles, self._tiles_key = (None if any(m is None for m in made) else tuple(made)), key
         return self._tiles
 
@@ -159,7 +163,7 @@ class StreamParams(nn.Module):
         # rows always use the full head, so verification and output are unchanged
         self.register_buffer("draft_vocab", torch.arange(cfg.draft_vocab_size) if cfg.draft_vocab_size else None)
         self._draft_head: tuple | None = None  # (head cut to the draft vocabulary, source weights, (device, dtype))
-        self.cheap_draft_head = False  # that cut an 8-bit copy (model/draft_weights.py)
+        self.cheap_draft_head = False  # that cut an 8-bit copy (kernels/draft_weights.py)
 
     # ---- construction ------------------------------------------------------------------
     @classmethod

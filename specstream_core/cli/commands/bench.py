@@ -164,7 +164,7 @@ def _load_engine(base, streams_dir, precision, device, chat=True):
 
 def ss_config(ctx: dict, precision: str) -> DecodeConfig:
     """Speculative streaming's draft at one precision: the flags, else the stream set's record for it."""
-    from specstream_core.model import rowinv
+    from specstream_core.kernels.linears import rowinv
 
     return ctx["ss_given"].settled(decode_fields(ctx["ss_stored"], rowinv.draft_precision(precision)))
 
@@ -287,7 +287,7 @@ def _hf_model(engine, engines: dict, base: str, device: str):
     weights it would widen every weight to fp32 on every call, half its fp32 speed: `speed`'s "hf-greedy
     bf16"; on int4 it would run torch's int4 kernel, which rounds activations to bf16, another model than
     the one the kernel computes: on the default model that is the fp32 model itself.)"""
-    from specstream_core.model import rowinv
+    from specstream_core.kernels.linears import rowinv
 
     if engine.precision not in ("bf16", *INT4) or not rowinv.uses_kernel(engine.model):
         return None
@@ -299,7 +299,7 @@ def _hf_model(engine, engines: dict, base: str, device: str):
 def _measure(args, pl: dict, ctx: dict) -> tuple[list, list]:
     """(rows per precision and method, ablation rows)."""
     from specstream_core.bench.runner import run_benchmark
-    from specstream_core.model import rowinv
+    from specstream_core.kernels.linears import rowinv
 
     base, lossless, shared, max_new = ctx["base"], ctx["lossless_dir"], ctx["shared_dir"], ctx["max_new"]
     rows, ablation_rows, engines, prompts = [], [], {}, None

@@ -70,7 +70,7 @@ def run(args) -> int:
     from specstream_core.bench.batch_bench import (run_throughput, shared_markdown, shared_prefix_benchmark, throughput_markdown,
                                to_json)
     from specstream_core.decoding.engine import Engine
-    from specstream_core.model import rowinv
+    from specstream_core.kernels.linears import rowinv
     from specstream_core.tasks import load_split
 
     batch_sizes, methods, n_prompts, max_new, repeats, shared_n = _settings(args)

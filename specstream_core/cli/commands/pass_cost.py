@@ -17,7 +17,8 @@ import platform
 import warnings
 
 from specstream_core.cli.args import write_text
-from specstream_core.model import defaults, draft_weights
+from specstream_core.model import defaults
+from specstream_core.kernels import draft_weights
 from specstream_core.errors import SpecstreamError
 from specstream_core.model.streams import check_gamma
 
@@ -30,7 +31,7 @@ def add_arguments(p) -> None:
     p.add_argument("--n-stream-layers", type=int, default=None, help="multi-stream layers of fresh streams")
     p.add_argument("--precisions", default="fp32", help="comma-separated subset of fp32, bf16, nf4, int8, int4, int4-a8")
     p.add_argument("--stream-weights", default="auto", help="comma-separated: what the multi-stream layers' stream rows "
-                   "are computed with, each measured in turn (auto, same, int4-a8: model/draft_weights.py)")
+                   "are computed with, each measured in turn (auto, same, int4-a8: kernels/draft_weights.py)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--context", type=int, default=256, help="tokens already in the KV cache")
@@ -72,7 +73,7 @@ def _plan(args) -> tuple[tuple[int, ...], list[str], list[str | None]]:
 def _settings(args, engine, base: str, streams: str, machine, stream_weights: str) -> dict:
     import torch
 
-    from specstream_core.model import rowinv
+    from specstream_core.kernels.linears import rowinv
 
     return {"model": base, "streams": streams, "precision": engine.precision, "device": str(engine.device),
             "linears": rowinv.linears_label(engine.model), "stream_weights": stream_weights,

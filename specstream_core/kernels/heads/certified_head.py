@@ -36,7 +36,8 @@ import ctypes
 
 import torch
 
-from specstream_core.model import greedy, int4_a8, int8_head, merged_head, rowinv
+from specstream_core.kernels.heads import greedy, int8_head, merged_head
+from specstream_core.kernels.linears import int4_a8, rowinv
 
 GROUP = int8_head.GROUP
 SLACK = 0.51  # r_v's multiplier: 1/2 for the rounding, < 1e-3 for fp32 (module docstring), the rest margin

@@ -21,7 +21,7 @@ import subprocess
 import tempfile
 import warnings
 
-from specstream_core.model import default_model
+from specstream_core import paths
 
 # the builds, best first: (CPU flags it needs, compiler flags); rowinv.c picks its code by the flags
 _AVX512 = (("avx512f", "avx512dq", "avx512vl", "avx512bw", "fma"), ["-mavx512f", "-mavx512dq", "-mavx512vl",
@@ -71,7 +71,7 @@ def tuning_flags() -> list[str]:
 def library_path(source: str, cc: str, flags: list[str]) -> str:
     with open(source, "rb") as f:
         key = hashlib.sha256(f.read() + " ".join([cc] + flags + CFLAGS).encode()).hexdigest()[:16]
-    return os.path.join(default_model.cache_root(), "kernels", f"rowinv-{key}.so")
+    return os.path.join(paths.cache_root(), "kernels", f"rowinv-{key}.so")
 
 
 def build(source: str, cc: str, flags: list[str], path: str) -> None:

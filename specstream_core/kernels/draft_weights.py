@@ -4,7 +4,7 @@ Stream rows only draft: verification reads the main rows, and main rows never at
 stream row is computed with changes which tokens are drafted (τ), never the output. On fp32 or bf16 Linears a γ = 4
 pass sends 25 rows through each multi-stream layer, 20 of them stream rows; there a few rows cost little more than one
 row's read of the weights, but 25 rows are bound by arithmetic. A 4-bit copy against 8-bit activations
-(`model/int4_a8.py`, the default model's own precision) computes those 20 rows in a fraction of the time, while the 5
+(`kernels/linears/int4_a8.py`, the default model's own precision) computes those 20 rows in a fraction of the time, while the 5
 main rows keep the layer's own weights; on the row-invariant kernel a main row's sums are the same whatever other
 rows its call has, so the output stays bit for bit that of plain decoding (tests/test_draft_weights.py).
 
@@ -12,7 +12,7 @@ rows its call has, so the output stays bit for bit that of plain decoding (tests
   the stream rows' LM head over the draft vocabulary an 8-bit copy (`StreamParams.draft_head`);
 - "same": the layers' own weights for every row;
 - "auto" (the default): "int4-a8" where it runs and pays: fp32 or bf16 Linears on the row-invariant kernel, a CPU with
-  AVX512-VNNI; else "same". bf16 Linears on AMX tiles (`rowinv_tiles`) keep "same": 25 rows there cost about what
+  AVX512-VNNI; else "same". bf16 Linears on AMX tiles (`amx_tiles`) keep "same": 25 rows there cost about what
   one does, and the copies only add their own read of the weights (pass-cost, γ = 4 in bf16 on a Xeon with AMX:
   1.29× a plain pass on the layers' own weights, 1.33× with the copies).
 
@@ -29,7 +29,9 @@ import torch
 from torch import nn
 
 from specstream_core.errors import SpecstreamError
-from specstream_core.model import int4, int4_a8, int8_head, rowinv, rowinv_steps
+from specstream_core.kernels.linears import int4, int4_a8, rowinv
+from specstream_core.kernels.heads import int8_head
+from specstream_core.kernels.steps import rowinv_steps
 
 KINDS = ("auto", "same", "int4-a8")
 # the copies take a step's stream rows where there are at least this many. On the default model the stream set's draft
@@ -61,7 +63,7 @@ def resolve(kind: str, params, model) -> str:
 
 
 def on_tiles(params) -> bool:
-    """Whether the stream layers' Linears run on AMX tiles (bf16 where the CPU has them: `rowinv_tiles`)."""
+    """Whether the stream layers' Linears run on AMX tiles (bf16 where the CPU has them: `amx_tiles`)."""
     wrappers = list(params.adapters.values())
     return bool(wrappers) and all(isinstance(w.base, rowinv.RowInvariantLinear) and w.base.on_tiles() for w in wrappers)
 

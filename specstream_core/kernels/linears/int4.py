@@ -14,7 +14,7 @@ element j + 16 in its high nibble).
   kernel too (`rowinv.adopt`).
 - **Against 8-bit activations** (`a8=True`, precision int4-a8, the default where the kernel's build has
   AVX512-VNNI): the same groups in another layout, each input row rounded to 8 bits per group of 32 and the
-  products summed as integers (`model/int4_a8.py`): llama.cpp's arithmetic, not the fp32 model, still
+  products summed as integers (`kernels/linears/int4_a8.py`): llama.cpp's arithmetic, not the fp32 model, still
   row-invariant.
 - **Through torch** (no kernel here, `SPECSTREAM_KERNEL=torch`, inside `rowinv.torch_linears()` as
   transformers' baseline, or with gradients): torch's kernel reads bf16 activations and bf16 scales, w =
@@ -24,7 +24,7 @@ element j + 16 in its high nibble).
 Where the base was converted from a Q4_1 GGUF file (the default SmolLM2 model), the decoder layers'
 4-bit groups are the file's own (`gguf_groups`, `from_q4_1`): Q4_1 stores w = d * q + m per block of 32, the
 kernel's form exactly (its fp16 d and m are exact in fp32), so these Linears hold the fp32 model's weights
-exactly. The head is 8-bit (`model/int8_head.py`, GGUF's Q8_0), the file's own groups where it has them (the
+exactly. The head is 8-bit (`kernels/heads/int8_head.py`, GGUF's Q8_0), the file's own groups where it has them (the
 default model's tied token embedding): its fp32 weights exactly again. With every weight the fp32 model's
 and every sum the fp32 kernel's, int4 on the default model computes the fp32 model's logits bit for bit
 at a quarter of its bytes (tests/test_int4.py checks it on a GGUF file it writes). A 4-bit head was the one change of
@@ -35,15 +35,15 @@ head reads 113 MB a pass. `quantize_model(head=...)` still offers both. Without 
 
 from __future__ import annotations
 
-import json
-import os
 
 import numpy as np
 import torch
 from torch import nn
 
 from specstream_core.errors import SpecstreamError
-from specstream_core.model import compat, default_model, int4_a8, int8_head, rowinv
+from specstream_core.model import compat
+from specstream_core.kernels.linears import int4_a8, rowinv
+from specstream_core.kernels.heads import int8_head
 
 GROUP = 32  # elements per scale/low group (Q4_1's block size)
 _TORCH_DTYPE = torch.bfloat16  # torch's CPU kernel's fast path; fp32 activations take a scalar fallback
@@ -82,7 +82,7 @@ class Int4Linear(nn.Module):
     def __init__(self, q: torch.Tensor, scale: torch.Tensor, low: torch.Tensor, bias: torch.Tensor | None = None,
                  kernel: bool | None = None, a8: bool = False):
         """q: integers 0..15 [N, K]; scale, low: [N, K / GROUP] (w = q * scale + low). a8: against 8-bit
-        activations on the kernel (`model/int4_a8.py`; another layout of the same groups)."""
+        activations on the kernel (`kernels/linears/int4_a8.py`; another layout of the same groups)."""
         super().__init__()
         n, k = q.shape
         if k % GROUP or scale.shape != (n, k // GROUP) or low.shape != scale.shape:
@@ -265,10 +265,10 @@ def quantize_model(model, groups: dict[str, tuple] | None = None, kernel: bool |
     groups: per key of `_linears`, ready groups to use instead of quantizing the weight (a GGUF file's
     own blocks: (q, scale, low) for a layer, (q, scale) for the 8-bit head). kernel: run them on the
     row-invariant kernel (None: where it runs), which then also takes the model's norms and attention
-    (`rowinv.adopt`). head: "q8" (8-bit groups, `model/int8_head.py`; the default on the kernel),
+    (`rowinv.adopt`). head: "q8" (8-bit groups, `kernels/heads/int8_head.py`; the default on the kernel),
     "int4" (the default through torch, whose int4 kernel is row-invariant where its fp32 matmul is not),
     or "fp32" (its own weights, on the kernel where it runs). a8: the decoder Linears take 8-bit activations
-    (int4-a8, `model/int4_a8.py`), and so does an 8-bit head. Returns {"layers": n, "from_file": m, "fused": f, "kernel":
+    (int4-a8, `kernels/linears/int4_a8.py`), and so does an 8-bit head. Returns {"layers": n, "from_file": m, "fused": f, "kernel":
     bool, "head": head, "head_from_file": bool, "a8": a8}."""
     kernel = rowinv.available() if kernel is None else kernel
     if kernel and not rowinv.available():
@@ -332,20 +332,6 @@ _GGUF_NAMES = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn
                "ffn_down": "mlp.down_proj"}
 
 
-def gguf_source(base: str) -> str | None:
-    """The GGUF file a converted default model was made from, when it is still there unchanged."""
-    marker = os.path.join(base, default_model.MARKER) if os.path.isdir(base) else ""
-    if not marker or not os.path.isfile(marker):
-        return None
-    try:
-        with open(marker) as f:
-            info = json.load(f)
-        path = info.get("source")
-        if path and os.path.isfile(path) and default_model.file_digest(path) == info.get("gguf_digest"):
-            return path
-    except (OSError, ValueError):
-        return None
-    return None
 
 
 def _row_order(rows: int, n_head: int) -> np.ndarray:

@@ -10,7 +10,7 @@ and each output column is written where the vocabulary puts it (rowinv.c's `line
 The drafter then takes the accepted node's scores (`Engine.head_scores`, `RowOutput.scored`).
 
 Two heads take it, each with the kernel its model's head already runs on:
-- bf16 on AMX tiles (`rowinv_tiles`): up to 16 rows cost about what one does, so the stream rows come almost free;
+- bf16 on AMX tiles (`amx_tiles`): up to 16 rows cost about what one does, so the stream rows come almost free;
 - the 8-bit head of int4-a8 (`int8_head.Int8Linear` against 8-bit activations, `int4_a8`): the stream rows cost
   their dot products as they did apart, and the second read of the block is saved.
 Every column is summed as the head's own call sums it, so the logits are bit for bit the head's, and the stream rows'
@@ -23,7 +23,9 @@ import ctypes
 
 import torch
 
-from specstream_core.model import int4_a8, int8_head, rowinv, rowinv_tiles
+from specstream_core.kernels.linears import int4_a8, rowinv
+from specstream_core.kernels.heads import int8_head
+from specstream_core.kernels import amx_tiles
 
 _typed: list = [None, None]  # rowinv.typed's cache: the library typed for the mapped calls, or None
 
@@ -61,10 +63,10 @@ class MergedHead:
         ids = draft_ids.to(torch.long).cpu()
         if isinstance(head, rowinv.RowInvariantLinear):
             w = head.weight
-            if (w.dtype is torch.bfloat16 and 0 < ids.numel() < w.shape[0] and rowinv_tiles.amx(rowinv.library())
-                    and not w.shape[0] % rowinv_tiles.TILE):
+            if (w.dtype is torch.bfloat16 and 0 < ids.numel() < w.shape[0] and amx_tiles.amx(rowinv.library())
+                    and not w.shape[0] % amx_tiles.TILE):
                 order = _draft_first(w.shape[0], ids)
-                tiled = rowinv_tiles.tiled(w.detach()[order].contiguous(), rowinv.library())
+                tiled = amx_tiles.tiled(w.detach()[order].contiguous(), rowinv.library())
                 return None if tiled is None else _OnTiles(order, ids.numel(), lib, tiled)
         elif isinstance(head, int8_head.Int8Linear) and head.a8:
             return cls.of_groups(*head.groups(), ids)

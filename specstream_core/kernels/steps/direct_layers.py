@@ -34,7 +34,10 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from specstream_core.model import compat, draft_weights, layer_stacks, rowinv, rowinv_steps
+from specstream_core.model import compat
+from specstream_core.kernels import draft_weights
+from specstream_core.kernels.steps import layer_stacks, rowinv_steps
+from specstream_core.kernels.linears import rowinv
 
 LAYERS = ("LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer")  # forward of Llama's form
 _ATTR = compat.DIRECT_STEP
@@ -74,7 +77,7 @@ def _kernel_part(module: nn.Module) -> tuple | None:
     if w.dtype not in (torch.float32, torch.bfloat16) or not w.is_contiguous() or not w.is_cpu:
         return None
     wb, f32 = module.blocked_weight(), w.dtype is torch.float32
-    if module._tiled:  # bf16 on AMX tiles (`rowinv_tiles.tiled`)
+    if module._tiled:  # bf16 on AMX tiles (`amx_tiles.tiled`)
         return rowinv_steps.LIN_BF16X, wb, None, w.shape[0]
     if wb is not None:  # what the module's own forward reads (`RowInvariantLinear.blocked_weight`), as of binding
         return (rowinv_steps.LIN_F32B if f32 else rowinv_steps.LIN_BF16B), wb, None, w.shape[0]

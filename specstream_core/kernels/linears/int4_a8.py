@@ -1,4 +1,4 @@
-"""int4-a8: the 4-bit Linears of `model/int4.py` and the 8-bit head of `model/int8_head.py` multiplied against
+"""int4-a8: the 4-bit Linears of `kernels/linears/int4.py` and the 8-bit head of `kernels/heads/int8_head.py` multiplied against
 8-bit activations, llama.cpp's arithmetic for Q4_1 and Q8_0 weights, on the row-invariant kernel's AVX512-VNNI
 build (`rowinv.c`: `linear_q4a8_ld`, `linear_q8a8_ld`).
 
@@ -28,7 +28,7 @@ import ctypes
 
 import torch
 
-from specstream_core.model import rowinv
+from specstream_core.kernels.linears import rowinv
 
 GROUP = 32
 TILE = 16  # output rows per tile

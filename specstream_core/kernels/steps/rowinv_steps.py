@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import torch
 
-from specstream_core.model import rowinv
+from specstream_core.kernels.linears import rowinv
 
 
 def pointers(tensors: list[torch.Tensor]):
@@ -36,7 +36,7 @@ def rope_store(qkv: torch.Tensor, heads: int, kv_heads: int, cos: torch.Tensor, 
 
 
 # the kinds of Linear the layer front takes (rowinv.c's LIN_F32, LIN_BF16, LIN_Q4; LIN_F32B, LIN_BF16B: `rowinv.blocked`;
-# LIN_Q4A8: 4-bit against 8-bit activations, `model/int4_a8.py`; LIN_BF16X: bf16 on AMX tiles, `rowinv_tiles.tiled`)
+# LIN_Q4A8: 4-bit against 8-bit activations, `kernels/linears/int4_a8.py`; LIN_BF16X: bf16 on AMX tiles, `amx_tiles.tiled`)
 LIN_F32, LIN_BF16, LIN_Q4, LIN_F32B, LIN_BF16B, LIN_Q4A8, LIN_BF16X = 0, 1, 2, 3, 4, 5, 6
 LORA_TILES = 1 << 32  # set in an adapter rank: its A and B are bf16 AMX tiles (rowinv.c's lora_add)
 
@@ -84,7 +84,7 @@ def layer_front(h: torch.Tensor, norms: tuple[torch.Tensor, torch.Tensor], eps: 
 
 
 class DraftLinears(ctypes.Structure):
-    """A layer's draft Linears for its stream rows (`model/draft_weights.py`), laid out as rowinv.c's draft_args: the
+    """A layer's draft Linears for its stream rows (`kernels/draft_weights.py`), laid out as rowinv.c's draft_args: the
     front's parts in `FrontLinears`' order, then down, each (kind, weight, scales or None, outputs)."""
     _fields_ = [("kind", ctypes.c_void_p), ("w", ctypes.c_void_p), ("dm", ctypes.c_void_p), ("down_kind", ctypes.c_int64),
                 ("down_w", ctypes.c_void_p), ("down_dm", ctypes.c_void_p), ("min_rows", ctypes.c_int64)]

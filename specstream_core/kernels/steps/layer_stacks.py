@@ -12,7 +12,8 @@ from typing import NamedTuple
 
 import torch
 
-from specstream_core.model import compat, rowinv_steps
+from specstream_core.model import compat
+from specstream_core.kernels.steps import rowinv_steps
 
 
 def stack_ready(layers) -> tuple | None:

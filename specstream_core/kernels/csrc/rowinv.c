@@ -203,7 +203,7 @@ DEFINE_KERNEL(ROW_MAJOR_LOOP, linear_bf16, uint16_t, load_bf16)
  * matrices, same sums). More rows (a prompt) go block by block, each block's spans in turn, parked on the stack. */
 #define PF_BYTES 8192
 #ifndef L2_AHEAD /* bytes ahead the weights are also prefetched into L2 (0: not); the build sets it per CPU vendor */
-#define L2_AHEAD 0 /* (rowinv_build.py: 16384 on Intel; blocked fp32/bf16 and the 8-bit-activation kernels) */
+#define L2_AHEAD 0 /* (builder.py: 16384 on Intel; blocked fp32/bf16 and the 8-bit-activation kernels) */
 #endif
 #define KSPAN 384
 /* Calls of WIDE_ROWS rows or more (a prompt) run a panel of PANEL blocks at a time, each group of MB rows against
@@ -1127,7 +1127,7 @@ int linear_q8a8_ld(const float *x, int64_t M, int64_t K, const uint8_t *w, const
                    int64_t ldy, int threads) {
   return linear_a8(q8a8_blocks, 8 * 64, x, M, K, w, (const uint16_t *)dm, N, y, ldy, NULL, 0, NULL, 0, threads);
 }
-/* The 8-bit head with its columns mapped (`scatter_cols`): the merged head of model/merged_head.py */
+/* The 8-bit head with its columns mapped (`scatter_cols`): the merged head of kernels/heads/merged_head.py */
 int linear_q8a8_map(const float *x, int64_t M, int64_t K, const uint8_t *w, const float *dm, int64_t N, float *y,
                     int64_t ldy, const int32_t *cols, int64_t split, float *y2, int64_t ld2, int threads) {
   return linear_a8(q8a8_blocks, 8 * 64, x, M, K, w, (const uint16_t *)dm, N, y, ldy, cols, split, y2, ld2, threads);
@@ -1321,7 +1321,7 @@ int lora_rows(const float *x, int64_t m, int64_t K, const uint16_t *At, const ui
 }
 /* Stream rows n .. q - 1 of y (row stride ld, N columns) += (x A^T) B^T of the same rows of x [q, K]: a row
  * adapter as StreamRowLoRA computes it (`lora_rows`, then the add), At = A^T [K, r], Bt = B^T [r, N] in bf16. A rank with
- * LORA_TILES set: A [r, K] and B [N, r] as bf16 tiles (`rowinv_tiles.tiled`) and both products on AMX
+ * LORA_TILES set: A [r, K] and B [N, r] as bf16 tiles (`amx_tiles.tiled`) and both products on AMX
  * (linear_bf16x), as StreamRowLoRA computes it on a layer whose Linears are on tiles. */
 #define LORA_TILES ((int64_t)1 << 32)
 static int lora_add(const float *x, int64_t q, int64_t n, int64_t K, const float *A, const float *B, int64_t r,
@@ -1709,7 +1709,7 @@ static void bf16x_one_block(const uint16_t *x0, const uint16_t *x1, int64_t sx, 
   bf16x_store(b, 4, y0, o->cols ? 32 * 4 : o->ldy * 4, o->cols ? 32 : o->ldy);
   if (o->cols) scatter_cols(buf, 32, m0, a + b, 32, p * 32, o->cols, o->split, o->y, o->ldy, o->y2, o->ld2);
 }
-/* x W^T on tiles (W: rowinv_tiles.tiled). cols NULL: y[m, n] (row stride ldy); else rows m < split write y[m,
+/* x W^T on tiles (W: amx_tiles.tiled). cols NULL: y[m, n] (row stride ldy); else rows m < split write y[m,
  * cols[n]] and the rest y2[m - split, n] (row stride ld2): an LM head laid out with one vocabulary's rows first
  * scores main rows over the whole vocabulary and stream rows over that one, in one read of the weights.
  * Up to 16 rows go against two blocks of 32 outputs at a time: four chains of sums in flight, where one block had
@@ -1770,7 +1770,7 @@ static inline __m512i bf16_pairs(const float *x) { /* x[0 .. 32) as 16 dwords: (
   __m256i lo = bf16_words(_mm512_loadu_ps(x)), hi = bf16_words(_mm512_loadu_ps(x + 16));
   return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
-/* W = the keys k[0 .. end) (rows of D floats) as `linear_bf16x`'s weights [Np x D] (rowinv_tiles' layout), keys past
+/* W = the keys k[0 .. end) (rows of D floats) as `linear_bf16x`'s weights [Np x D] (amx_tiles' layout), keys past
  * end zero: key j's pairs of columns go down the 16 rows of its tile, at column j % 16 */
 static void tile_keys(const float *k, int64_t end, int64_t D, int64_t Np, uint16_t *W) {
   memset(W, 0, (size_t)(Np * D) * sizeof(uint16_t));
@@ -1782,7 +1782,7 @@ static void tile_keys(const float *k, int64_t end, int64_t D, int64_t Np, uint16
       _mm512_i32scatter_epi32((void *)(tile + (j % 16) * 2), rows, bf16_pairs(k + j * D + st * 32), 4);
     }
 }
-/* W = the values' transpose [D x Kp] (rowinv_tiles' layout; keys past end zero): keys j, j + 1 side by side in the
+/* W = the values' transpose [D x Kp] (amx_tiles' layout; keys past end zero): keys j, j + 1 side by side in the
  * dwords of one tile row, 16 columns of D at a time */
 static void tile_values(const float *v, int64_t end, int64_t D, int64_t Kp, uint16_t *W) {
   memset(W, 0, (size_t)(Kp * D) * sizeof(uint16_t));
@@ -1955,7 +1955,7 @@ int argmax_rows(const float *x, int64_t rows, int64_t n, int64_t ld, int64_t *ou
   return 0;
 }
 
-/* ---- Candidates of a greedy choice (model/certified_head.py) --------------------------------------------
+/* ---- Candidates of a greedy choice (kernels/heads/certified_head.py) --------------------------------------------
  * Rows a[m, n] of approximate logits, each within r[i, v] of its exact logit, where
  *   r[i, v] = slack (sum_o dxo[i, o] l1[g_o, v] + rest[i] (tot[v] (1 + 2^-16) - sum_o l1[g_o, v])),
  * l1 [G, n]: each token's sum of |w| per input group, tot[v] = sum_g l1[g, v], g_o (o < k <= 4) the groups the

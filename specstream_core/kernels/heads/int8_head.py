@@ -24,7 +24,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from specstream_core.errors import SpecstreamError
-from specstream_core.model import compat, int4_a8, rowinv
+from specstream_core.model import compat
+from specstream_core.kernels.linears import int4_a8, rowinv
 
 GROUP = 32  # elements per scale (Q8_0's block size)
 
@@ -36,7 +37,7 @@ class Int8Linear(nn.Module):
     def __init__(self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None,
                  kernel: bool | None = None, a8: bool = False):
         """q: integers -128..127 [N, K]; scale: [N, K / GROUP] (w = q * scale). a8: against 8-bit activations
-        (int4-a8, `model/int4_a8.py`; another layout of the same groups)."""
+        (int4-a8, `kernels/linears/int4_a8.py`; another layout of the same groups)."""
         super().__init__()
         n, k = q.shape
         if k % GROUP or scale.shape != (n, k // GROUP):

@@ -12,7 +12,7 @@ bit for bit as a plain pass would, so speculative output equals plain decoding e
 in bf16 (bf16 weights, fp32 sums).
 
 On Intel CPUs with AMX, bf16 Linears (and the stream-row adapters beside them) run on the tile unit instead
-(`rowinv_tiles`, `linear_tiled`): x rounded to bf16, fp32 sums, still row-invariant, and up to 32 rows cost about
+(`amx_tiles`, `linear_tiled`): x rounded to bf16, fp32 sums, still row-invariant, and up to 32 rows cost about
 what one does; SPECSTREAM_AMX=0 keeps them on the vector kernel.
 
 The kernel is compiled with the system's C compiler into the cache directory the first time it is
@@ -34,9 +34,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from specstream_core.errors import SpecstreamError
-from specstream_core.model import compat, rowinv_build, rowinv_tiles
+from specstream_core.model import compat
+from specstream_core.kernels import amx_tiles, builder
 
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rowinv.c")
+SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc", "rowinv.c")
 KERNELS = ("auto", "rowinv", "torch")  # auto: rowinv where it can run; torch: never
 _DTYPES = (torch.float32, torch.bfloat16)  # what RowInvariantLinear runs on the kernel
 
@@ -47,17 +48,17 @@ _local = threading.local()  # torch_linears() switches the kernel off for one th
 
 
 def _load():
-    flags = rowinv_build.isa_flags()
+    flags = builder.isa_flags()
     if flags is None:
         return None, "this CPU has neither AVX-512 nor AVX2 with FMA"
-    cc = rowinv_build.compiler()
+    cc = builder.compiler()
     if cc is None:
         return None, "no C compiler found (install gcc, or set CC)"
-    flags = flags + rowinv_build.tuning_flags()
-    path = rowinv_build.library_path(SOURCE, cc, flags)
+    flags = flags + builder.tuning_flags()
+    path = builder.library_path(SOURCE, cc, flags)
     try:
         if not os.path.exists(path):
-            rowinv_build.build(SOURCE, cc, flags, path)
+            builder.build(SOURCE, cc, flags, path)
         lib = ctypes.CDLL(path)
     except (OSError, subprocess.SubprocessError) as exc:
         return None, f"the kernel did not build: {exc}"
@@ -181,14 +182,14 @@ def _rows_and_out(x: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def linear_q4(x: torch.Tensor, q4: torch.Tensor, dm: torch.Tensor, n: int) -> torch.Tensor:
-    """x W^T for 4-bit W in the kernel's layout (`model/int4.py`: nibbles q4 [N' / 4, K / 32, 4, 16], scales and
+    """x W^T for 4-bit W in the kernel's layout (`kernels/linears/int4.py`: nibbles q4 [N' / 4, K / 32, 4, 16], scales and
     low ends dm [N' / 4, K / 32, 4, 2]: `to_blocks`): each weight made as the fp32 value d q + m, then summed
     as `linear` sums, so on the same weights it gives `linear`'s result bit for bit. The result has x's dtype."""
     return _linear_q((_lib or library()).linear_q4, x, q4, dm, n)
 
 
 def linear_q8(x: torch.Tensor, q8: torch.Tensor, d: torch.Tensor, n: int) -> torch.Tensor:
-    """x W^T for 8-bit W in the kernel's layout (`model/int8_head.py`: signed bytes q8 [N' / 4, K / 32, 4, 32],
+    """x W^T for 8-bit W in the kernel's layout (`kernels/heads/int8_head.py`: signed bytes q8 [N' / 4, K / 32, 4, 32],
     scales d [N' / 4, K / 32, 4, 1]: `to_blocks`): each weight made as the fp32 value d q, then summed as `linear` sums.
     The result has x's dtype."""
     return _linear_q((_lib or library()).linear_q8, x, q8, d, n)
@@ -214,7 +215,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 
 def linear_tiled(x: torch.Tensor, wt: torch.Tensor, bias: torch.Tensor | None, n: int) -> torch.Tensor:
-    """x W^T (+ b) on AMX tiles (`rowinv_tiles`): W `rowinv_tiles.tiled`, x rounded to bf16, fp32 sums; the result
+    """x W^T (+ b) on AMX tiles (`amx_tiles`): W `amx_tiles.tiled`, x rounded to bf16, fp32 sums; the result
     has x's dtype."""
     return _linear_call((_lib or library()).linear_bf16x, x, wt, bias, n, x.shape[-1])
 
@@ -279,9 +280,9 @@ class RowInvariantLinear(nn.Linear):
         fastest read), made on first use and again whenever the weight is replaced or changed in place (its version
         counter: not through `.data` or in inference mode) or the kernel library changes."""
         w = self.weight
-        key = (w.data_ptr(), None if w.is_inference() else w._version, w.dtype, tuple(w.shape), id(_lib), rowinv_tiles.AMX)
+        key = (w.data_ptr(), None if w.is_inference() else w._version, w.dtype, tuple(w.shape), id(_lib), amx_tiles.AMX)
         if getattr(self, "_blocked_key", None) != key:
-            wt = rowinv_tiles.tiled(w, _lib or library())
+            wt = amx_tiles.tiled(w, _lib or library())
             self._tiled, self._blocked, self._blocked_key = wt is not None, wt if wt is not None else blocked(w), key
         return self._blocked
 
@@ -377,8 +378,8 @@ def adopt(model: nn.Module) -> None:
 
 def draft_precision(precision: str) -> str:
     """The name a stream set records a precision's fastest draft under on this CPU: "bf16+amx" where bf16 Linears
-    run on AMX tiles (`rowinv_tiles`: wider passes cost less there), else the precision (`decode_fields`)."""
-    return precision + "+amx" if precision == "bf16" and rowinv_tiles.amx(_lib or library()) else precision
+    run on AMX tiles (`amx_tiles`: wider passes cost less there), else the precision (`decode_fields`)."""
+    return precision + "+amx" if precision == "bf16" and amx_tiles.amx(_lib or library()) else precision
 
 
 def kernel_for(precision: str, device: str, kernel: str) -> bool:

@@ -9,7 +9,7 @@ import ctypes
 
 import torch
 
-from specstream_core.model import rowinv
+from specstream_core.kernels.linears import rowinv
 
 _typed: list = [None, None]  # [the kernel library, it typed for `argmax_rows` or None]: rowinv.typed
 

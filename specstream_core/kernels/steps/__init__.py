@@ -1,0 +1,1 @@
+"""Decoder-layer steps as kernel calls: fused fronts and backs, whole layers and runs of layers."""
