@@ -134,6 +134,8 @@ def test_the_label_says_what_the_output_equals():
     assert label("bf16", speculative=False) == "plain decoding at bf16"  # plain decoding is itself
     assert label("fp32", "cuda") == "measured, not proven: transformers greedy generate at fp32"
     assert label("nf4", "cuda:0").startswith("measured, not proven: plain decoding at nf4")
+    assert label("nf4", "cuda:0", speculative=False) == "plain decoding at nf4"
+    assert label("fp32", "cuda", speculative=False).startswith("measured, not proven: transformers")
     assert label("fp32", adapted=True) == ("transformers greedy generate at fp32, with the shared set's LoRA merged "
                                            "into the base")
 

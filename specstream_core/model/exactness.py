@@ -42,6 +42,8 @@ def label(precision: str, device: str = "cpu", *, kernel: bool = False, checkpoi
         core += ", with the shared set's LoRA merged into the base"
     if bundled and precision in INT4:
         core += " (the bundled model's fastest measured precision)"
+    if not speculative and not (greedy and widened):  # plain decoding at a precision is that, by definition
+        return core
     if device.startswith("cuda"):
         return NOT_PROVEN + core
     if speculative and not is_exact(precision, device, "rowinv" if kernel else "torch"):
