@@ -275,16 +275,16 @@ def test_loading_puts_the_kernel_under_fp32_and_bf16_models_unless_told_not_to(t
     assert torch.allclose(a, b, atol=1e-4)
 
 
-def test_the_default_precision_is_bf16_weights_on_the_kernel_and_fp32_elsewhere(tiny_dir):
-    """On a base not converted from a GGUF file (int4 there would be a second quantization)."""
+def test_the_default_precision_is_the_checkpoints_own_on_other_bases(tiny_dir):
+    """On a base not converted from a GGUF file: the checkpoint's dtype, as transformers loads it (an fp32
+    checkpoint runs fp32; tests/test_precision_defaults.py covers bf16 and fp16 checkpoints)."""
     assert loading.DEFAULT_PRECISION == "auto"
-    on_kernel = "bf16" if rowinv.available() else "fp32"
-    assert loading.resolve_precision("auto") == on_kernel == LoadConfig(tiny_dir).precision
-    assert loading.resolve_precision("auto", "cpu", "torch") == "fp32"  # bf16 through torch is not exact
-    assert loading.resolve_precision("auto", "cuda") == "fp32"
+    assert loading.resolve_precision("auto", base=tiny_dir) == "fp32" == LoadConfig(tiny_dir).precision
+    assert loading.resolve_precision("auto", "cpu", "torch", base=tiny_dir) == "fp32"
+    assert loading.resolve_precision("auto", "cuda", base=tiny_dir) == "fp32"
     assert [loading.resolve_precision(p) for p in ("fp32", "bf16", "int4")] == ["fp32", "bf16", "int4"]
     engine = Engine.load(tiny_dir, gamma=2)
-    assert engine.precision == on_kernel and engine.exact
+    assert engine.precision == "fp32" and engine.exact
 
 
 def test_the_default_precision_is_int4_on_a_gguf_converted_base(tmp_path):
@@ -302,7 +302,7 @@ def test_the_default_precision_is_int4_on_a_gguf_converted_base(tmp_path):
     assert loading.resolve_precision("auto", "cpu", "torch", base=str(base)) == "fp32"
     assert loading.resolve_precision("bf16", base=str(base)) == "bf16"
     gguf.write_bytes(b"GGUF" + bytes(65))  # the file changed since: not its groups any more
-    assert loading.resolve_precision("auto", base=str(base)) == ("bf16" if rowinv.available() else "fp32")
+    assert loading.resolve_precision("auto", base=str(base)) == "fp32"  # the checkpoint's own (none: fp32)
 
 
 @needs_kernel

@@ -128,5 +128,5 @@ def parse_topk(text: str) -> tuple[int, ...]:
 class Result:
     token_ids: list[int]
     text: str
-    stats: dict
+    stats: dict  # forward_passes, new_tokens, ..., and "equals": what the output equals (`exactness.label`)
     trace: dict | None = None

@@ -40,7 +40,7 @@ from specstream_core.decoding.tracer import Pass, RowTrace, attention_maps, capt
 from specstream_core.decoding.tree import Tree, prune_by_threshold
 from specstream_core.decoding.verify import Verdict, sample_token, verify_greedy, verify_sampling, walk_greedy
 from specstream_core.errors import SpecstreamError
-from specstream_core.model import compat, msa
+from specstream_core.model import compat, exactness, msa
 from specstream_core.model.cache import KVCache, SharedPrefixCache
 
 MAX_BATCH = 256
@@ -65,9 +65,10 @@ class Decoding:
         self._check_capture()
         self.share_prefix = share_prefix and len(prompts) > 1
         seed = cfg.seed if cfg.seed is not None else 0
+        equals = exactness.for_engine(engine, cfg)  # what the output equals, in each row's stats
         self.rows = [Row(i, list(p), torch.Generator().manual_seed(seed + i), d,
                          depth_hits=[0] * (0 if cfg.mode == "ar" else max(len(cfg.tree_topk), d.max_depth)),
-                         trace=RowTrace(engine, cfg, p) if cfg.trace else None)
+                         trace=RowTrace(engine, cfg, p) if cfg.trace else None, equals=equals)
                      for i, (p, d) in enumerate(zip(prompts, drafters))]
         self.live = list(self.rows)  # in cache-row order
         self.limits = Limits(cfg.max_new_tokens, frozenset(engine.eos_ids if cfg.stop_on_eos else ()),

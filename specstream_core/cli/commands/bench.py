@@ -131,7 +131,7 @@ def plan(args) -> dict:
     elif args.quantize is not None:
         precisions = ["nf4" if args.quantize == "nf4" else "fp32"]
     else:
-        # the default precision first (int4-a8 on the default model, bf16 weights on the kernel elsewhere:
+        # the default precision first (int4-a8 on the default model, the checkpoint's own dtype elsewhere:
         # `resolve_precision`), then fp32 and nf4
         precisions = (_csv(QUICK["precisions"]) if args.quick
                       else list(dict.fromkeys([_default_precision(args), "fp32", "nf4"])))
