@@ -1,6 +1,7 @@
 """Helpers the commands share (each command imports these, never another command): the model and
-decoding arguments, the engine they describe, output-file checks, training examples and a stream
-set's recommended decode settings."""
+decoding arguments, the engine they describe, output-file checks, the training commands' shared flags and
+config (`add_training_flags`, `training_config_from`), training examples and a stream set's recommended
+decode settings."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import argparse
 import json
 import os
 import warnings
+from dataclasses import fields
 
 from specstream_core.decoding.config import DecodeConfig, parse_topk
 from specstream_core.errors import SpecstreamError
@@ -15,6 +17,7 @@ from specstream_core.io.jsonl import read_objects
 from specstream_core.model import defaults
 from specstream_core.model.streams import check_gamma
 from specstream_core.model.loading import QUANTIZE_CHOICES, precision_from_flags
+from specstream_core.training.config import RunConfig
 
 
 def add_model_arguments(p) -> None:
@@ -167,17 +170,61 @@ def load_examples(data: str, tokenizer, per_category: int, split: str,
     return pairs
 
 
-def add_training_data_arguments(p) -> None:
-    """The options `training_pairs` reads (train, train-draft)."""
+# the flag of each setting every trainer shares (`training.config.RunConfig`): field -> (type, help)
+TRAINING_FLAGS = {
+    "steps": (int, "optimizer steps"),
+    "minutes": (float, "stop after this many minutes (0 = no limit)"),
+    "batch_size": (int, "sequences per step"),
+    "seq_len": (int, "tokens per training row"),
+    "lr": (float, "peak learning rate"),
+    "warmup": (int, "linear warm-up steps (then linear decay)"),
+    "seed": (int, "initial tensors and the order of training batches"),
+    "log_every": (int, "steps between log records"),
+    "checkpoint_every": (int, "steps between checkpoints for --resume (0 = only when the time budget ends)"),
+}
+
+
+def add_training_flags(p, **defaults) -> None:
+    """The flags of the settings every trainer shares, with this command's `defaults` where they differ from
+    `RunConfig`'s, and where the run happens (--device, --threads, --resume). `training_config_from` reads them."""
+    base = {f.name: f.default for f in fields(RunConfig)}
+    unknown = sorted(set(defaults) - set(base))
+    if unknown:
+        raise ValueError(f"not a shared training setting: {unknown}")
+    for name, (kind, text) in TRAINING_FLAGS.items():
+        p.add_argument("--" + name.replace("_", "-"), type=kind, default=defaults.get(name, base[name]), help=text)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (0 = torch default)")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint (an error when there is "
+                   "none, or when it was made with another base model, settings or data)")
+
+
+def training_config_from(args, kind: type[RunConfig], **own):
+    """A `kind` config (validated there) from the shared flags' values and the command's own settings `own`."""
+    return kind(**{name: getattr(args, name) for name in TRAINING_FLAGS}, **own)
+
+
+def use_threads(args) -> None:
+    """--threads (0: torch's default)."""
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+
+
+def add_training_data_arguments(p, examples_per_category: int = 1500, distill: bool = False) -> None:
+    """The options `training_pairs` reads (train, train-draft, train-medusa); `distill`: whether the base's own
+    answers are the targets unless --no-distill says otherwise."""
     p.add_argument("--data", default="chat", help="'chat' (the chat prompt corpus), 'tasks' (the old task suite) or a JSONL file with "
                    "{\"prompt\", \"completion\"} or {\"text\"} lines")
-    p.add_argument("--examples-per-category", type=int, default=1500, help="task-suite examples per category")
+    p.add_argument("--examples-per-category", type=int, default=examples_per_category,
+                   help="task-suite examples per category")
     p.add_argument("--eval-data", default="", help="JSONL file of eval examples (default: the last 5%% of --data)")
     p.add_argument("--max-examples", type=int, default=0, help="use only the first N training examples (0 = all)")
     p.add_argument("--raw", action="store_true", help="do not wrap prompts in the model's chat template")
-    p.add_argument("--distill", action="store_true",
+    p.add_argument("--distill", action=argparse.BooleanOptionalAction, default=distill,
                    help="train on the base model's own greedy answers to the prompts (self-distillation: "
-                        "what lossless streams must predict to be accepted)")
+                        "what lossless streams must predict to be accepted); --no-distill: on the data's answers")
     p.add_argument("--distill-max-new-tokens", type=int, default=128, help="cap on each distilled answer")
     p.add_argument("--distilled-only", action="store_true",
                    help="with --distill: train only on prompts already answered in --distill-cache (generate none)")
