@@ -86,3 +86,5 @@ def test_a_failed_call_names_its_reason():
     with pytest.raises(library.KernelError, match="AVX512-VNNI") as err:
         library.check(2, "int4-a8 Linear")
     assert err.value.status is library.Status.NO_FEATURE
+    with pytest.raises(library.KernelError, match="code 99"):
+        library.check(99, "Linear")

@@ -43,7 +43,10 @@ class KernelError(SpecstreamError):
     """A kernel call that could not run; `status` says why."""
 
     def __init__(self, call: str, status: int):
-        self.status = Status(status) if status in Status._value2member_map_ else status
+        try:
+            self.status: Status | int = Status(status)
+        except ValueError:  # a code this side does not know: said as it is
+            self.status = status
         super().__init__(f"the kernel's {call} could not run: {_MEANING.get(self.status, f'code {status}')}")
 
 
