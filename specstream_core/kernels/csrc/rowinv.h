@@ -278,10 +278,9 @@ typedef struct {
                        than the main rows' read of the weights) */
 } draft_args;
 
-/* ---- Consecutive layers in one call ------------------------------------------------------------------------
- * What layer_step takes of one layer that stays the same from step to step (`rowinv_steps.StackLayer` lays it out
- * alike), so that a step's run of layers is one call: layer_stack runs layer_step on each in turn, the output of
- * one the input of the next, with the step's RoPE tables, cache slots, keys and stream rows shared. */
+/* What a step takes of one layer that stays the same from step to step (`library.LayerArgs` mirrors it,
+ * `rowinv_steps.stack_layer` fills it): its norms, its Linears (the front's parts, then down), its row adapters and
+ * its draft Linears. layer_front reads the norms, the front's parts and the adapters; a whole layer's step all. */
 typedef struct {
   const float *w1, *w2;
   float eps;
