@@ -12,7 +12,7 @@ from specstream_core.errors import SpecstreamError
 from specstream_core.model import compat, default_model, loading
 from specstream_core.kernels.linears import int4, int4_a8, rowinv
 from specstream_core.kernels.heads import int8_head
-from specstream_core.kernels import amx_tiles, builder
+from specstream_core.kernels import amx_tiles, builder, library
 from specstream_core.kernels.steps import rowinv_steps
 from specstream_core.model.loading import LoadConfig, load_model
 from tiny_models import hf_greedy, prompts, save_tiny_model_dir, tiny_model
@@ -155,8 +155,8 @@ def test_the_l2_prefetch_changes_no_sum(monkeypatch, tmp_path):
     out = {}
     for ahead in ("0", "16384"):
         monkeypatch.setenv("SPECSTREAM_L2_AHEAD", ahead)
-        monkeypatch.setattr(rowinv, "_why", None)
-        monkeypatch.setattr(rowinv, "_lib", None)
+        monkeypatch.setattr(library, "_why", None)
+        monkeypatch.setattr(library, "_lib", None)
         assert builder.tuning_flags() == ([] if ahead == "0" else [f"-DL2_AHEAD={ahead}"])
         for dtype in (torch.float32, torch.bfloat16):
             wb = rowinv.blocked(w.to(dtype))
@@ -176,8 +176,8 @@ def test_the_l2_prefetch_changes_no_sum(monkeypatch, tmp_path):
 @pytest.mark.skipif(not {"avx2", "fma"} <= builder.cpu_flags(), reason="this CPU lacks AVX2 + FMA")
 def test_the_avx2_build_is_row_invariant_too(monkeypatch, tmp_path):
     """The build a CPU without AVX-512 gets, built and checked here whatever this CPU has."""
-    monkeypatch.setattr(rowinv, "_why", None)
-    monkeypatch.setattr(rowinv, "_lib", None)
+    monkeypatch.setattr(library, "_why", None)
+    monkeypatch.setattr(library, "_lib", None)
     monkeypatch.setattr(builder, "cpu_flags", lambda: {"avx2", "fma"})
     monkeypatch.setenv("SPECSTREAM_CACHE", str(tmp_path))
     assert rowinv.available(), rowinv.unavailable_reason()
@@ -236,8 +236,8 @@ def test_linears_fall_back_to_torch_for_gradients_and_inside_torch_linears(monke
 
 
 def test_a_machine_without_the_kernel_runs_torch_and_says_why(monkeypatch, tmp_path):
-    monkeypatch.setattr(rowinv, "_why", None)
-    monkeypatch.setattr(rowinv, "_lib", None)
+    monkeypatch.setattr(library, "_why", None)
+    monkeypatch.setattr(library, "_lib", None)
     monkeypatch.setenv("SPECSTREAM_CACHE", str(tmp_path))
     monkeypatch.setenv("CC", "/bin/false")
     assert not rowinv.available() and "did not build" in rowinv.unavailable_reason()
@@ -246,7 +246,7 @@ def test_a_machine_without_the_kernel_runs_torch_and_says_why(monkeypatch, tmp_p
     assert rowinv.install(model) == 0 and not rowinv.uses_kernel(model)
     with pytest.raises(SpecstreamError, match="cannot run here"):
         rowinv.install(model, "rowinv")
-    monkeypatch.setattr(rowinv, "_why", None)
+    monkeypatch.setattr(library, "_why", None)
     monkeypatch.setattr(builder, "cpu_flags", lambda: {"sse2"})
     assert not rowinv.available() and "neither AVX-512 nor AVX2" in rowinv.unavailable_reason()
     with pytest.raises(SpecstreamError, match="unknown kernel"):

@@ -9,7 +9,7 @@ from torch.nn import functional as F
 from specstream_core import DecodeConfig
 from specstream_core.model import compat
 from specstream_core.kernels.linears import rowinv
-from specstream_core.kernels import builder
+from specstream_core.kernels import builder, library
 from specstream_core.kernels.steps import rowinv_steps
 from test_rowinv import _mismatches, _near_tie
 
@@ -74,8 +74,8 @@ def test_attention_is_sdpa_and_each_row_alone(hq, hkv, d):
 
 
 def test_the_avx2_builds_attention_too(monkeypatch, tmp_path):
-    monkeypatch.setattr(rowinv, "_why", None)
-    monkeypatch.setattr(rowinv, "_lib", None)
+    monkeypatch.setattr(library, "_why", None)
+    monkeypatch.setattr(library, "_lib", None)
     monkeypatch.setattr(builder, "cpu_flags", lambda: {"avx2", "fma"})
     monkeypatch.setenv("SPECSTREAM_CACHE", str(tmp_path))
     if not rowinv.available():

@@ -126,7 +126,7 @@ class StreamRowLoRA(nn.Module):
         if not (isinstance(self.base, rowinv.RowInvariantLinear) and self.base.on_tiles()):
             return None
         a, b = self.lora_A.weight, self.lora_B.weight
-        key = self._weights_key() + (id(rowinv._lib),)
+        key = self._weights_key() + (id(rowinv.library()),)
         if getattr(self, "_tiles_key", None) != key:
             lib = rowinv.library()
             made = [amx_tiles.tiled(w.detach().to(torch.bfloat16), lib) for w in (a, b)]
