@@ -16,6 +16,8 @@ of the L1 one was slower, and this addition was not measured there, so AMD build
 from __future__ import annotations
 
 import hashlib
+import sys
+import time
 import os
 import shutil
 import subprocess
@@ -109,7 +111,12 @@ def compiled(name: str, sources: list[str], headers: list[str]) -> tuple[str | N
     path = library_path(name, sources + headers, cc, flags)
     try:
         if not os.path.exists(path):
+            # the first use on a machine (or after an update) compiles: say so, it takes seconds
+            print(f"specstream: compiling the {name} CPU kernel for this machine ({' '.join(flags)}), once...",
+                  file=sys.stderr, flush=True)
+            start = time.perf_counter()
             build(sources, cc, flags, path)
+            print(f"specstream: compiled in {time.perf_counter() - start:.1f} s ({path})", file=sys.stderr, flush=True)
     except (OSError, subprocess.SubprocessError) as exc:
         return None, f"the kernel did not build: {exc}"
     return path, ""
