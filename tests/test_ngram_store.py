@@ -12,7 +12,7 @@ from specstream_core.decoding.drafters import StreamLookupDrafter
 from specstream_core.decoding.drafters.ngram_store import FILENAME, NgramStore
 from specstream_core.decoding.trace import validate
 from specstream_core.errors import SpecstreamError
-from test_lossless import NEW, perturbed_streams
+from helpers import NEW, perturbed_streams
 from tiny_models import hf_greedy, prompts, tiny_model
 
 
