@@ -230,10 +230,10 @@ def test_int4_is_refused_on_cuda_and_for_odd_sizes():
 def test_a_gguf_base_whose_groups_do_not_all_match_says_so(monkeypatch):
     """int4 is chosen by default on a GGUF-converted base because it is the fp32 model there; where some
     Linears are not the file's own groups (quantized again), loading says so instead of claiming it."""
-    from specstream_core.model import loading
+    from specstream_core.model import default_model, loading
 
     model = tiny_model("llama", seed=3)
-    monkeypatch.setattr(int4, "gguf_source", lambda base: "/somewhere/model.gguf")
+    monkeypatch.setattr(default_model, "gguf_source", lambda base: "/somewhere/model.gguf")
     monkeypatch.setattr(int4, "gguf_groups", lambda path, m: {})
     with pytest.warns(UserWarning, match=r"only 0 of \d+ Linears are model.gguf's own groups"):
         report = loading.to_int4(model, "converted", kernel=rowinv.available())

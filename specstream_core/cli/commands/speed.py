@@ -65,7 +65,7 @@ def run(args) -> int:
     from specstream_core.bench.runner import run_benchmark
     from specstream_core.bench.suites import suite_categories, suite_examples
     from specstream_core.decoding.engine import Engine
-    from specstream_core.kernels.linears.int4 import gguf_source
+    from specstream_core.model.default_model import gguf_source
 
     names, threads = _plan(args)
     if not int4_a8.available() and any(speed.METHODS[m][0] == "int4-a8" for m in names):
