@@ -28,7 +28,7 @@ from specstream_core.decoding.config import NODE_BUDGET, DecodeConfig, decode_fi
 from specstream_core.errors import SpecstreamError
 from specstream_core.model.loading import INT4, LoadConfig, load_model, resolve_precision
 from specstream_core.cli.args import recommended
-from specstream_core.cli.commands import bench_ab
+from specstream_core.cli import bench_ab
 from specstream_core.bench.ablations import ABLATIONS, ablation_methods, tree_nodes
 from specstream_core.bench.report import DOC_BEGIN, DOC_END, update_doc
 from specstream_core.bench.suites import suite_categories, suite_examples, suite_scorer

@@ -1,5 +1,7 @@
-"""`bench ab`: the working tree's code against another revision's, or one tree under two sets of engine options,
-on the chat corpus's eval prompts, alternating per prompt, medians, the same tokens checked (`bench/ab.py`).
+"""`bench ab`: an A/B of the working tree's code against another revision's, or of two sets of engine options.
+
+On the chat corpus's eval prompts, alternating per prompt, medians, the same tokens checked (`bench/ab.py`); a
+subcommand of `bench` (cli/commands/bench.py).
 
     python -m specstream_core bench ab --against HEAD                       # default precision and fp32, 32 prompts
     python -m specstream_core bench ab --against 05e3f56 --precisions int4-a8 --methods ar,ss --n 4
