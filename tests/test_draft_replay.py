@@ -1,5 +1,5 @@
 """Replaying a draft over an answer already decoded (`bench/draft_replay.py`) counts the passes decoding with it
-takes: the draft τ of `scripts/draft_sim.py` is the τ decoding would reach."""
+takes: the draft τ `draft-tau` reports is the τ decoding would reach."""
 
 import pytest
 
