@@ -194,3 +194,31 @@ def test_modules_and_functions_stay_small():
     assert not too_long, f"modules over {MAX_MODULE_LINES} lines:\n" + "\n".join(too_long)
     assert not functions, (f"functions over {MAX_FUNCTION_LINES} lines without a 'long:' comment saying why:\n"
                            + "\n".join(functions))
+
+
+def test_test_modules_share_helpers_not_each_other():
+    """Tests share helpers through tests/helpers.py, tiny_models.py, hostile.py and conftest.py's fixtures;
+    no test module imports another (its fixtures would run twice and F811 would have to be silenced)."""
+    tests = ROOT / "tests"
+    test_modules = {p.stem for p in tests.glob("test_*.py")} | {"conftest"}
+    bad = []
+    for path in sorted(tests.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                if name.removeprefix("tests.").split(".")[0] in test_modules:
+                    bad.append(f"tests/{path.name}:{node.lineno} imports {name}")
+    assert not bad, "test modules importing other test modules (move the helper to tests/helpers.py):\n" + "\n".join(bad)
+
+
+def test_scripts_use_no_private_state():
+    """scripts/ drives the package through its public names: no `_private` import or attribute of it."""
+    bad = []
+    for path in sorted((ROOT / "scripts").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(PKG):
+                bad += [f"{path.name}:{node.lineno} imports {a.name}" for a in node.names if a.name.startswith("_")]
+            elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                bad.append(f"{path.name}:{node.lineno} uses .{node.attr}")
+    assert not bad, "scripts touching private state:\n" + "\n".join(bad)

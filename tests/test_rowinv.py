@@ -15,6 +15,7 @@ from specstream_core.kernels.heads import int8_head
 from specstream_core.kernels import amx_tiles, builder, library
 from specstream_core.kernels.steps import rowinv_steps
 from specstream_core.model.loading import LoadConfig, load_model
+from helpers import mismatches, near_tie_engine, randomized
 from tiny_models import hf_greedy, prompts, save_tiny_model_dir, tiny_model
 
 needs_kernel = pytest.mark.skipif(not rowinv.available(), reason=f"kernel unavailable: {rowinv.unavailable_reason()}")
@@ -136,10 +137,10 @@ def test_bf16_on_tiles_decodes_exactly_with_the_adapters_on_tiles_too():
     model = tiny_model("llama", seed=5, logit_scale=1.0, hidden=128, layers=4, num_attention_heads=4,
                        num_key_value_heads=2)
     rowinv.install(model, "rowinv", torch.bfloat16)
-    streams = _randomized(StreamParams.fresh(model, gamma=3, n_stream_layers=2, adapter_rank=32, seed=1), 1, 0.1)
+    streams = randomized(StreamParams.fresh(model, gamma=3, n_stream_layers=2, adapter_rank=32, seed=1), 1, 0.1)
     engine = Engine(model, None, streams, precision="bf16")
     assert all(a.tiled_factors() is not None for a in streams.adapters.values())
-    assert _mismatches(engine, (2, 2, 1)) == 0 and _mismatches(engine, (1, 1, 1)) == 0
+    assert mismatches(engine, (2, 2, 1)) == 0 and mismatches(engine, (1, 1, 1)) == 0
     steps = [layer.__dict__.get(compat.DIRECT_STEP) for layer in compat.decoder_layers(model)]
     assert all(s is not None and s.whole for s in steps)
     assert all(s.front.adapters[1] & rowinv_steps.LORA_TILES for s in steps[-2:])  # the stream layers' adapters
@@ -315,7 +316,7 @@ def test_bf16_decoding_equals_transformers_generate_on_the_same_weights():
     assert model.model.layers[0].mlp.down_proj.weight.dtype == torch.bfloat16
     with rowinv.torch_linears():
         reference = [hf_greedy(model, ids, 16) for ids in prompts(6, seed=4)]
-    streams = _randomized(StreamParams.fresh(model, gamma=3, n_stream_layers=2, adapter_rank=4, seed=2), 2, 0.5)
+    streams = randomized(StreamParams.fresh(model, gamma=3, n_stream_layers=2, adapter_rank=4, seed=2), 2, 0.5)
     engine = Engine(model, None, streams, precision="bf16")
     try:
         for mode, topk in (("ar", (1,)), ("ss", (1,)), ("ss", (2, 2, 1))):
@@ -325,55 +326,25 @@ def test_bf16_decoding_equals_transformers_generate_on_the_same_weights():
         streams.detach()
 
 
-def _randomized(streams, seed: int, scale: float):
-    """streams with random trainable tensors (their drafts then vary, as trained ones' do)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in streams.trainable_parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * scale)
-    return streams
-
-
-def _near_tie(precision: str):
-    """Unscaled random logits and head_dim 64: near-ties everywhere, so any rounding difference between a
-    speculative and a plain pass flips tokens (checked by `test_the_check_can_fail_without_row_exactness`)."""
-    model = tiny_model("llama", seed=5, logit_scale=1.0, hidden=256, layers=4, num_attention_heads=4,
-                       num_key_value_heads=2)
-    rowinv.install(model, "rowinv", torch.bfloat16 if precision == "bf16" else torch.float32)
-    streams = StreamParams.fresh(model, gamma=3, n_stream_layers=2, adapter_rank=4, seed=1,
-                                 draft_vocab=list(range(0, 128, 2)))
-    return Engine(model, None, _randomized(streams, 1, 0.5), precision=precision)
-
-
-def _mismatches(engine, topk, batch=False, lookup=0):
-    ss = DecodeConfig(mode="ss", max_new_tokens=32, stop_on_eos=False, tree_topk=topk, lookup=lookup)
-    ar = DecodeConfig(mode="ar", max_new_tokens=32, stop_on_eos=False)
-    items = prompts(8, seed=6, max_len=60)
-    plain = [engine.generate(ids, ar).token_ids for ids in items]
-    spec = ([r.token_ids for r in engine.generate_batch(items, ss)] if batch
-            else [engine.generate(ids, ss).token_ids for ids in items])
-    return sum(a != b for a, b in zip(plain, spec))
-
-
 @needs_kernel
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_speculative_output_is_plain_output_bit_for_bit(precision):
-    engine = _near_tie(precision)
+    engine = near_tie_engine(precision)
     assert engine.exact and engine.row_exact
     for topk, lookup in (((1, 1, 1), 0), ((2, 2, 1), 0), ((1,), 4)):
-        assert _mismatches(engine, topk, lookup=lookup) == 0
-    assert _mismatches(engine, (2, 2, 1), batch=True) == 0
+        assert mismatches(engine, topk, lookup=lookup) == 0
+    assert mismatches(engine, (2, 2, 1), batch=True) == 0
 
 
 @needs_kernel
 def test_the_check_can_fail(monkeypatch):
     """A Linear whose result depends on the number of rows in its call (here: rounded to bf16 beside other
     rows, as oneDNN's bf16 path does differently) makes speculative output differ on these near-ties."""
-    engine = _near_tie("fp32")
+    engine = near_tie_engine("fp32")
     kernel = rowinv.linear
     monkeypatch.setattr(rowinv, "linear", lambda x, w, b=None, n=None: (
         lambda y: y if x.reshape(-1, x.shape[-1]).shape[0] == 1 else y.bfloat16().float())(kernel(x, w, b, n)))
-    assert _mismatches(engine, (1, 1, 1)) + _mismatches(engine, (2, 2, 1)) > 0
+    assert mismatches(engine, (1, 1, 1)) + mismatches(engine, (2, 2, 1)) > 0
 
 
 @needs_kernel
@@ -418,7 +389,7 @@ def test_a_decoding_step_in_another_thread_leaves_this_threads_attention_alone()
 def test_stream_adapters_run_on_the_kernel_too():
     """The streams' LoRA adapters of a kernel engine go through the kernel (MKL's small-matrix calls cost
     ~40 µs each here, 56 a pass); on torch's Linears they stay torch's."""
-    engine = _near_tie("fp32")
+    engine = near_tie_engine("fp32")
     adapters = list(engine.streams.adapters.values())
     assert adapters and all(isinstance(a.lora_A, rowinv.RowInvariantLinear)
                             and isinstance(a.lora_B, rowinv.RowInvariantLinear) for a in adapters)

@@ -5,7 +5,7 @@ context. So once an answer is known, one teacher-forced pass in which every posi
 (`stream_rows`) holds every stream row any decoding of that answer would compute. `replay` then steps a
 drafter over the answer, exactly as the loop does (`propose` before a pass, `observe` of the accepted
 node after it, greedy acceptance of the longest matching path plus the bonus token), and counts passes:
-a draft's τ on many prompts in seconds, where timing it (`bench`, `scripts/draft_ab.py`) takes minutes.
+a draft's τ on many prompts in seconds, where timing it (`bench`, `bench ab`) takes minutes.
 It says nothing of what a pass costs. `python -m specstream_core draft-tau` runs it on the chat corpus's
 eval prompts (`run`, drafts by name: `draft_config`); tests/test_draft_replay.py checks it against decoding.
 """
