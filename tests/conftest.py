@@ -67,9 +67,11 @@ def _kernel_paths() -> list[str]:
     have = builder.cpu_flags()
     host = ("AVX-512" if "avx512f" in have else "AVX2" if "avx2" in have else "neither AVX-512 nor AVX2") + (
         ", VNNI" if "avx512_vnni" in have else "") + (", AMX" if "amx_tile" in have else "")
-    rowinv = sys.modules.get("specstream_core.kernels.linears.rowinv")
-    if rowinv is None or getattr(rowinv, "_why", None) is None:  # the kernel was never loaded in this session
-        return [f"host CPU: {host}", "row-invariant kernel: not loaded (no test of this run needed it)"]
+    from specstream_core.kernels import library
+    from specstream_core.kernels.linears import rowinv
+
+    if library._why is None and not library.built():  # no test of this run (or its workers) built the kernel
+        return [f"host CPU: {host}", "row-invariant kernel: not built (no test of this run needed it)"]
     if not rowinv.available():
         return [f"host CPU: {host}", f"row-invariant kernel: skipped ({rowinv.unavailable_reason()}); "
                 "int4-a8 and AMX tiles skipped with it"]

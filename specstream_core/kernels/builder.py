@@ -98,6 +98,13 @@ def build(sources: list[str], cc: str, flags: list[str], path: str) -> None:
             os.unlink(tmp)
 
 
+def built(name: str, sources: list[str], headers: list[str]) -> bool:
+    """Whether `sources` are already built for this CPU (`compiled` would load them without compiling)."""
+    flags, cc = isa_flags(), compiler()
+    return flags is not None and cc is not None and os.path.exists(
+        library_path(name, sources + headers, cc, flags + tuning_flags()))
+
+
 def compiled(name: str, sources: list[str], headers: list[str]) -> tuple[str | None, str]:
     """(the path of `sources` built for this CPU as one library, ""), built now where no build of these sources,
     headers and flags is cached; or (None, why it cannot be built here)."""

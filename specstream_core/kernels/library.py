@@ -164,6 +164,11 @@ def library() -> Library | None:
     return _lib
 
 
+def built() -> bool:
+    """Whether the kernel is loaded or built for this machine already (no compile needed to load it)."""
+    return bool(_lib) or builder.built("rowinv", SOURCES, HEADERS)
+
+
 def available() -> bool:
     return library() is not None
 
