@@ -15,15 +15,15 @@ from specstream_core.decoding.config import DecodeConfig, parse_topk
 from specstream_core.errors import SpecstreamError
 from specstream_core.io.jsonl import read_objects
 from specstream_core.model import defaults
-from specstream_core.model.streams import check_gamma
-from specstream_core.model.loading import QUANTIZE_CHOICES, precision_from_flags
+from specstream_core.model.stream_config import check_gamma
+from specstream_core.model.precisions import QUANTIZE_CHOICES, precision_from_flags
 from specstream_core.training.config import RunConfig
 
 
 def add_model_arguments(p) -> None:
     """Which model and streams to load, and how (shared with generate-batch)."""
     p.add_argument("--base", help="base model: local directory or hub id (default: SmolLM2-135M-Instruct, "
-                                  "see `specstream_core/default_model.py` for where it is found)")
+                                  "see `specstream_core/model/default_model.py` for where it is found)")
     p.add_argument("--streams", help="stream-adapter directory (default with --base: fresh streams)")
     p.add_argument("--gamma", type=int, default=4, help="number of fresh streams (ignored with --streams)")
     p.add_argument("--n-stream-layers", type=int, default=None, help="Ns for fresh streams (default: N/4)")

@@ -26,11 +26,8 @@ from specstream_core.errors import SpecstreamError
 from safetensors import SafetensorError, safe_open
 import tempfile
 
-PRECISIONS = ("auto", "fp32", "bf16", "nf4", "int8", "int4", "int4-a8")
-INT4 = ("int4", "int4-a8")  # the CPU's 4-bit precisions (kernels/linears/int4.py)
-DEFAULT_PRECISION = "auto"
-QUANTIZE_CHOICES = ("none", "nf4", "int8", "int4", "int4-a8")
-DEFAULT_KERNEL = os.environ.get("SPECSTREAM_KERNEL", "auto")  # LoadConfig.kernel's default
+from specstream_core.model.precisions import (DEFAULT_KERNEL, DEFAULT_PRECISION, INT4, NOT_EXACT_NOTE,  # noqa: F401
+                                              PRECISIONS, QUANTIZE_CHOICES, precision_from_flags)
 
 
 @dataclass(frozen=True)
@@ -72,8 +69,6 @@ def is_exact(precision: str, device: str = "cpu", kernel: str = "torch") -> bool
             or (precision == "bf16" and kernel == "rowinv"))
 
 
-NOT_EXACT_NOTE = ("not exact: at {precision} a speculative pass can round differently from a plain pass, so "
-                  "a near-tie can flip a token (fp32 and int4 are exact; `speed` shows how often outputs differ)")
 
 
 def resolve_precision(precision: str, device: str = "cpu", kernel: str = "auto", base: str | None = None) -> str:
@@ -150,10 +145,6 @@ def weights_dtype(directory: str) -> str | None:
     return None
 
 
-def precision_from_flags(quantize: str = "none", dtype: str = DEFAULT_PRECISION) -> str:
-    if quantize not in QUANTIZE_CHOICES:
-        raise SpecstreamError(f"unknown --quantize {quantize!r}; choose one of {', '.join(QUANTIZE_CHOICES)}")
-    return dtype if quantize == "none" else quantize
 
 
 def _is_local(base: str) -> bool:

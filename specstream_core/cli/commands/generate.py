@@ -6,8 +6,7 @@ import json
 import sys
 
 from specstream_core.errors import SpecstreamError
-from specstream_core.model import exactness
-from specstream_core.model.loading import NOT_EXACT_NOTE
+from specstream_core.model.precisions import NOT_EXACT_NOTE
 from specstream_core.cli.args import (add_decode_arguments, add_model_arguments, build_config, check_model_arguments,
                                       check_output_file, load_engine)
 
@@ -35,6 +34,8 @@ def run(args) -> int:
     result = engine.generate(args.prompt, cfg)
     if cfg.mode == "ss" and not engine.exact and not args.json:
         print("note: " + NOT_EXACT_NOTE.format(precision=engine.precision), file=sys.stderr)
+    from specstream_core.model import exactness
+
     hint = exactness.auto_hint(engine) if args.dtype == "auto" and args.quantize == "none" else None
     if hint and not args.json:  # auto chose the checkpoint's own precision: name the faster ones
         print(hint, file=sys.stderr)

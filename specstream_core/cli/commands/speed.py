@@ -19,7 +19,7 @@ from specstream_core.model import defaults
 
 
 def add_arguments(p) -> None:
-    from specstream_core.bench.speed import METHODS
+    from specstream_core.bench.speed_methods import METHODS
 
     p.add_argument("--base", help="base model directory or hub id (default: SmolLM2-135M-Instruct)")
     p.add_argument("--streams", help="stream directory (default: the default model's lossless streams)")
@@ -33,7 +33,7 @@ def add_arguments(p) -> None:
 
 
 def _plan(args) -> tuple[list[str], list[int]]:
-    from specstream_core.bench.speed import METHODS
+    from specstream_core.bench.speed_methods import METHODS
 
     names = [m.strip() for m in args.methods.split(",") if m.strip()]
     bad = [m for m in names if m not in METHODS]
