@@ -78,7 +78,7 @@ def test_beside_bf16_weights_transformers_runs_in_fp32_as_it_ships(tmp_path):
     import pytest
     import torch
 
-    from specstream_core.cli.commands.bench import _hf_model
+    from specstream_core.cli.bench_run import _hf_model
     from specstream_core.kernels.linears import rowinv
     from tiny_models import save_tiny_model_dir
 

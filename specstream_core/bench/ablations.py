@@ -11,8 +11,8 @@ from dataclasses import replace
 from specstream_core.bench.runner import engine_method, hf_method
 from specstream_core.decoding.config import NODE_BUDGET
 from specstream_core.decoding.loop import default_drafter
+from specstream_core.bench.names import ABLATIONS  # noqa: F401 - re-exported
 
-ABLATIONS = ("gamma", "topk", "ns", "prune", "lookup", "draft")
 TOPK_GRID = ((1, 1, 1, 1), (2, 1, 1, 1), (2, 2, 1, 1), (3, 2, 2, 1), (4, 3, 2, 1))
 PRUNE_TREE = (3, 2, 2, 1)
 PRUNE_GRID = (0.0, 0.02, 0.05, 0.1, 0.2)

@@ -7,8 +7,8 @@ import os
 
 from specstream_core.bench.plots import ablation_params, ablation_series, method_summary, precisions
 from specstream_core.bench.runner import _num
+from specstream_core.bench.names import DOC_BEGIN, DOC_END  # noqa: F401 - re-exported
 
-DOC_BEGIN, DOC_END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
 
 def doc_section(data: dict, command: str, plots_dir: str | None, doc_dir: str) -> str:

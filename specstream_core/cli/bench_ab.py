@@ -16,12 +16,9 @@ import contextlib
 import json
 import os
 
-from specstream_core.bench import ab
-from specstream_core.bench.runner import markdown_table
 from specstream_core.bench.suites import suite_categories, suite_examples
 from specstream_core.errors import SpecstreamError
 from specstream_core.model import defaults
-from specstream_core.model.loading import resolve_precision
 
 OPTION_HELP = ("an engine option of side %s, KEY=VALUE, repeatable: precision, streams (a stream directory), "
                "stream_weights, kernel, chat, or a draft setting: topk ([2,2,1]), node_budget, lookup, ngrams, "
@@ -51,6 +48,9 @@ def _csv(text: str) -> list[str]:
 
 
 def _plan(args) -> dict:
+    from specstream_core.bench import ab
+    from specstream_core.model.loading import resolve_precision
+
     modes = _csv(args.methods)
     if not modes or any(m not in ("ar", "ss") for m in modes):
         raise SpecstreamError(f"--methods must list ar and/or ss, got {args.methods!r}")
@@ -71,6 +71,9 @@ def _plan(args) -> dict:
 
 
 def run(args) -> int:
+    from specstream_core.bench import ab
+    from specstream_core.bench.runner import markdown_table
+
     pl = _plan(args)
     here = defaults.ROOT
     with _a_tree(here, args.against) as (tree_a, label_a):
@@ -96,6 +99,8 @@ def run(args) -> int:
 @contextlib.contextmanager
 def _a_tree(here: str, against: str | None):
     """(side A's source tree, its label): the other revision's files in a temporary directory, or this tree."""
+    from specstream_core.bench import ab
+
     if against is None:
         yield here, "A"
         return

@@ -1,0 +1,16 @@
+"""`bench`'s methods, suites and default sizes (plain data, shared by its parser and its machinery)."""
+
+from __future__ import annotations
+
+import os
+
+from specstream_core.model import defaults
+
+ALL_METHODS = ("ar", "hf-greedy", "hf-pld", "hf-assisted", "pld", "medusa", "ss-lossless", "ss-shared")
+DRAFT_DIR = os.path.join(defaults.SMOL_ASSETS, "draft")
+MEDUSA_DIR = defaults.SMOL_MEDUSA_DIR
+SUITES = ("chat", "tasks")  # chat: the chat prompt corpus's eval split (default); tasks: the old templated suite
+# default run sized to finish in <= 20 minutes on the project's 2-core CPU (see docs/BENCHMARKS.md)
+DEFAULT_N, DEFAULT_MAX_NEW = 6, 64
+ABLATION_CATEGORIES, ABLATION_N = 3, 4
+QUICK = {"categories": 2, "n": 2, "max_new": 32, "precisions": "fp32", "ablations": "gamma"}
