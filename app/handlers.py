@@ -14,6 +14,7 @@ import logging
 import os
 import tempfile
 import time
+import weakref
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -33,8 +34,9 @@ from .render import message, model_info, render_badge, render_meters, render_spe
 log = logging.getLogger("specstream.lab")
 
 # engine caches by Lab.key: what the GPU worker reaches without it crossing the process boundary (a forked
-# worker inherits this module's globals; the cache holds locks, which cannot be pickled)
-CACHES: dict[str, EngineCache] = {}
+# worker inherits this module's globals; the cache holds locks, which cannot be pickled). Weak: a lab's
+# demo keeps its cache alive, and a discarded demo frees its engines.
+CACHES: weakref.WeakValueDictionary[str, EngineCache] = weakref.WeakValueDictionary()
 
 
 @dataclass(repr=False)

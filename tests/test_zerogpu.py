@@ -43,7 +43,18 @@ def zero_demo(tmp_path_factory):
         demo = build_demo(specs, preload=True)
     finally:
         del os.environ["SPECSTREAM_ZEROGPU_SIM"]
+    demo.lab_cache = _cache_of(demo)
     return demo
+
+
+def _cache_of(demo):
+    """The engine cache of this demo's Lab (the run handler's bound Lab)."""
+    from app.handlers import CACHES
+
+    bound = _handler(demo, "on_run")
+    lab = next(c.cell_contents for c in bound.__closure__ if type(c.cell_contents).__name__ == "Lab")
+    assert CACHES[lab.key] is lab.cache
+    return lab.cache
 
 
 def _handler(demo, name):
@@ -95,7 +106,7 @@ def test_the_race_runs_in_a_pickling_worker(zero_demo, monkeypatch):
             yield views
 
     monkeypatch.setattr(handlers, "run_race", run_race)
-    cache = handlers.CACHES[next(k for k, c in handlers.CACHES.items() if "tiny" in c.specs)]
+    cache = zero_demo.lab_cache
     assert cache.loaded() == [("tiny", "lossless")]  # loaded in this process, before the fork
     outs = list(_handler(zero_demo, "on_run")("tiny", "lossless", PROMPT, "2,1", 0.0, 16, 0, 0.0, 0, 12, None))
     assert worker_pids and set(worker_pids) != {os.getpid()}
@@ -118,10 +129,10 @@ def test_zerogpu_loads_at_module_level_without_cuda_work(zero_demo, monkeypatch)
     """On ZeroGPU build_demo loads the default model before it returns, in the caller's thread, and runs
     no warm-up pass (the main process of a ZeroGPU Space cannot run CUDA); elsewhere a thread loads and
     warms it while the page opens."""
-    from app import handlers, ui
+    from app import ui
     from specstream_core import Engine
 
-    spec = next(c for c in handlers.CACHES.values() if "tiny" in c.specs).specs["tiny"]
+    spec = zero_demo.lab_cache.specs["tiny"]
     passes, loaders = [], []
     real_generate, real_preload = Engine.generate, ui._preload
     monkeypatch.setattr(Engine, "generate", lambda self, *a, **k: passes.append(a) or real_generate(self, *a, **k))
@@ -132,9 +143,9 @@ def test_zerogpu_loads_at_module_level_without_cuda_work(zero_demo, monkeypatch)
 
     monkeypatch.setattr(ui, "_preload", preload)
     monkeypatch.setenv("SPECSTREAM_ZEROGPU_SIM", "1")
-    ui.build_demo({"tiny": spec}, preload=True)
+    demo = ui.build_demo({"tiny": spec}, preload=True)
     assert loaders == [threading.current_thread()] and not passes
-    assert list(handlers.CACHES.values())[-1].loaded() == [("tiny", "lossless")]
+    assert _cache_of(demo).loaded() == [("tiny", "lossless")]
     monkeypatch.delenv("SPECSTREAM_ZEROGPU_SIM")
     ui.build_demo({"tiny": spec}, preload=True)
     for _ in range(600):
