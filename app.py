@@ -10,7 +10,10 @@ import logging
 import os
 
 try:  # ZeroGPU patches torch's CUDA calls: `spaces` is imported before torch
-    import spaces  # noqa: F401
+    import spaces
+
+    # only the race borrows the GPU (handlers.run_race): the other handlers hold the lab's locks and stay here
+    spaces.disable_gradio_auto_wrap()
 except ImportError:
     pass
 

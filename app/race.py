@@ -20,6 +20,7 @@ from typing import Callable, Iterator
 
 from specstream_core.decoding.config import DecodeConfig
 from specstream_core.decoding.mismatch import difference_at, first_difference
+from specstream_core.kernels.linears import rowinv
 from specstream_core.model.devices import SyncTimer
 
 from .traces import checked, is_speculative
@@ -60,6 +61,7 @@ class RaceView:
     device: str = ""
     exact: bool | None = None  # the engine's precision makes speculative output equal plain (None: unknown)
     difference: dict | None = None  # where greedy outputs part, and the margin there (`mismatch.difference_at`)
+    linears: str = ""  # what the Linears run on: the C kernel's build, or torch (and why, on a CPU without it)
 
 
 class Detokenizer:
@@ -131,6 +133,7 @@ def race(engine, prompt, cfg: DecodeConfig, lock=None, min_interval: float = 0.1
     ss_cfg = replace(cfg, mode="ss", trace=True, attention_layers=())
     ar_cfg = replace(cfg, mode="ar", trace=False, attention_layers=())
     device = getattr(engine, "device", "cpu")
+    linears = linears_shown(engine)
     sides = {"ar": Side(engine.start(prompt, ar_cfg), engine.decode_text, SyncTimer(device)),
              "ss": Side(engine.start(prompt, ss_cfg), engine.decode_text, SyncTimer(device))}
     stream_mode = getattr(getattr(engine.streams, "cfg", None), "mode", "lossless")
@@ -141,7 +144,7 @@ def race(engine, prompt, cfg: DecodeConfig, lock=None, min_interval: float = 0.1
         return RaceView(sides["ar"].view(), sides["ss"].view(), sampling=cfg.temperature > 0,
                         stream_mode=stream_mode, elapsed_s=time.perf_counter() - t0, finished=finished,
                         precision=str(getattr(engine, "precision", "")), device=str(device),
-                        exact=getattr(engine, "exact", None))
+                        exact=getattr(engine, "exact", None), linears=linears)
 
     while not all(s.decoding.done for s in sides.values()):
         for name in order:  # alternate who goes first, so neither always runs on a warm cache
@@ -165,6 +168,18 @@ def race(engine, prompt, cfg: DecodeConfig, lock=None, min_interval: float = 0.1
                             "pieces": [p.text for p in final.ss.pieces]}
     final.trace = trace
     yield final
+
+
+def linears_shown(engine) -> str:
+    """'rowinv-avx512' (the C kernel), 'torch' on a GPU, or 'torch (…why the kernel is not here…)' on a CPU
+    (a Space without a C compiler runs this path: the lab says so)."""
+    model = getattr(engine, "model", None)
+    if model is None or not hasattr(model, "config"):
+        return ""
+    label = rowinv.linears_label(model)
+    if label == "torch" and str(getattr(engine, "device", "cpu")) == "cpu" and not rowinv.available():
+        label += f" ({rowinv.unavailable_reason() or 'no C kernel on this host'})"
+    return label
 
 
 def _difference(engine, prompt, sides: dict, lock) -> dict | None:

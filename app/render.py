@@ -102,7 +102,7 @@ def render_meters(view: RaceView) -> str:
 
     label = "replayed trace" if view.replay else f"elapsed {number(view.elapsed_s):.2f} s (both, interleaved)"
     if view.precision and view.device:  # what actually ran, not what the model line resolved beforehand
-        label += f" · {view.precision} on {view.device}"
+        label += f" · {view.precision} on {view.device}" + (f" · Linears: {view.linears}" if view.linears else "")
     label = html.escape(label)
     return ('<table class="lab-meters"><tr><th></th><th>tokens</th><th>forward passes</th><th>τ</th>'
             '<th>tokens/s</th><th>own time</th><th></th></tr>'
