@@ -187,7 +187,7 @@ def recommended_for(spec: ModelSpec | None, mode: str) -> dict:
             # the draft fastest at this precision, as DecodeConfig fields
             from specstream_core.kernels.linears.rowinv import draft_precision
 
-            precision = resolve_precision(spec.precision, spec.device or "cpu", base=spec.base)
+            precision = resolve_precision(spec.precision, spec.device or default_device(), base=spec.base)
             fields = decode_fields(stored, draft_precision(precision))
             for key in out:
                 field = "tree_topk" if key == "topk" else key

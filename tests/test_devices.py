@@ -172,3 +172,25 @@ def test_difference_at_measures_the_plain_pass_margin():
     assert got["position"] == 3 and got["speculative_token"] == runner_up
     assert got["margin"] == pytest.approx(gap, rel=1e-5) and got["runner_up_gap"] == pytest.approx(gap, rel=1e-5)
     assert difference_at(types.SimpleNamespace(model=model, device=torch.device("cpu")), prompt, plain, plain) is None
+
+
+def test_a_gpu_host_never_builds_the_cpu_kernel(monkeypatch, tmp_path):
+    """On a host with CUDA the lab's model line and draft settings resolve for cuda: the C kernel (CPU
+    precisions only) is not asked for, so it is not compiled there."""
+    from app import models, render
+    from specstream_core.kernels.linears import rowinv
+
+    def refuse():
+        raise AssertionError("the CPU kernel was asked for on a GPU host")
+
+    monkeypatch.setattr(rowinv, "available", refuse)
+    monkeypatch.setattr(models, "default_device", lambda: "cuda")
+    monkeypatch.setattr(render, "default_device", lambda: "cuda")
+    from specstream_core.model import defaults
+
+    streams = defaults.default_streams("lossless")
+    if streams is None:
+        pytest.skip("no bundled stream set")
+    spec = models.ModelSpec("m", str(tmp_path), {"lossless": streams})
+    assert render.shown_precision(spec) == "fp32"
+    assert models.recommended_for(spec, "lossless")["topk"]  # resolved for cuda: the kernel is not asked for
