@@ -1,6 +1,10 @@
 """The lab's event handlers, at module level: each takes the `Lab` (its components, engine cache and
 admission gates) first, then what Gradio passes. `ui.build_demo` lays the page out and wires these.
 
+The views are built as {component name: value} (plain, picklable data) and keyed by the components at
+the edge (`_keyed`): the race itself runs in `run_race`, which takes and yields plain data only, so that
+ZeroGPU can run it in its GPU worker (app/zerogpu.py); the admission gates stay in this process.
+
 Every handler catches everything: a visitor sees one line (`render.message`), the log keeps the rest.
 """
 
@@ -10,6 +14,7 @@ import logging
 import os
 import tempfile
 import time
+import weakref
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -18,7 +23,7 @@ import gradio as gr
 from specstream_core.decoding.trace import Trace, load_trace, save_trace, validate
 from specstream_core.errors import SpecstreamError
 
-from . import figures, limits
+from . import figures, limits, zerogpu
 from .admission import Admission, client_keys
 from .explain import explain_step, most_telling_step
 from .models import EngineCache, ModelSpec, recommended_for
@@ -28,13 +33,10 @@ from .render import message, model_info, render_badge, render_meters, render_spe
 
 log = logging.getLogger("specstream.lab")
 
-try:  # ZeroGPU on Hugging Face Spaces: borrow a GPU for the duration of a race
-    import spaces
-
-    gpu = spaces.GPU(duration=120)
-except ImportError:
-    def gpu(fn):
-        return fn
+# engine caches by Lab.key: what the GPU worker reaches without it crossing the process boundary (a forked
+# worker inherits this module's globals; the cache holds locks, which cannot be pickled). Weak: a lab's
+# demo keeps its cache alive, and a discarded demo frees its engines.
+CACHES: weakref.WeakValueDictionary[str, EngineCache] = weakref.WeakValueDictionary()
 
 
 @dataclass(repr=False)
@@ -47,6 +49,16 @@ class Lab:
     c: SimpleNamespace
     demo: gr.Blocks | None = None
     presets: dict[str, str] | None = None  # label -> prompt
+    key: str = ""  # this lab's engine cache in CACHES
+
+    def __post_init__(self):
+        self.key = self.key or f"lab-{id(self.cache):x}"
+        CACHES[self.key] = self.cache
+
+
+def _keyed(lab: Lab, views: dict) -> dict:
+    """{component name: value} -> {component: value}, what Gradio takes."""
+    return {getattr(lab.c, name): value for name, value in views.items()}
 
 
 def _check(deadline: float | None) -> None:
@@ -64,84 +76,102 @@ def _index(value) -> int:
         raise SpecstreamError("the forward pass must be a whole number") from None
 
 
-def views_of_step(lab: Lab, trace, index, layer=None, head=None, deadline=None) -> dict:
-    c = lab.c
+def views_of_step(trace, index, layer=None, head=None, deadline=None) -> dict:
     layers, heads = figures.attention_choices(trace, index)
     layer = layer if layer in layers else (layers[-1] if layers else None)
     head = head if head in heads else ("mean" if heads else None)
-    out = {c.tree_plot: figures.tree_figure(trace, index)}
+    out = {"tree_plot": figures.tree_figure(trace, index)}
     _check(deadline)
-    out[c.attn_plot] = figures.attention_figure(trace, index, layer, head)
+    out["attn_plot"] = figures.attention_figure(trace, index, layer, head)
     _check(deadline)
-    out[c.mask_plot] = figures.mask_figure(trace, index)
+    out["mask_plot"] = figures.mask_figure(trace, index)
     _check(deadline)
-    out.update({c.explain: explain_step(trace, index), c.layer_dd: gr.Dropdown(choices=layers, value=layer),
-                c.head_dd: gr.Dropdown(choices=heads, value=head)})
+    out.update({"explain": explain_step(trace, index), "layer_dd": gr.update(choices=layers, value=layer),
+                "head_dd": gr.update(choices=heads, value=head)})
     return out
 
 
-def race_html(lab: Lab, view: RaceView) -> dict:
-    c = lab.c
-    return {c.ar_out: render_text(view.ar, False, "…"), c.ss_out: render_text(view.ss, True, "…"),
-            c.meters: render_meters(view), c.speed: render_speedup(view), c.badge: render_badge(view)}
+def race_html(view: RaceView) -> dict:
+    return {"ar_out": render_text(view.ar, False, "…"), "ss_out": render_text(view.ss, True, "…"),
+            "meters": render_meters(view), "speed": render_speedup(view), "badge": render_badge(view)}
 
 
-def all_views(lab: Lab, trace: Trace, view: RaceView, note: str, deadline=None) -> dict:
-    c = lab.c
+def all_views(trace: Trace, view: RaceView, note: str, deadline=None) -> dict:
     index = most_telling_step(trace)
-    out = race_html(lab, view)
-    out.update(views_of_step(lab, trace, index, deadline=deadline))
-    out[c.accept_plot] = figures.acceptance_figure(trace)
+    out = race_html(view)
+    out.update(views_of_step(trace, index, deadline=deadline))
+    out["accept_plot"] = figures.acceptance_figure(trace)
     _check(deadline)
-    out.update({c.trace_state: trace.pack(), c.msg: note,
-                c.step: gr.Slider(0, max(1, len(trace["steps"]) - 1), value=index, step=1, interactive=True)})
+    out.update({"trace_state": trace.pack(), "msg": note,
+                "step": gr.update(minimum=0, maximum=max(1, len(trace["steps"]) - 1), value=index, step=1,
+                                  interactive=True)})
     return out
 
 
-@gpu
 def on_run(lab: Lab, model_name, mode, text, topk_v, prune_v, budget_v, lookup_v, temp_v, seed_v, max_new_v,
            request: gr.Request = None):
+    """Admission here, the race in `run_race` (on ZeroGPU: in the GPU worker, with plain arguments only)."""
     try:
         with lab.races.enter(client_keys(request, limits.TRUST_FORWARDED)), \
                 tempfile.TemporaryDirectory(prefix="specstream-race-") as tmp:
             # the trace file lives only until Gradio has copied it into its cache (delete_cache ages
             # that copy out): the generator resumes after each yield is sent, and the with-block ends
-            yield from race_views(lab, model_name, mode, text, topk_v, prune_v, budget_v, lookup_v, temp_v,
-                                  seed_v, max_new_v, tmp)
+            for views in run_race(lab.key, model_name, mode, text, topk_v, prune_v, budget_v, lookup_v, temp_v,
+                                  seed_v, max_new_v, tmp):
+                yield _keyed(lab, views)
     except SpecstreamError as exc:
         yield {lab.c.msg: message(str(exc))}
+    except gr.Error as exc:  # ZeroGPU's own refusals (quota, no GPU free) and worker errors
+        yield {lab.c.msg: message(str(getattr(exc, "message", exc)))}
     except Exception as exc:  # never a stack trace in the page; the log keeps it
         log.exception("race failed")
         yield {lab.c.msg: message(f"internal error ({type(exc).__name__}); see the server log")}
 
 
-def race_views(lab: Lab, model_name, mode, text, topk_v, prune_v, budget_v, lookup_v, temp_v, seed_v, max_new_v,
-               tmp):
-    c = lab.c
+def race_payloads(key: str, model_name, mode, text, topk_v, prune_v, budget_v, lookup_v, temp_v, seed_v,
+                  max_new_v, tmp: str):
+    """The race as {component name: value} updates: plain arguments in, plain data out (`run_race`)."""
+    try:
+        yield from race_views(CACHES[key], model_name, mode, text, topk_v, prune_v, budget_v, lookup_v, temp_v,
+                              seed_v, max_new_v, tmp)
+    except SpecstreamError as exc:
+        yield {"msg": message(str(exc))}
+    except Exception as exc:  # never a stack trace in the page; the log keeps it
+        log.exception("race failed")
+        yield {"msg": message(f"internal error ({type(exc).__name__}); see the server log")}
+
+
+# spaces.GPU on a ZeroGPU Space (a forked worker per race; app/zerogpu.py), the stand-in under
+# SPECSTREAM_ZEROGPU_SIM, else race_payloads itself
+run_race = zerogpu.gpu(duration=120)(race_payloads)
+
+
+def race_views(cache: EngineCache, model_name, mode, text, topk_v, prune_v, budget_v, lookup_v, temp_v, seed_v,
+               max_new_v, tmp):
     limits.check_prompt(text)
     cfg = limits.lab_decode_config(topk_v, prune_v, budget_v, lookup_v, temp_v, seed_v, max_new_v)
-    engine, lock = lab.cache.get(model_name, mode)
+    engine, lock = cache.get(model_name, mode)
     layers = ()
     if engine.streams is not None:
         layers = tuple(range(engine.streams.cfg.birth_layer, engine.streams.cfg.num_layers))
-    yield {**race_html(lab, RaceView(SideView(), SideView())), c.msg: "",
-           c.download: gr.update(value=None, interactive=False)}
+    yield {**race_html(RaceView(SideView(), SideView())), "msg": "", "download": gr.update(value=None,
+                                                                                            interactive=False)}
     t0 = time.monotonic()
     for view in race(engine, text, cfg, lock, attention_layers=layers):
         if time.monotonic() - t0 > limits.EVENT_TIME_LIMIT_S:
-            yield {c.msg: message(f"The race was stopped at this host's time limit of "
+            yield {"msg": message(f"The race was stopped at this host's time limit of "
                                   f"{limits.EVENT_TIME_LIMIT_S:.0f} s; try fewer new tokens.")}
             return
         if not view.finished:
-            yield race_html(lab, view)
+            yield race_html(view)
             continue
         trace = validate(view.trace)
         path = os.path.join(tmp, f"specstream-trace-{model_name}-{time.strftime('%Y%m%d-%H%M%S')}.json")
         save_trace(trace, path)
-        out = all_views(lab, trace, view, "")
+        out = all_views(trace, view, "")
         # an update, not a new DownloadButton: a component built here would copy the file into a
         # cache of its own that delete_cache never sweeps
-        out[c.download] = gr.update(value=path, interactive=True)
+        out["download"] = gr.update(value=path, interactive=True)
         yield out
 
 
@@ -158,9 +188,9 @@ def on_upload(lab: Lab, data, request: gr.Request = None):
             view = view_from_trace(trace)
             note = message(f"Replaying a trace of {trace['meta'].get('model', '?')} "
                            f"({len(trace['steps'])} passes) — no model involved.", "info")
-            out = all_views(lab, trace, view, note, deadline)
-            out[c.download] = gr.update(value=None, interactive=False)  # the visitor has the file
-            return out
+            out = all_views(trace, view, note, deadline)
+            out["download"] = gr.update(value=None, interactive=False)  # the visitor has the file
+            return _keyed(lab, out)
     except SpecstreamError as exc:
         return {c.msg: message(f"Cannot replay this file: {exc}")}
     except Exception as exc:
@@ -173,7 +203,7 @@ def on_step(lab: Lab, blob, index, layer, head):
     if blob is None:
         return {}
     try:
-        return views_of_step(lab, Trace.unpack(blob), _index(index), layer, head)
+        return _keyed(lab, views_of_step(Trace.unpack(blob), _index(index), layer, head))
     except SpecstreamError as exc:
         return {lab.c.msg: message(str(exc))}
     except Exception as exc:
@@ -204,9 +234,9 @@ def replay_recorded(lab: Lab, label):
         view = view_from_trace(trace)
         note = message(f"A recorded run of {trace['meta'].get('model', '?')} on this preset "
                        f"({len(trace['steps'])} passes). Press Run to race it live.", "info")
-        out = all_views(lab, trace, view, note, time.monotonic() + limits.UPLOAD_TIME_LIMIT_S)
-        out[lab.c.download] = gr.update(value=path, interactive=True)
-        return out
+        out = all_views(trace, view, note, time.monotonic() + limits.UPLOAD_TIME_LIMIT_S)
+        out["download"] = gr.update(value=path, interactive=True)
+        return _keyed(lab, out)
     except Exception:  # a broken bundled file must not break the page
         log.exception("cannot replay the recorded trace %s", path)
         return {lab.c.msg: gr.update()}

@@ -31,6 +31,8 @@ from specstream_core.model import defaults
 from specstream_core.model.loading import DEFAULT_PRECISION
 from specstream_core.errors import SpecstreamError
 
+from . import zerogpu
+
 log = logging.getLogger("specstream.lab")
 MODES = ("lossless", "shared")
 
@@ -185,7 +187,7 @@ def recommended_for(spec: ModelSpec | None, mode: str) -> dict:
             # the draft fastest at this precision, as DecodeConfig fields
             from specstream_core.kernels.linears.rowinv import draft_precision
 
-            precision = resolve_precision(spec.precision, spec.device or "cpu", base=spec.base)
+            precision = resolve_precision(spec.precision, spec.device or default_device(), base=spec.base)
             fields = decode_fields(stored, draft_precision(precision))
             for key in out:
                 field = "tree_topk" if key == "topk" else key
@@ -267,8 +269,9 @@ class EngineCache:
             engine = Engine.load(spec.base, streams_dir=spec.streams.get(mode), precision=spec.precision,
                                  device=spec.device or default_device(), gamma=spec.gamma)
         engine.name = spec.name
-        ids = engine.encode("Hello")  # warm-up: first passes pay one-off allocation costs
-        for m in ("ar", "ss"):
+        ids = engine.encode("Hello")  # warm-up: first passes pay one-off allocation costs; not on ZeroGPU,
+        # whose main process cannot run CUDA (the first race pays them there)
+        for m in ("ar", "ss") if not zerogpu.on_zerogpu() else ():
             engine.generate(ids, DecodeConfig(mode=m, max_new_tokens=4, stop_on_eos=False))
         return engine
 

@@ -1,6 +1,7 @@
 """The race: plain (AR) and speculative (SS) decoding of one prompt on the same engine, interleaved one
-forward pass each in turn so neither has the machine to itself, each timed on its own (the engine's
-per-decoding `wall_s` counts only its own `step()` calls).
+forward pass each in turn so neither has the machine to itself, each timed on its own: a side's `wall_s` counts
+only its own `step()` calls, on a clock that waits for the device (`devices.SyncTimer`: on CUDA a pass's queued
+work is charged to the side that queued it, not to the other one).
 
     for view in race(engine, prompt, cfg, lock):   # a RaceView after every few passes
         show(view)
@@ -18,6 +19,9 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
 from specstream_core.decoding.config import DecodeConfig
+from specstream_core.decoding.mismatch import difference_at, first_difference
+from specstream_core.kernels.linears import rowinv
+from specstream_core.model.devices import SyncTimer
 
 from .traces import checked, is_speculative
 
@@ -53,6 +57,11 @@ class RaceView:
     finished: bool = False
     replay: bool = False
     trace: dict | None = None  # the speculative run's trace, on the final view
+    precision: str = ""  # what actually ran (the engine's, or the trace's)
+    device: str = ""
+    exact: bool | None = None  # the engine's precision makes speculative output equal plain (None: unknown)
+    difference: dict | None = None  # where greedy outputs part, and the margin there (`mismatch.difference_at`)
+    linears: str = ""  # what the Linears run on: the C kernel's build, or torch (and why, on a CPU without it)
 
 
 class Detokenizer:
@@ -85,22 +94,33 @@ def _common_prefix(a: str, b: str) -> int:
 
 
 class Side:
-    def __init__(self, decoding, decode: Callable[[list[int]], str]):
+    def __init__(self, decoding, decode: Callable[[list[int]], str], timer: SyncTimer | None = None):
         self.decoding = decoding
         self.detok = Detokenizer(decode)
         self.pieces: list[Piece] = []
+        self.timer = timer or SyncTimer()
+        self.wall_s = 0.0  # this side's steps, device work included
 
     def step(self, lock) -> None:
         index = self.decoding.forward_passes
         with lock:  # the engine's model is shared by every session: one forward pass at a time
-            tokens = self.decoding.step()
+            with self.timer:
+                tokens = self.decoding.step()
+        self.wall_s += self.timer.elapsed
         drafts = max(0, len(tokens) - 1)
         for i, tok in enumerate(tokens):
             final = self.decoding.done and i == len(tokens) - 1
             self.pieces.append(Piece(self.detok.add(tok, final), index, bonus=i == len(tokens) - 1, drafts=drafts))
 
+    def stats(self) -> dict:
+        """The decoding's stats, timed by the race's synchronizing clock."""
+        stats = self.decoding.stats()
+        stats["wall_s"] = self.wall_s
+        stats["tokens_per_s"] = stats["new_tokens"] / self.wall_s if self.wall_s else 0.0
+        return stats
+
     def view(self) -> SideView:
-        return SideView(list(self.pieces), self.decoding.stats(), self.decoding.done)
+        return SideView(list(self.pieces), self.stats(), self.decoding.done)
 
 
 def race(engine, prompt, cfg: DecodeConfig, lock=None, min_interval: float = 0.1,
@@ -112,15 +132,19 @@ def race(engine, prompt, cfg: DecodeConfig, lock=None, min_interval: float = 0.1
     lock = lock if lock is not None else nullcontext()
     ss_cfg = replace(cfg, mode="ss", trace=True, attention_layers=())
     ar_cfg = replace(cfg, mode="ar", trace=False, attention_layers=())
-    sides = {"ar": Side(engine.start(prompt, ar_cfg), engine.decode_text),
-             "ss": Side(engine.start(prompt, ss_cfg), engine.decode_text)}
+    device = getattr(engine, "device", "cpu")
+    linears = linears_shown(engine)
+    sides = {"ar": Side(engine.start(prompt, ar_cfg), engine.decode_text, SyncTimer(device)),
+             "ss": Side(engine.start(prompt, ss_cfg), engine.decode_text, SyncTimer(device))}
     stream_mode = getattr(getattr(engine.streams, "cfg", None), "mode", "lossless")
     t0, last = time.perf_counter(), 0.0
     order = ["ar", "ss"]
 
     def snapshot(finished=False) -> RaceView:
         return RaceView(sides["ar"].view(), sides["ss"].view(), sampling=cfg.temperature > 0,
-                        stream_mode=stream_mode, elapsed_s=time.perf_counter() - t0, finished=finished)
+                        stream_mode=stream_mode, elapsed_s=time.perf_counter() - t0, finished=finished,
+                        precision=str(getattr(engine, "precision", "")), device=str(device),
+                        exact=getattr(engine, "exact", None), linears=linears)
 
     while not all(s.decoding.done for s in sides.values()):
         for name in order:  # alternate who goes first, so neither always runs on a warm cache
@@ -132,15 +156,39 @@ def race(engine, prompt, cfg: DecodeConfig, lock=None, min_interval: float = 0.1
             last = now
             yield snapshot()
     final = snapshot(finished=True)
+    if cfg.temperature == 0:
+        final.difference = _difference(engine, prompt, sides, lock)
     trace = sides["ss"].decoding.trace
+    trace["stats"].update({k: final.ss.stats[k] for k in ("wall_s", "tokens_per_s")})  # the synchronized times
     _graft_attention(engine, prompt, replace(ss_cfg, attention_layers=attention_layers), lock, trace)
     ar = sides["ar"].decoding
     trace["meta"]["baseline"] = {"mode": "ar", "output": {"text": engine.decode_text(ar.output),
-                                                          "token_ids": list(ar.output)}, "stats": ar.stats()}
+                                                          "token_ids": list(ar.output)}, "stats": sides["ar"].stats()}
     trace["meta"]["lab"] = {"stream_mode": stream_mode, "elapsed_s": round(final.elapsed_s, 4),
                             "pieces": [p.text for p in final.ss.pieces]}
     final.trace = trace
     yield final
+
+
+def linears_shown(engine) -> str:
+    """'rowinv-avx512' (the C kernel), 'torch' on a GPU, or 'torch (…why the kernel is not here…)' on a CPU
+    (a Space without a C compiler runs this path: the lab says so)."""
+    model = getattr(engine, "model", None)
+    if model is None or not hasattr(model, "config"):
+        return ""
+    label = rowinv.linears_label(model)
+    if label == "torch" and str(getattr(engine, "device", "cpu")) == "cpu" and not rowinv.available():
+        label += f" ({rowinv.unavailable_reason() or 'no C kernel on this host'})"
+    return label
+
+
+def _difference(engine, prompt, sides: dict, lock) -> dict | None:
+    """Where greedy plain and speculative outputs part, with the plain pass's logit margin there."""
+    plain, spec = list(sides["ar"].decoding.output), list(sides["ss"].decoding.output)
+    if first_difference(plain, spec) is None:
+        return None
+    with lock:
+        return difference_at(engine, engine.encode(prompt) if isinstance(prompt, str) else prompt, plain, spec)
 
 
 def _graft_attention(engine, prompt, cfg: DecodeConfig, lock, trace: dict) -> None:
@@ -187,8 +235,14 @@ def view_from_trace(trace: dict) -> RaceView:
     mode = trace["meta"].get("stream_mode") or (trace["meta"].get("lab") or {}).get("stream_mode") or "lossless"
     if not is_speculative(trace):  # a plain trace: show it on the baseline side
         ar, ss = SideView(pieces, dict(trace["stats"]), True), SideView(done=True)
-    return RaceView(ar, ss, sampling=bool(temp and temp > 0), stream_mode=str(mode), finished=True, replay=True,
-                    elapsed_s=float((trace["meta"].get("lab") or {}).get("elapsed_s", 0.0) or 0.0))
+    view = RaceView(ar, ss, sampling=bool(temp and temp > 0), stream_mode=str(mode), finished=True, replay=True,
+                    elapsed_s=float((trace["meta"].get("lab") or {}).get("elapsed_s", 0.0) or 0.0),
+                    precision=str(trace["meta"].get("precision", "")), device=str(trace["meta"].get("device", "")))
+    plain = (base or {}).get("output", {}).get("token_ids") if isinstance(base, dict) else None
+    spec = (trace.get("output") or {}).get("token_ids")
+    if isinstance(plain, list) and isinstance(spec, list) and (at := first_difference(plain, spec)) is not None:
+        view.difference = {"position": at, "plain_token": plain[at], "speculative_token": spec[at]}
+    return view
 
 
 

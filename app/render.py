@@ -10,7 +10,7 @@ from specstream_core.model import exactness
 from specstream_core.model.loading import resolve_precision
 from specstream_core.model.streams import read_stream_config
 
-from .models import ModelSpec, spec_gamma
+from .models import ModelSpec, default_device, spec_gamma
 from .race import RaceView, SideView, number, outputs_equal, speedup, tau
 
 log = logging.getLogger("specstream.lab")
@@ -56,8 +56,8 @@ def message(text: str, kind: str = "error") -> str:
 
 def shown_precision(spec: ModelSpec) -> str:
     """The precision a spec loads at ("auto" resolved: int4-a8 on a GGUF-converted base, else the checkpoint's own
-    dtype, `resolve_precision`)."""
-    return resolve_precision(spec.precision, spec.device or "cpu", base=spec.base)
+    dtype, `resolve_precision`) on the device it will run on (a GPU where the host has one)."""
+    return resolve_precision(spec.precision, spec.device or default_device(), base=spec.base)
 
 
 def model_info(spec: ModelSpec | None, mode: str) -> str:
@@ -104,6 +104,9 @@ def render_meters(view: RaceView) -> str:
                 f'<td>{"done" if side.done else "running…"}</td></tr>')
 
     label = "replayed trace" if view.replay else f"elapsed {number(view.elapsed_s):.2f} s (both, interleaved)"
+    if view.precision and view.device:  # what actually ran, not what the model line resolved beforehand
+        label += f" · {view.precision} on {view.device}" + (f" · Linears: {view.linears}" if view.linears else "")
+    label = html.escape(label)
     return ('<table class="lab-meters"><tr><th></th><th>tokens</th><th>forward passes</th><th>τ</th>'
             '<th>tokens/s</th><th>own time</th><th></th></tr>'
             f'{cell(view.ar, "plain (AR)")}{cell(view.ss, "speculative (SS)")}</table>'
@@ -127,19 +130,46 @@ def render_speedup(view: RaceView) -> str:
             '</div></div>')
 
 
+def _ran_on(view: RaceView) -> str:
+    return f"{view.precision} on {view.device}" if view.precision and view.device else "this precision"
+
+
+def _where(view: RaceView) -> str:
+    """The first differing token and, from a live run, the plain pass's logit margin there."""
+    d = view.difference
+    if not d:
+        return ""
+    out = f"first difference at token {int(number(d.get('position')))}"
+    if d.get("margin") is not None:
+        out += (f"; the plain pass preferred its token by a logit margin of {number(d.get('margin')):.3g} "
+                f"(its top two logits {number(d.get('runner_up_gap')):.3g} apart)")
+    return out
+
+
 def render_badge(view: RaceView) -> str:
     if not view.finished:
         return '<div class="lab-badge pending">comparing when both finish…</div>'
     if not view.ar.pieces or not view.ss.pieces:
         return '<div class="lab-badge pending">only one side recorded</div>'
     if outputs_equal(view):
-        why = ("greedy decoding: speculative streaming is lossless — every token is the base model's own choice"
-               if not view.sampling else "sampling, yet the same text this time")
+        if view.sampling:
+            why = "sampling, yet the same text this time"
+        elif view.exact is False:
+            why = (f"greedy decoding at {_ran_on(view)}, which is not exact: a speculative pass can round "
+                   "differently from a plain pass, so a near-tie could have flipped a token (none did)")
+        else:
+            why = "greedy decoding: speculative streaming is lossless — every token is the base model's own choice"
         return f'<div class="lab-badge equal" data-equal="true">✔ identical outputs<div class="lab-note">{why}</div></div>'
     if view.sampling:
         why = ("expected in sampling mode: both decoders sample from exactly the base model's distribution, but "
                "tree rejection sampling consumes random numbers differently, so individual samples differ even "
                "with the same seed")
+    elif view.exact is False:
+        why = (f"at {_ran_on(view)}, which is not exact, a speculative pass can round differently from a plain "
+               f"pass and flip a near-tie: {_where(view) or 'the outputs part'}")
+    elif view.exact:
+        why = (f"{_where(view) or 'the outputs part'}; {_ran_on(view)} is exact, so this should not happen — "
+               "please report this run's trace")
     else:
-        why = "unexpected in greedy mode — please report this run's trace"
-    return f'<div class="lab-badge differ" data-equal="false">≠ outputs differ<div class="lab-note">{why}</div></div>'
+        why = f"a recorded greedy run at {_ran_on(view)}: {_where(view) or 'the outputs part'}"
+    return f'<div class="lab-badge differ" data-equal="false">≠ outputs differ<div class="lab-note">{html.escape(why)}</div></div>'

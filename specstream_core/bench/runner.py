@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 
 import statistics
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -21,6 +20,7 @@ import torch
 
 from specstream_core.decoding.config import DecodeConfig
 from specstream_core.kernels.linears import rowinv
+from specstream_core.model.devices import SyncTimer
 
 
 @dataclass
@@ -85,13 +85,11 @@ def hf_method(name: str, model, max_new_tokens: int, extra_params: int = 0, refe
 
         handle = model.register_forward_pre_hook(count, with_kwargs=True)
         try:
-            t0 = time.perf_counter()
-            with torch.inference_mode(), rowinv.torch_linears() if as_it_ships else contextlib.nullcontext():
+            with SyncTimer(model.device) as timer, torch.inference_mode(), \
+                    rowinv.torch_linears() if as_it_ships else contextlib.nullcontext():
                 out = model.generate(inp, attention_mask=torch.ones_like(inp), do_sample=False,
                                      max_new_tokens=max_new_tokens, **generate_kwargs)
-            if out.is_cuda:
-                torch.cuda.synchronize()
-            wall = time.perf_counter() - t0
+            wall = timer.elapsed  # device work included (a sync before and after on CUDA)
         finally:
             handle.remove()
         tokens = out[0, len(ids):].tolist()

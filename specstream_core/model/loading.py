@@ -2,8 +2,9 @@
 
 Precision: auto (the default, `resolve_precision`: int4-a8 on a GGUF-converted base such as the default model, int4
 there without AVX512-VNNI; on any other base the checkpoint's own dtype, as transformers' `from_pretrained` loads it,
-so that greedy output equals transformers' greedy `generate`), fp32, bf16,
-nf4 (bitsandbytes 4-bit), int8 (bitsandbytes 8-bit), int4 (4-bit groups and an 8-bit head on the
+so that greedy output equals transformers' greedy `generate`), fp32, bf16, fp16 (CUDA only: T4-class GPUs),
+nf4 (bitsandbytes 4-bit; computing in fp32 on the CPU, bf16 or fp16 on CUDA: `devices.nf4_compute_dtype`), int8
+(bitsandbytes 8-bit), int4 (4-bit groups and an 8-bit head on the
 row-invariant kernel, or torch's CPU int4 kernel, `kernels/linears/int4.py`; a GGUF-converted base keeps its file's
 own groups) or int4-a8 (the same groups against 8-bit activations, llama.cpp's arithmetic, on the kernel's
 AVX512-VNNI build: `kernels/linears/int4_a8.py`). Only the architectures in `compat.SUPPORTED_MODEL_TYPES` are
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from specstream_core.model.lora import apply_shared_lora
-from specstream_core.model import compat, default_model
+from specstream_core.model import compat, default_model, devices
 from specstream_core.kernels.linears import int4, int4_a8, rowinv
 from specstream_core.errors import SpecstreamError
 from safetensors import SafetensorError, safe_open
@@ -48,6 +49,8 @@ class LoadConfig:
         if self.kernel not in rowinv.KERNELS:
             raise SpecstreamError(f"unknown kernel {self.kernel!r}; choose one of {', '.join(rowinv.KERNELS)}")
         object.__setattr__(self, "precision", resolve_precision(self.precision, self.device, self.kernel, self.base))
+        if self.precision == "fp16" and self.device == "cpu":
+            raise SpecstreamError("fp16 runs on CUDA (T4-class GPUs without bf16); on the CPU use bf16 or fp32")
         if self.precision in INT4 and self.device != "cpu":
             raise SpecstreamError(f"{self.precision} runs on the CPU (kernels/linears/int4.py); on CUDA use nf4")
         if self.precision == "int4-a8" and (self.kernel == "torch" or not int4_a8.available()):
@@ -191,12 +194,13 @@ def load_model(cfg: LoadConfig):
     load_config(cfg.base)  # clear error for missing dirs / unsupported architectures
     kwargs: dict = {"attn_implementation": "sdpa"}
     if cfg.precision in ("nf4", "int8"):
-        kwargs["quantization_config"] = bnb_config(cfg.precision)
+        kwargs["quantization_config"] = bnb_config(cfg.precision, cfg.device)
         kwargs["device_map"] = {"": cfg.device if cfg.device != "cuda" else 0}
-        kwargs["dtype"] = torch.float32 if cfg.device == "cpu" else torch.bfloat16
+        kwargs["dtype"] = devices.nf4_compute_dtype(cfg.device)  # the unquantized modules compute in it too
     else:  # bf16 on the CPU kernel: an fp32 model whose Linears keep bf16 weights (rowinv.install)
         kernel = rowinv.kernel_for(cfg.precision, cfg.device, cfg.kernel)
-        kwargs["dtype"] = torch.bfloat16 if cfg.precision == "bf16" and not kernel else torch.float32
+        kwargs["dtype"] = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision) if not kernel else None
+        kwargs["dtype"] = kwargs["dtype"] or torch.float32
 
     try:
         model = AutoModelForCausalLM.from_pretrained(cfg.base, **kwargs)
@@ -240,12 +244,12 @@ def to_int4(model, base: str, kernel: bool, adapted: bool = False, a8: bool = Fa
     return report
 
 
-def bnb_config(precision: str):
+def bnb_config(precision: str, device: str = "cpu"):
     from transformers import BitsAndBytesConfig
 
     if precision == "nf4":
         return BitsAndBytesConfig(
-            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=devices.nf4_compute_dtype(device)
         )
     return BitsAndBytesConfig(load_in_8bit=True)
 

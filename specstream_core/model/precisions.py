@@ -7,7 +7,7 @@ import os
 
 from specstream_core.errors import SpecstreamError
 
-PRECISIONS = ("auto", "fp32", "bf16", "nf4", "int8", "int4", "int4-a8")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16", "nf4", "int8", "int4", "int4-a8")  # fp16: CUDA only
 INT4 = ("int4", "int4-a8")  # the CPU's 4-bit precisions (kernels/linears/int4.py)
 DEFAULT_PRECISION = "auto"
 QUANTIZE_CHOICES = ("none", "nf4", "int8", "int4", "int4-a8")
