@@ -188,7 +188,7 @@ def test_int4_plain_decoding_equals_transformers_generate_on_the_int4_model(int4
     assert isinstance(model.lm_head, int8_head.Int8Linear if kernel else int4.Int4Linear)  # torch's: row-invariant
     assert model.lm_head.kernel == kernel
     engine = Engine(model, None, None, precision="int4")
-    assert engine.row_exact and engine.exact and (engine.kernel_attention is not None) == kernel
+    assert engine.row_exact and engine.exact and (engine.backend.name == "rowinv") == kernel
     cfg = DecodeConfig(mode="ar", max_new_tokens=16, stop_on_eos=False)
     for ids in prompts(6, seed=4):
         assert engine.generate(ids, cfg).token_ids == hf_greedy(model, ids, 16)
@@ -264,7 +264,7 @@ def test_the_check_can_fail(near_tie_int4, monkeypatch):
         monkeypatch.setattr(rowinv, "linear_q4", lambda x, *a: (
             lambda y: y if x.reshape(-1, x.shape[-1]).shape[0] == 1 else y.bfloat16().float())(q4(x, *a)))
     else:
-        monkeypatch.setattr(Engine, "row_exact", property(lambda self: False))
+        monkeypatch.setattr(engine.backend, "row_exact", False)  # sdpa over all rows
     assert _mismatches(engine, (1, 1, 1)) + _mismatches(engine, (2, 2, 1)) > 0
 
 
@@ -278,10 +278,10 @@ def test_int4_is_refused_on_cuda_and_for_odd_sizes():
 def test_a_gguf_base_whose_groups_do_not_all_match_says_so(monkeypatch):
     """int4 is chosen by default on a GGUF-converted base because it is the fp32 model there; where some
     Linears are not the file's own groups (quantized again), loading says so instead of claiming it."""
-    from specstream_core.model import loading
+    from specstream_core.model import default_model, loading
 
     model = tiny_model("llama", seed=3)
-    monkeypatch.setattr(int4, "gguf_source", lambda base: "/somewhere/model.gguf")
+    monkeypatch.setattr(default_model, "gguf_source", lambda base: "/somewhere/model.gguf")
     monkeypatch.setattr(int4, "gguf_groups", lambda path, m: {})
     with pytest.warns(UserWarning, match=r"only 0 of \d+ Linears are model.gguf's own groups"):
         report = loading.to_int4(model, "converted", kernel=rowinv.available())
