@@ -18,6 +18,7 @@ from specstream_core.decoding import loop
 from specstream_core.decoding.config import DecodeConfig, Result, decode_fields
 from specstream_core.decoding.drafters import Drafter
 from specstream_core.decoding.drafters.ngram_store import NgramStore
+from specstream_core.decoding.inputs import eos_ids
 from specstream_core.model.chat import encode_prompt
 from specstream_core.errors import SpecstreamError
 from specstream_core.model.loading import DEFAULT_PRECISION, LoadConfig, check_architecture, is_exact, load_model, load_tokenizer
@@ -36,10 +37,7 @@ class Engine:
         self.device = next(model.parameters()).device
         self.window = compat.sliding_window(model.config)
         self.context_length = int(getattr(model.config, "max_position_embeddings", 2048))
-        eos = getattr(model.generation_config, "eos_token_id", None) if hasattr(model, "generation_config") else None
-        if eos is None:
-            eos = getattr(model.config, "eos_token_id", None)
-        self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else ([eos] if eos is not None else []))
+        self.eos_ids = eos_ids(model)
         self.backend = backends.choose(model, precision, streams)  # what runs scores, attention and layer steps
         self.set_stream_weights(stream_weights)
         self._causal_cache: dict[int, torch.Tensor] = {}

@@ -1,5 +1,5 @@
-"""What a decoding starts from: each prompt's token ids, checked against the engine's context length, and each row's
-default drafter (`loop.start`, `loop.start_batch`)."""
+"""What a decoding starts from: each prompt's token ids, checked against the engine's context length, each row's
+default drafter (`loop.start`, `loop.start_batch`), and the model's end-of-sequence ids."""
 
 from __future__ import annotations
 
@@ -48,3 +48,11 @@ def prepare_prompts(engine, prompts, cfg: DecodeConfig) -> list[list[int]]:
         except SpecstreamError as exc:
             raise SpecstreamError(f"prompt {i}: {exc}") from None
     return out
+
+
+def eos_ids(model) -> set[int]:
+    """The model's end-of-sequence token ids: its generation config's, else its config's."""
+    eos = getattr(model.generation_config, "eos_token_id", None) if hasattr(model, "generation_config") else None
+    if eos is None:
+        eos = getattr(model.config, "eos_token_id", None)
+    return set(eos if isinstance(eos, (list, tuple)) else ([eos] if eos is not None else []))
