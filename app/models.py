@@ -40,7 +40,7 @@ class ModelSpec:
     name: str
     base: str
     streams: dict = field(default_factory=dict)  # mode -> directory
-    precision: str = DEFAULT_PRECISION  # auto: int4-a8 on a GGUF-converted base, bf16 weights elsewhere on the kernel, else fp32
+    precision: str = DEFAULT_PRECISION  # auto: int4-a8 on a GGUF-converted base, else the checkpoint's own dtype
     device: str = ""
     gamma: int = 4
 

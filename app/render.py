@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import logging
 
+from specstream_core.model import exactness
 from specstream_core.model.loading import resolve_precision
 from specstream_core.model.streams import read_stream_config
 
@@ -54,8 +55,8 @@ def message(text: str, kind: str = "error") -> str:
 
 
 def shown_precision(spec: ModelSpec) -> str:
-    """The precision a spec loads at ("auto" resolved: int4-a8 on a GGUF-converted base, else bf16 on the
-    row-invariant CPU kernel, else fp32)."""
+    """The precision a spec loads at ("auto" resolved: int4-a8 on a GGUF-converted base, else the checkpoint's own
+    dtype, `resolve_precision`)."""
     return resolve_precision(spec.precision, spec.device or "cpu", base=spec.base)
 
 
@@ -74,7 +75,9 @@ def model_info(spec: ModelSpec | None, mode: str) -> str:
     except Exception as exc:  # the streams folder went away: the page says so, without its path
         log.warning("model info for %s (%s): %s", spec.name, mode, exc)
         return f"⚠ the {mode} streams of {spec.name!r} cannot be read on this host"
-    return f"**γ = {gamma}** speculative streams · {mode} mode · {trained} streams · precision {shown_precision(spec)}"
+    equals = exactness.for_base(spec.base, spec.precision, spec.device or "cpu", mode)
+    return (f"**γ = {gamma}** speculative streams · {mode} mode · {trained} streams · precision "
+            f"{shown_precision(spec)} · greedy output equals {equals}")
 
 
 def render_text(side: SideView, tinted: bool, placeholder: str = "") -> str:

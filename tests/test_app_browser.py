@@ -9,7 +9,6 @@ SPECSTREAM_CHROMIUM names another browser binary.
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from test_app_figures import PROMPT, lab_models_env, make_lab_model
+from helpers import LAB_PROMPT as PROMPT, free_port, lab_models_env, make_lab_model
 
 CHROMIUM = os.environ.get("SPECSTREAM_CHROMIUM", "/usr/bin/chromium")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,12 +43,6 @@ def require_browser():
         pytest.skip(missing)
     if missing:
         pytest.fail(f"{missing}; set SPECSTREAM_ALLOW_NO_BROWSER=1 to skip the browser tests", pytrace=False)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

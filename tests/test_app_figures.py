@@ -3,77 +3,13 @@ on a tiny model saved to disk, the race (interleaved AR vs SS), replay from a tr
 
 import copy
 import json
-import os
 from dataclasses import replace
 
 import pytest
 
-from specstream_core import DecodeConfig, SpecstreamError, StreamParams
+from specstream_core import DecodeConfig, SpecstreamError
 from specstream_core.decoding.trace import load_trace
-from tiny_models import tiny_model
-
-
-def make_lab_model(path: str, seed: int = 5, gamma: int = 3) -> str:
-    """A tiny Llama + byte-level BPE tokenizer + fresh streams saved to `path` (no assets/ needed).
-
-    Tokens that are not printable ASCII get zero LM-head rows, so greedy text is readable, and fresh
-    streams (stream j ≈ the main stream) get drafts accepted whenever the model repeats itself.
-    """
-    import torch
-    from specstream_core.tasks import load_split
-    from specstream_core.training.tokenizer_build import build_tokenizer
-
-    texts = [e["prompt"] + e["reference"] for e in load_split("eval", n=10)]
-    tok = build_tokenizer(texts, vocab_size=400)
-    tok.save_pretrained(path)
-    model = tiny_model("llama", seed=seed, vocab=len(tok), max_position_embeddings=1024, bos_token_id=0,
-                       eos_token_id=0, pad_token_id=0)
-    with torch.no_grad():
-        for i in range(len(tok)):
-            text = tok.decode([i])
-            if not text or not all(32 <= ord(c) < 127 or c == "\n" for c in text):
-                model.lm_head.weight[i].zero_()
-    model.save_pretrained(path)
-    streams = StreamParams.fresh(model, gamma=gamma, n_stream_layers=2, seed=1)
-    streams.save(os.path.join(path, "streams"))
-    streams.detach()
-    return path
-
-
-def lab_models_env(path: str) -> str:
-    return json.dumps({"tiny": {"base": path, "streams": os.path.join(path, "streams"), "precision": "fp32"}})
-
-
-@pytest.fixture(scope="module")
-def lab_dir(tmp_path_factory):
-    return make_lab_model(str(tmp_path_factory.mktemp("lab-tiny")))
-
-
-@pytest.fixture(scope="module")
-def engine_and_lock(lab_dir):
-    from app.models import EngineCache, parse_specs
-
-    cache = EngineCache(parse_specs(lab_models_env(lab_dir)))
-    return cache.get("tiny", "lossless")
-
-
-PROMPT = "### Task: sql\n### Input:\nCREATE TABLE t (id INTEGER, name TEXT)\nQuestion: names?\n### Output:\n"
-
-
-@pytest.fixture(scope="module")
-def race_view(engine_and_lock):
-    from app.race import race
-
-    engine, lock = engine_and_lock
-    layers = tuple(range(engine.streams.cfg.birth_layer, engine.streams.cfg.num_layers))
-    views = list(race(engine, PROMPT, DecodeConfig(max_new_tokens=40, tree_topk=(3, 2, 1)), lock,
-                      min_interval=0.0, attention_layers=layers))
-    return views
-
-
-@pytest.fixture(scope="module")
-def trace(race_view):
-    return race_view[-1].trace
+from helpers import LAB_PROMPT as PROMPT, lab_models_env
 
 
 def test_the_race_times_speculative_decoding_without_attention_capture(engine_and_lock, monkeypatch):

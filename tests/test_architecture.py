@@ -33,6 +33,8 @@ BACKEND_MAY_USE = {f"{PKG}.model.{m}" for m in ("compat", "masks", "cache", "loa
 KERNEL_USERS = {
     # loading quantizes a model's Linears and installs the kernel's at load time, before any backend exists
     f"{PKG}.model.loading": {f"{PKG}.kernels.linears.{m}" for m in ("int4", "int4_a8", "rowinv")},
+    # the "what the output equals" label names a precision before a model loads, as loading resolves it
+    f"{PKG}.model.exactness": {f"{PKG}.kernels.linears.{m}" for m in ("int4_a8", "rowinv")},
 }
 BASE = ("errors", "paths")  # what every layer may import
 ENGINE = ("kernels", "backends", "model", "decoding")  # what `Engine` is made of: no edge to bench, training, io, cli or app
@@ -249,3 +251,31 @@ def test_the_precision_check_can_fail():
                    'while kind is not INT4_A8:\n    pass'):
         assert precision_conditions(ast.parse(source)), source
     assert not precision_conditions(ast.parse('label = "fp32"\nf(precision="int4")'))
+
+
+def test_test_modules_share_helpers_not_each_other():
+    """Tests share helpers through tests/helpers.py, tiny_models.py, hostile.py and conftest.py's fixtures;
+    no test module imports another (its fixtures would run twice and F811 would have to be silenced)."""
+    tests = ROOT / "tests"
+    test_modules = {p.stem for p in tests.glob("test_*.py")} | {"conftest"}
+    bad = []
+    for path in sorted(tests.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                if name.removeprefix("tests.").split(".")[0] in test_modules:
+                    bad.append(f"tests/{path.name}:{node.lineno} imports {name}")
+    assert not bad, "test modules importing other test modules (move the helper to tests/helpers.py):\n" + "\n".join(bad)
+
+
+def test_scripts_use_no_private_state():
+    """scripts/ drives the package through its public names: no `_private` import or attribute of it."""
+    bad = []
+    for path in sorted((ROOT / "scripts").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(PKG):
+                bad += [f"{path.name}:{node.lineno} imports {a.name}" for a in node.names if a.name.startswith("_")]
+            elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                bad.append(f"{path.name}:{node.lineno} uses .{node.attr}")
+    assert not bad, "scripts touching private state:\n" + "\n".join(bad)

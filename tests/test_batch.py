@@ -9,7 +9,7 @@ import torch
 from specstream_core import DecodeConfig, Engine
 from specstream_core.model.cache import SharedPrefixCache
 from specstream_core.errors import SpecstreamError
-from test_lossless import perturbed_streams
+from helpers import perturbed_streams
 from tiny_models import hf_greedy, prompts, tiny_model
 
 NEW = 16

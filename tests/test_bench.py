@@ -3,7 +3,7 @@
 from specstream_core import DecodeConfig, Engine
 from specstream_core.bench.runner import engine_method, hf_method, markdown_table, run_benchmark, summarize
 from specstream_core.decoding.drafters import PromptLookupDrafter
-from test_lossless import perturbed_streams
+from helpers import perturbed_streams
 from tiny_models import prompts, tiny_model
 
 
@@ -38,7 +38,7 @@ def test_bench_command_quick_on_a_tiny_model(tmp_path):
 
     from specstream_core.cli import main
     from specstream_core.model.medusa_heads import MedusaHeads
-    from test_app_figures import make_lab_model
+    from helpers import make_lab_model
 
     base = make_lab_model(str(tmp_path / "base"))
     model = tiny_model("llama", seed=9, vocab=len(__import__("transformers").AutoTokenizer.from_pretrained(base)),

@@ -11,7 +11,7 @@ from specstream_core import DecodeConfig, Engine, StreamParams
 from specstream_core.kernels.heads import certified_head, int8_head
 from specstream_core.kernels import draft_weights
 from specstream_core.kernels.linears import int4_a8, rowinv
-from test_int8_head import _q8_exact
+from helpers import q8_exact
 from tiny_models import hf_greedy, prompts, tiny_model
 
 pytestmark = pytest.mark.skipif(not (rowinv.available() and int4_a8.available()),
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not (rowinv.available() and int4_a8.available())
 
 
 def _exact_head(n=256, k=128, seed=0):
-    w = _q8_exact(n, k, seed=seed)
+    w = q8_exact(n, k, seed=seed)
     return w, int8_head.Int8Linear(*int8_head.exact_groups(w), kernel=True)
 
 
@@ -97,7 +97,7 @@ def test_other_heads_have_none():
 def test_greedy_decoding_through_it_is_transformers_greedy_and_sampling_does_not_use_it():
     model = tiny_model("llama", seed=3, hidden=64)
     with torch.no_grad():
-        model.lm_head.weight.copy_(_q8_exact(*model.lm_head.weight.shape, seed=4, scale=40.0))
+        model.lm_head.weight.copy_(q8_exact(*model.lm_head.weight.shape, seed=4, scale=40.0))
     reference = copy.deepcopy(model)
     rowinv.install(model)
     assert int8_head.use_exact_head(model)

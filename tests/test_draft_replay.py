@@ -1,5 +1,5 @@
 """Replaying a draft over an answer already decoded (`bench/draft_replay.py`) counts the passes decoding with it
-takes: the draft τ of `scripts/draft_sim.py` is the τ decoding would reach."""
+takes: the draft τ `draft-tau` reports is the τ decoding would reach."""
 
 import pytest
 
@@ -8,7 +8,7 @@ from specstream_core.bench.draft_replay import accepted, replay, stream_rows
 from specstream_core.decoding.drafters.ngram_store import NgramStore
 from specstream_core.decoding.loop import default_drafter
 from specstream_core.decoding.tree import chain, graft_chain
-from test_lossless import NEW, perturbed_streams
+from helpers import NEW, perturbed_streams
 from tiny_models import hf_greedy, prompts, tiny_model
 
 

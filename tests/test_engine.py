@@ -9,7 +9,7 @@ from specstream_core import DecodeConfig, Engine, StreamParams
 from specstream_core.model import msa
 from specstream_core.model.masks import causal_visibility
 from specstream_core.decoding.trace import load_trace, validate
-from test_lossless import perturbed_streams
+from helpers import perturbed_streams
 from tiny_models import prompts, tiny_model
 
 

@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from specstream_core import DecodeConfig, Engine, StreamParams
+from specstream_core import DecodeConfig, Engine
 from specstream_core.errors import SpecstreamError
 from specstream_core.kernels.linears import int4, rowinv
 from specstream_core.kernels.heads import int8_head
 from specstream_core.kernels.steps import rowinv_steps
 from specstream_core.model.loading import LoadConfig
+from helpers import mismatches, perturbed_streams, write_tiny_gguf
 from tiny_models import hf_greedy, prompts, tiny_model
 
 pytestmark = pytest.mark.skipif(not int4.available(), reason="neither int4 kernel runs here")
@@ -115,40 +116,10 @@ def test_q4_1_blocks_become_the_kernels_groups():
     assert np.array_equal(nibbles.numpy(), _q4_1_blocks(q, d, m).reshape(6, 2, 20)[..., 4:].reshape(6, 32))
 
 
-def _llama_cpp_permute(w, n_head):
-    """llama.cpp's convert script stores q/k rows in this order (transformers' GGUF reader undoes it)."""
-    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
 def test_a_gguf_files_own_q4_1_groups_are_used(tmp_path):
-    gguf = pytest.importorskip("gguf")
-    from gguf import quants
-
+    pytest.importorskip("gguf")
     model = tiny_model("llama", seed=2, hidden=64, layers=2)
-    cfg = model.config
-    writer = gguf.GGUFWriter(str(tmp_path / "tiny.gguf"), "llama")
-    names = {v: k for k, v in int4._GGUF_NAMES.items()}
-    with torch.no_grad():
-        for li, layer in enumerate(model.model.layers):
-            for name, linear in layer.named_modules():
-                if not isinstance(linear, torch.nn.Linear):
-                    continue
-                kind = names[name]
-                raw = quants.quantize(linear.weight.numpy(), gguf.GGMLQuantizationType.Q4_1)
-                # the model's weights become the file's (dequantized), as after transformers' GGUF load
-                linear.weight.copy_(torch.from_numpy(quants.dequantize(raw, gguf.GGMLQuantizationType.Q4_1)))
-                if kind in ("attn_q", "attn_k"):
-                    heads = cfg.num_attention_heads if kind == "attn_q" else cfg.num_key_value_heads
-                    raw = _llama_cpp_permute(raw, heads)
-                writer.add_tensor(f"blk.{li}.{kind}.weight", raw, raw_shape=raw.shape,
-                                  raw_dtype=gguf.GGMLQuantizationType.Q4_1)
-        raw = quants.quantize(model.lm_head.weight.numpy(), gguf.GGMLQuantizationType.Q8_0)  # an 8-bit head
-        model.lm_head.weight.copy_(torch.from_numpy(quants.dequantize(raw, gguf.GGMLQuantizationType.Q8_0)))
-        writer.add_tensor("output.weight", raw, raw_shape=raw.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_tiny_gguf(model, str(tmp_path / "tiny.gguf"))  # the model now holds the file's weights
     groups = int4.gguf_groups(str(tmp_path / "tiny.gguf"), model)
     assert len(groups) == 7 * 2 + 1  # every decoder Linear (q and k rows put back in the model's order), the head
     head = model.lm_head.weight.detach().clone()
@@ -212,15 +183,6 @@ def test_the_other_heads_decode_as_transformers_does(head):
         assert engine.generate(ids, cfg).token_ids == hf_greedy(model, ids, 16)
 
 
-def _perturbed(model, draft_vocab=None):
-    streams = StreamParams.fresh(model, gamma=3, n_stream_layers=2, adapter_rank=4, seed=1, draft_vocab=draft_vocab)
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in streams.trainable_parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
-    return streams
-
-
 @pytest.fixture(scope="module", params=PATHS)
 def near_tie_int4(request):
     """An int4 model with head_dim 64 (as real models) and unscaled random logits: near-ties everywhere,
@@ -228,17 +190,7 @@ def near_tie_int4(request):
     attention 2 of these 20 prompt runs differ; checked by `test_the_check_can_fail`)."""
     model = _int4(tiny_model("llama", seed=5, logit_scale=1.0, hidden=256, layers=4, num_attention_heads=4,
                              num_key_value_heads=2), request.param)
-    return model, _perturbed(model, draft_vocab=list(range(0, 128, 2)))
-
-
-def _mismatches(engine, topk, batch=False):
-    ss = DecodeConfig(mode="ss", max_new_tokens=32, stop_on_eos=False, tree_topk=topk)
-    ar = DecodeConfig(mode="ar", max_new_tokens=32, stop_on_eos=False)
-    items = prompts(8, seed=6, max_len=60)
-    plain = [engine.generate(ids, ar).token_ids for ids in items]
-    spec = ([r.token_ids for r in engine.generate_batch(items, ss)] if batch
-            else [engine.generate(ids, ss).token_ids for ids in items])
-    return sum(a != b for a, b in zip(plain, spec))
+    return model, perturbed_streams(model, gamma=3, draft_vocab=list(range(0, 128, 2)))
 
 
 def test_int4_speculative_output_is_plain_int4_output(near_tie_int4):
@@ -248,8 +200,8 @@ def test_int4_speculative_output_is_plain_int4_output(near_tie_int4):
     engine = Engine(model, None, streams, precision="int4")
     assert engine.exact and engine.row_exact
     for topk in ((1, 1, 1), (2, 2, 1)):
-        assert _mismatches(engine, topk) == 0
-    assert _mismatches(engine, (2, 2, 1), batch=True) == 0
+        assert mismatches(engine, topk) == 0
+    assert mismatches(engine, (2, 2, 1), batch=True) == 0
 
 
 def test_the_check_can_fail(near_tie_int4, monkeypatch):
@@ -265,7 +217,7 @@ def test_the_check_can_fail(near_tie_int4, monkeypatch):
             lambda y: y if x.reshape(-1, x.shape[-1]).shape[0] == 1 else y.bfloat16().float())(q4(x, *a)))
     else:
         monkeypatch.setattr(engine.backend, "row_exact", False)  # sdpa over all rows
-    assert _mismatches(engine, (1, 1, 1)) + _mismatches(engine, (2, 2, 1)) > 0
+    assert mismatches(engine, (1, 1, 1)) + mismatches(engine, (2, 2, 1)) > 0
 
 
 def test_int4_is_refused_on_cuda_and_for_odd_sizes():

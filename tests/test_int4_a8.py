@@ -10,7 +10,7 @@ from specstream_core.kernels.linears import int4, int4_a8
 from specstream_core.kernels.heads import int8_head
 from specstream_core.kernels.steps import rowinv_steps
 from specstream_core.model.loading import LoadConfig
-from test_int4 import _mismatches, _perturbed
+from helpers import mismatches, perturbed_streams
 from tiny_models import prompts, tiny_model
 
 pytestmark = pytest.mark.skipif(not int4_a8.available(), reason="int4-a8 needs the kernel's AVX512-VNNI build")
@@ -114,13 +114,13 @@ def near_tie_a8():
     """As test_int4's near-tie model: head_dim 64, unscaled random logits, near-ties everywhere."""
     model = _a8(tiny_model("llama", seed=5, logit_scale=1.0, hidden=256, layers=4, num_attention_heads=4,
                            num_key_value_heads=2))
-    return Engine(model, None, _perturbed(model, draft_vocab=list(range(0, 128, 2))), precision="int4-a8")
+    return Engine(model, None, perturbed_streams(model, gamma=3, draft_vocab=list(range(0, 128, 2))), precision="int4-a8")
 
 
 def test_int4_a8_speculative_output_is_plain_int4_a8_output(near_tie_a8):
     for topk in ((1, 1, 1), (2, 2, 1)):
-        assert _mismatches(near_tie_a8, topk) == 0
-    assert _mismatches(near_tie_a8, (2, 2, 1), batch=True) == 0
+        assert mismatches(near_tie_a8, topk) == 0
+    assert mismatches(near_tie_a8, (2, 2, 1), batch=True) == 0
 
 
 def test_batched_decoding_is_each_prompt_alone(near_tie_a8):
@@ -142,7 +142,7 @@ def test_the_check_can_fail(near_tie_a8, monkeypatch):
     linear = int4_a8.linear
     monkeypatch.setattr(int4_a8, "linear", lambda x, *a: (
         lambda y: y if x.reshape(-1, x.shape[-1]).shape[0] == 1 else y.bfloat16().float())(linear(x, *a)))
-    assert _mismatches(near_tie_a8, (1, 1, 1)) + _mismatches(near_tie_a8, (2, 2, 1)) > 0
+    assert mismatches(near_tie_a8, (1, 1, 1)) + mismatches(near_tie_a8, (2, 2, 1)) > 0
 
 
 def test_int4_a8_is_refused_where_it_cannot_run(monkeypatch):

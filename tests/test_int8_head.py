@@ -15,6 +15,7 @@ from specstream_core.model import compat
 from specstream_core.kernels.heads import int8_head
 from specstream_core.kernels.linears import rowinv
 from specstream_core.model.loading import LoadConfig, load_model
+from helpers import q8_exact
 from tiny_models import hf_greedy, prompts, save_tiny_model_dir, tiny_model
 
 PATHS = [pytest.param(True, id="kernel", marks=pytest.mark.skipif(not rowinv.available(), reason="no kernel here")),
@@ -86,18 +87,8 @@ def test_odd_sizes_are_refused():
         int8_head.Int8Linear(torch.zeros(4, 64, dtype=torch.int8), torch.ones(4, 3))
 
 
-def _q8_exact(n, k, seed=0, scale=1.0):
-    """A weight that is 8-bit groups exactly, as a Q8_0 file's head: int8 times fp16 scales, each group's
-    largest |q| 127 (Q8_0's rule puts it there)."""
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randint(-126, 127, (n, k // 32, 32), generator=g)
-    q[..., 0] = 127 * torch.where(torch.rand(n, k // 32, generator=g) < 0.5, -1, 1)
-    d = (torch.rand(n, k // 32, 1, generator=g) * 0.02 * scale + 1e-3).half().float()
-    return (q * d).reshape(n, k)
-
-
 def test_exact_groups_are_found_only_where_they_are_the_weight():
-    w = _q8_exact(40, 96)
+    w = q8_exact(40, 96)
     groups = int8_head.exact_groups(w)
     assert groups is not None and torch.equal(int8_head.dequantize(*groups), w)
     nudged = w.clone()
@@ -115,7 +106,7 @@ def test_an_fp32_head_of_exact_8_bit_groups_reads_them_and_keeps_its_logits():
     still transformers' own greedy output, speculative and plain alike."""
     model = tiny_model("llama", seed=3, hidden=64)
     with torch.no_grad():
-        model.lm_head.weight.copy_(_q8_exact(*model.lm_head.weight.shape, seed=4, scale=40.0))
+        model.lm_head.weight.copy_(q8_exact(*model.lm_head.weight.shape, seed=4, scale=40.0))
     reference = copy.deepcopy(model)  # transformers' own fp32 model
     fp32 = copy.deepcopy(model)
     rowinv.install(fp32)
@@ -155,7 +146,7 @@ def test_decoding_engines_read_the_exact_head_and_training_loads_keep_its_weight
     path = save_tiny_model_dir(tmp_path / "m")
     model = AutoModelForCausalLM.from_pretrained(path)
     with torch.no_grad():
-        model.lm_head.weight.copy_(_q8_exact(*model.lm_head.weight.shape, seed=5, scale=40.0))
+        model.lm_head.weight.copy_(q8_exact(*model.lm_head.weight.shape, seed=5, scale=40.0))
     model.save_pretrained(path)
     engine = Engine.load(path, precision="fp32", fresh_streams=False)
     assert isinstance(compat.lm_head(engine.model), int8_head.Int8Linear)

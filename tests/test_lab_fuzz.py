@@ -15,8 +15,7 @@ import tracemalloc
 
 from hostile import mutate
 from specstream_core import DecodeConfig
-from test_app_figures import PROMPT, engine_and_lock, lab_dir  # noqa: F401
-from test_lab_hardening import component, handler, replay_demo  # noqa: F401
+from helpers import LAB_PROMPT as PROMPT, component, handler
 
 CASES = int(os.environ.get("SPECSTREAM_FUZZ_CASES", "600"))
 SEED = int(os.environ.get("SPECSTREAM_FUZZ_SEED", "12"))

@@ -15,22 +15,7 @@ import pytest
 from hostile import PAYLOAD, chain, deep_json, html_everywhere, nesting
 from specstream_core import SpecstreamError
 from specstream_core.decoding.trace import LIMITS, Trace, load_trace, validate
-from test_app_figures import PROMPT, engine_and_lock, lab_dir, lab_models_env, race_view, trace  # noqa: F401
-
-
-def handler(demo, name):
-    return next(f.fn for f in demo.fns.values() if getattr(f.fn, "__name__", "") == name)
-
-
-def component(demo, elem_id):
-    return next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == elem_id)
-
-
-@pytest.fixture(scope="module")
-def replay_demo():
-    from app.ui import build_demo
-
-    return build_demo({})  # replay only: no model
+from helpers import LAB_PROMPT as PROMPT, component, handler, lab_models_env
 
 
 def upload(demo, raw: bytes, tmp_path, name="t.json") -> str:

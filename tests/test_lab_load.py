@@ -17,8 +17,7 @@ import urllib.request
 
 import pytest
 
-from test_app_browser import free_port
-from test_app_figures import PROMPT, lab_dir, lab_models_env  # noqa: F401
+from helpers import LAB_PROMPT as PROMPT, free_port, lab_models_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOAD_SECONDS = float(os.environ.get("SPECSTREAM_LOAD_SECONDS", "8"))
@@ -44,7 +43,7 @@ def wait_until_empty(path, seconds: float) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def server(lab_dir, tmp_path_factory):  # noqa: F811
+def server(lab_dir, tmp_path_factory):
     base = tmp_path_factory.mktemp("load")
     dirs = {"gradio": base / "gradio", "tmp": base / "tmp"}
     for d in dirs.values():
@@ -93,7 +92,7 @@ def outcome(result) -> str:
     return "served" if any("data-equal" in t or "Replaying" in t for t in texts) else f"error: {texts[:3]}"
 
 
-def test_a_dozen_clients_and_a_greedy_one(server, lab_dir, tmp_path):  # noqa: F811
+def test_a_dozen_clients_and_a_greedy_one(server, lab_dir, tmp_path):
     from gradio_client import Client, handle_file
 
     url, proc, dirs = server

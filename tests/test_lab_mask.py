@@ -5,7 +5,7 @@ import torch
 
 from specstream_core import DecodeConfig, Engine
 from specstream_core.model import compat
-from test_lossless import perturbed_streams
+from helpers import perturbed_streams
 from tiny_models import prompts, tiny_model
 
 

@@ -8,7 +8,7 @@ from specstream_core.decoding.drafters import StreamLookupDrafter
 from specstream_core.decoding.drafters.prompt_lookup import prompt_lookup
 from specstream_core.decoding.tree import chain, from_stream_topk, graft_chain
 from specstream_core.errors import SpecstreamError
-from test_lossless import NEW, N_PROMPTS, perturbed_streams
+from helpers import NEW, N_PROMPTS, perturbed_streams
 from tiny_models import hf_greedy, prompts, tiny_model
 
 

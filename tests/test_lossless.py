@@ -1,25 +1,11 @@
 """Greedy speculative streaming equals transformers' own generate, token for token."""
 
 import pytest
-import torch
 
 from specstream_core import DecodeConfig, Engine, StreamParams
 from specstream_core.decoding.drafters import PromptLookupDrafter
+from helpers import NEW, N_PROMPTS, perturbed_streams
 from tiny_models import hf_greedy, prompts, tiny_model
-
-N_PROMPTS = 20
-NEW = 24
-
-
-def perturbed_streams(model, gamma=4, adapter_rank=4, seed=1):
-    """Streams with random (non-trivial) embeddings, row adapters and pruning head."""
-    streams = StreamParams.fresh(model, gamma=gamma, n_stream_layers=2, adapter_rank=adapter_rank, seed=seed)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in streams.trainable_parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
-    return streams
-
 
 @pytest.fixture(scope="module", params=["llama", "qwen2", "mistral"])
 def family_model(request):

@@ -12,7 +12,7 @@ from specstream_core.decoding.drafters import StreamLookupDrafter
 from specstream_core.decoding.drafters.ngram_store import FILENAME, NgramStore
 from specstream_core.decoding.trace import validate
 from specstream_core.errors import SpecstreamError
-from test_lossless import NEW, perturbed_streams
+from helpers import NEW, perturbed_streams
 from tiny_models import hf_greedy, prompts, tiny_model
 
 
@@ -155,3 +155,34 @@ def test_the_ngrams_command_builds_a_store_from_a_distillation_cache(tmp_path, c
     broken.write_text("not json\n{}\n")
     assert cli.main(["ngrams", "--answers", str(broken), "--out", str(out), "--base", base]) == 2
     assert "not a self-distillation record" in capsys.readouterr().err
+
+
+def test_the_store_never_sees_the_answers_to_eval_prompts(tmp_path, capsys):
+    """A distillation cache holds answers to the chat corpus's eval prompts (for `train`'s evaluation); the store
+    is built without them, so τ on the eval split measures prompts the store never saw (--keep-eval keeps them)."""
+    import gzip
+    import json
+
+    from specstream_core import cli
+    from specstream_core.cli.commands.ngrams import eval_prompt_keys
+    from specstream_core.model.loading import load_tokenizer
+    from tiny_models import save_tiny_model_dir
+
+    base = save_tiny_model_dir(tmp_path / "base")
+    out = tmp_path / "streams"
+    out.mkdir()
+    eval_key = sorted(eval_prompt_keys(load_tokenizer(base), False))[0]  # an eval prompt, encoded as `distill` does
+    records = [{"prompt_ids": list(eval_key), "answer_ids": [40, 41, 42, 43, 2]},  # its answer: n-grams of its own
+               {"prompt_ids": [1, 3, 4], "answer_ids": [50, 51, 52, 53, 2]}]
+    cache = tmp_path / "answers.jsonl.gz"
+    with gzip.open(cache, "wt") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+    argv = ["ngrams", "--answers", str(cache), "--out", str(out), "--base", base, "--raw"]
+    assert cli.main(argv) == 0
+    assert "1 answers (1 to eval prompts left out)" in capsys.readouterr().out
+    store = NgramStore.load(str(out))
+    assert store.next([51, 52]) == (53, 2)
+    assert all(store.next(gram) is None for gram in ([40, 41], [41, 42], [40], [42]))  # nothing of the eval answer
+    assert cli.main(argv + ["--keep-eval"]) == 0
+    assert "2 answers (0 to eval prompts left out)" in capsys.readouterr().out
+    assert NgramStore.load(str(out)).next([40, 41]) == (42, 2)

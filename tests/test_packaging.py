@@ -65,12 +65,13 @@ def test_pip_install_then_specstream_help(tmp_path, editable):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: specstream"), proc.stdout
     assert "generate-batch" in proc.stdout
-    # the installed copy is the one imported, and it carries its package data
-    probe = ("import specstream_core, specstream_core.tasks.corpus.stdlib_text as s; "
-             "print(specstream_core.__file__); print(s.SNAPSHOT.is_file())")
+    # the installed copy is the one imported, and it carries its package data (the corpus, the kernel's C sources)
+    probe = ("import os, specstream_core, specstream_core.tasks.corpus.stdlib_text as s, specstream_core.kernels.library as k; "
+             "print(specstream_core.__file__); print(s.SNAPSHOT.is_file()); "
+             "print(len(k.SOURCES) >= 7 and len(k.HEADERS) == 1 and os.path.isfile(os.path.join(k.CSRC, 'bench', 'burn.c')))")
     out = subprocess.run([str(python), "-c", probe], cwd=work, capture_output=True, text=True, check=True).stdout
-    where, has_data = out.split()
-    assert has_data == "True"
+    where, has_data, has_kernel = out.split()
+    assert has_data == "True" and has_kernel == "True"
     if editable:
         assert Path(where).resolve().is_relative_to(ROOT)
     else:

@@ -12,9 +12,10 @@ from specstream_core.errors import SpecstreamError
 from specstream_core.model import compat, default_model, loading
 from specstream_core.kernels.linears import int4, int4_a8, rowinv
 from specstream_core.kernels.heads import int8_head
-from specstream_core.kernels import amx_tiles, builder
+from specstream_core.kernels import amx_tiles, builder, library
 from specstream_core.kernels.steps import rowinv_steps
 from specstream_core.model.loading import LoadConfig, load_model
+from helpers import mismatches, near_tie_engine, randomized
 from tiny_models import hf_greedy, prompts, save_tiny_model_dir, tiny_model
 
 needs_kernel = pytest.mark.skipif(not rowinv.available(), reason=f"kernel unavailable: {rowinv.unavailable_reason()}")
@@ -136,10 +137,10 @@ def test_bf16_on_tiles_decodes_exactly_with_the_adapters_on_tiles_too():
     model = tiny_model("llama", seed=5, logit_scale=1.0, hidden=128, layers=4, num_attention_heads=4,
                        num_key_value_heads=2)
     rowinv.install(model, "rowinv", torch.bfloat16)
-    streams = _randomized(StreamParams.fresh(model, gamma=3, n_stream_layers=2, adapter_rank=32, seed=1), 1, 0.1)
+    streams = randomized(StreamParams.fresh(model, gamma=3, n_stream_layers=2, adapter_rank=32, seed=1), 1, 0.1)
     engine = Engine(model, None, streams, precision="bf16")
     assert all(a.tiled_factors() is not None for a in streams.adapters.values())
-    assert _mismatches(engine, (2, 2, 1)) == 0 and _mismatches(engine, (1, 1, 1)) == 0
+    assert mismatches(engine, (2, 2, 1)) == 0 and mismatches(engine, (1, 1, 1)) == 0
     steps = [layer.__dict__.get(compat.DIRECT_STEP) for layer in compat.decoder_layers(model)]
     assert all(s is not None and s.whole for s in steps)
     assert all(s.front.adapters[1] & rowinv_steps.LORA_TILES for s in steps[-2:])  # the stream layers' adapters
@@ -155,8 +156,8 @@ def test_the_l2_prefetch_changes_no_sum(monkeypatch, tmp_path):
     out = {}
     for ahead in ("0", "16384"):
         monkeypatch.setenv("SPECSTREAM_L2_AHEAD", ahead)
-        monkeypatch.setattr(rowinv, "_why", None)
-        monkeypatch.setattr(rowinv, "_lib", None)
+        monkeypatch.setattr(library, "_why", None)
+        monkeypatch.setattr(library, "_lib", None)
         assert builder.tuning_flags() == ([] if ahead == "0" else [f"-DL2_AHEAD={ahead}"])
         for dtype in (torch.float32, torch.bfloat16):
             wb = rowinv.blocked(w.to(dtype))
@@ -176,8 +177,8 @@ def test_the_l2_prefetch_changes_no_sum(monkeypatch, tmp_path):
 @pytest.mark.skipif(not {"avx2", "fma"} <= builder.cpu_flags(), reason="this CPU lacks AVX2 + FMA")
 def test_the_avx2_build_is_row_invariant_too(monkeypatch, tmp_path):
     """The build a CPU without AVX-512 gets, built and checked here whatever this CPU has."""
-    monkeypatch.setattr(rowinv, "_why", None)
-    monkeypatch.setattr(rowinv, "_lib", None)
+    monkeypatch.setattr(library, "_why", None)
+    monkeypatch.setattr(library, "_lib", None)
     monkeypatch.setattr(builder, "cpu_flags", lambda: {"avx2", "fma"})
     monkeypatch.setenv("SPECSTREAM_CACHE", str(tmp_path))
     assert rowinv.available(), rowinv.unavailable_reason()
@@ -236,8 +237,8 @@ def test_linears_fall_back_to_torch_for_gradients_and_inside_torch_linears(monke
 
 
 def test_a_machine_without_the_kernel_runs_torch_and_says_why(monkeypatch, tmp_path):
-    monkeypatch.setattr(rowinv, "_why", None)
-    monkeypatch.setattr(rowinv, "_lib", None)
+    monkeypatch.setattr(library, "_why", None)
+    monkeypatch.setattr(library, "_lib", None)
     monkeypatch.setenv("SPECSTREAM_CACHE", str(tmp_path))
     monkeypatch.setenv("CC", "/bin/false")
     assert not rowinv.available() and "did not build" in rowinv.unavailable_reason()
@@ -246,7 +247,7 @@ def test_a_machine_without_the_kernel_runs_torch_and_says_why(monkeypatch, tmp_p
     assert rowinv.install(model) == 0 and not rowinv.uses_kernel(model)
     with pytest.raises(SpecstreamError, match="cannot run here"):
         rowinv.install(model, "rowinv")
-    monkeypatch.setattr(rowinv, "_why", None)
+    monkeypatch.setattr(library, "_why", None)
     monkeypatch.setattr(builder, "cpu_flags", lambda: {"sse2"})
     assert not rowinv.available() and "neither AVX-512 nor AVX2" in rowinv.unavailable_reason()
     with pytest.raises(SpecstreamError, match="unknown kernel"):
@@ -275,16 +276,16 @@ def test_loading_puts_the_kernel_under_fp32_and_bf16_models_unless_told_not_to(t
     assert torch.allclose(a, b, atol=1e-4)
 
 
-def test_the_default_precision_is_bf16_weights_on_the_kernel_and_fp32_elsewhere(tiny_dir):
-    """On a base not converted from a GGUF file (int4 there would be a second quantization)."""
+def test_the_default_precision_is_the_checkpoints_own_on_other_bases(tiny_dir):
+    """On a base not converted from a GGUF file: the checkpoint's dtype, as transformers loads it (an fp32
+    checkpoint runs fp32; tests/test_precision_defaults.py covers bf16 and fp16 checkpoints)."""
     assert loading.DEFAULT_PRECISION == "auto"
-    on_kernel = "bf16" if rowinv.available() else "fp32"
-    assert loading.resolve_precision("auto") == on_kernel == LoadConfig(tiny_dir).precision
-    assert loading.resolve_precision("auto", "cpu", "torch") == "fp32"  # bf16 through torch is not exact
-    assert loading.resolve_precision("auto", "cuda") == "fp32"
+    assert loading.resolve_precision("auto", base=tiny_dir) == "fp32" == LoadConfig(tiny_dir).precision
+    assert loading.resolve_precision("auto", "cpu", "torch", base=tiny_dir) == "fp32"
+    assert loading.resolve_precision("auto", "cuda", base=tiny_dir) == "fp32"
     assert [loading.resolve_precision(p) for p in ("fp32", "bf16", "int4")] == ["fp32", "bf16", "int4"]
     engine = Engine.load(tiny_dir, gamma=2)
-    assert engine.precision == on_kernel and engine.exact
+    assert engine.precision == "fp32" and engine.exact
 
 
 def test_the_default_precision_is_int4_on_a_gguf_converted_base(tmp_path):
@@ -302,7 +303,7 @@ def test_the_default_precision_is_int4_on_a_gguf_converted_base(tmp_path):
     assert loading.resolve_precision("auto", "cpu", "torch", base=str(base)) == "fp32"
     assert loading.resolve_precision("bf16", base=str(base)) == "bf16"
     gguf.write_bytes(b"GGUF" + bytes(65))  # the file changed since: not its groups any more
-    assert loading.resolve_precision("auto", base=str(base)) == ("bf16" if rowinv.available() else "fp32")
+    assert loading.resolve_precision("auto", base=str(base)) == "fp32"  # the checkpoint's own (none: fp32)
 
 
 @needs_kernel
@@ -315,7 +316,7 @@ def test_bf16_decoding_equals_transformers_generate_on_the_same_weights():
     assert model.model.layers[0].mlp.down_proj.weight.dtype == torch.bfloat16
     with rowinv.torch_linears():
         reference = [hf_greedy(model, ids, 16) for ids in prompts(6, seed=4)]
-    streams = _randomized(StreamParams.fresh(model, gamma=3, n_stream_layers=2, adapter_rank=4, seed=2), 2, 0.5)
+    streams = randomized(StreamParams.fresh(model, gamma=3, n_stream_layers=2, adapter_rank=4, seed=2), 2, 0.5)
     engine = Engine(model, None, streams, precision="bf16")
     try:
         for mode, topk in (("ar", (1,)), ("ss", (1,)), ("ss", (2, 2, 1))):
@@ -325,55 +326,25 @@ def test_bf16_decoding_equals_transformers_generate_on_the_same_weights():
         streams.detach()
 
 
-def _randomized(streams, seed: int, scale: float):
-    """streams with random trainable tensors (their drafts then vary, as trained ones' do)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in streams.trainable_parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * scale)
-    return streams
-
-
-def _near_tie(precision: str):
-    """Unscaled random logits and head_dim 64: near-ties everywhere, so any rounding difference between a
-    speculative and a plain pass flips tokens (checked by `test_the_check_can_fail_without_row_exactness`)."""
-    model = tiny_model("llama", seed=5, logit_scale=1.0, hidden=256, layers=4, num_attention_heads=4,
-                       num_key_value_heads=2)
-    rowinv.install(model, "rowinv", torch.bfloat16 if precision == "bf16" else torch.float32)
-    streams = StreamParams.fresh(model, gamma=3, n_stream_layers=2, adapter_rank=4, seed=1,
-                                 draft_vocab=list(range(0, 128, 2)))
-    return Engine(model, None, _randomized(streams, 1, 0.5), precision=precision)
-
-
-def _mismatches(engine, topk, batch=False, lookup=0):
-    ss = DecodeConfig(mode="ss", max_new_tokens=32, stop_on_eos=False, tree_topk=topk, lookup=lookup)
-    ar = DecodeConfig(mode="ar", max_new_tokens=32, stop_on_eos=False)
-    items = prompts(8, seed=6, max_len=60)
-    plain = [engine.generate(ids, ar).token_ids for ids in items]
-    spec = ([r.token_ids for r in engine.generate_batch(items, ss)] if batch
-            else [engine.generate(ids, ss).token_ids for ids in items])
-    return sum(a != b for a, b in zip(plain, spec))
-
-
 @needs_kernel
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_speculative_output_is_plain_output_bit_for_bit(precision):
-    engine = _near_tie(precision)
+    engine = near_tie_engine(precision)
     assert engine.exact and engine.row_exact
     for topk, lookup in (((1, 1, 1), 0), ((2, 2, 1), 0), ((1,), 4)):
-        assert _mismatches(engine, topk, lookup=lookup) == 0
-    assert _mismatches(engine, (2, 2, 1), batch=True) == 0
+        assert mismatches(engine, topk, lookup=lookup) == 0
+    assert mismatches(engine, (2, 2, 1), batch=True) == 0
 
 
 @needs_kernel
 def test_the_check_can_fail(monkeypatch):
     """A Linear whose result depends on the number of rows in its call (here: rounded to bf16 beside other
     rows, as oneDNN's bf16 path does differently) makes speculative output differ on these near-ties."""
-    engine = _near_tie("fp32")
+    engine = near_tie_engine("fp32")
     kernel = rowinv.linear
     monkeypatch.setattr(rowinv, "linear", lambda x, w, b=None, n=None: (
         lambda y: y if x.reshape(-1, x.shape[-1]).shape[0] == 1 else y.bfloat16().float())(kernel(x, w, b, n)))
-    assert _mismatches(engine, (1, 1, 1)) + _mismatches(engine, (2, 2, 1)) > 0
+    assert mismatches(engine, (1, 1, 1)) + mismatches(engine, (2, 2, 1)) > 0
 
 
 @needs_kernel
@@ -418,7 +389,7 @@ def test_a_decoding_step_in_another_thread_leaves_this_threads_attention_alone()
 def test_stream_adapters_run_on_the_kernel_too():
     """The streams' LoRA adapters of a kernel engine go through the kernel (MKL's small-matrix calls cost
     ~40 µs each here, 56 a pass); on torch's Linears they stay torch's."""
-    engine = _near_tie("fp32")
+    engine = near_tie_engine("fp32")
     adapters = list(engine.streams.adapters.values())
     assert adapters and all(isinstance(a.lora_A, rowinv.RowInvariantLinear)
                             and isinstance(a.lora_B, rowinv.RowInvariantLinear) for a in adapters)

@@ -9,9 +9,9 @@ from torch.nn import functional as F
 from specstream_core import DecodeConfig
 from specstream_core.model import compat
 from specstream_core.kernels.linears import rowinv
-from specstream_core.kernels import builder
+from specstream_core.kernels import builder, library
 from specstream_core.kernels.steps import rowinv_steps
-from test_rowinv import _mismatches, _near_tie
+from helpers import mismatches, near_tie_engine
 
 needs_kernel = pytest.mark.skipif(not rowinv.available(), reason=f"kernel unavailable: {rowinv.unavailable_reason()}")
 NO_LIST = torch.zeros(1, dtype=torch.int64)
@@ -74,8 +74,8 @@ def test_attention_is_sdpa_and_each_row_alone(hq, hkv, d):
 
 
 def test_the_avx2_builds_attention_too(monkeypatch, tmp_path):
-    monkeypatch.setattr(rowinv, "_why", None)
-    monkeypatch.setattr(rowinv, "_lib", None)
+    monkeypatch.setattr(library, "_why", None)
+    monkeypatch.setattr(library, "_lib", None)
     monkeypatch.setattr(builder, "cpu_flags", lambda: {"avx2", "fma"})
     monkeypatch.setenv("SPECSTREAM_CACHE", str(tmp_path))
     if not rowinv.available():
@@ -100,7 +100,7 @@ def test_decoding_steps_attend_through_the_kernel_and_the_check_can_fail(monkeyp
     call (rounded to bf16 beside other rows) would make speculative output differ on near-ties. (With the
     layers' one-call fronts off: they call the same attention from C, checked against this path bit for bit
     in test_direct_layers.py.)"""
-    engine = _near_tie("fp32")
+    engine = near_tie_engine("fp32")
     for layer in compat.decoder_layers(engine.model):
         step = layer.__dict__.get(compat.DIRECT_STEP)
         if step is not None:
@@ -111,7 +111,7 @@ def test_decoding_steps_attend_through_the_kernel_and_the_check_can_fail(monkeyp
     assert calls and max(calls) > 1 and min(calls) >= 1
     monkeypatch.setattr(rowinv, "attend", lambda q, *a: (lambda y: y if q.shape[1] == 1 else y.bfloat16().float())(
         attend(q, *a)))
-    assert _mismatches(engine, (1, 1, 1)) + _mismatches(engine, (2, 2, 1)) > 0
+    assert mismatches(engine, (1, 1, 1)) + mismatches(engine, (2, 2, 1)) > 0
 
 
 @needs_kernel

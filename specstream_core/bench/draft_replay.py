@@ -5,7 +5,7 @@ context. So once an answer is known, one teacher-forced pass in which every posi
 (`stream_rows`) holds every stream row any decoding of that answer would compute. `replay` then steps a
 drafter over the answer, exactly as the loop does (`propose` before a pass, `observe` of the accepted
 node after it, greedy acceptance of the longest matching path plus the bonus token), and counts passes:
-a draft's τ on many prompts in seconds, where timing it (`bench`, `scripts/draft_ab.py`) takes minutes.
+a draft's τ on many prompts in seconds, where timing it (`bench`, `bench ab`) takes minutes.
 It says nothing of what a pass costs. `python -m specstream_core draft-tau` runs it on the chat corpus's
 eval prompts (`run`, drafts by name: `draft_config`); tests/test_draft_replay.py checks it against decoding.
 """
@@ -13,7 +13,6 @@ eval prompts (`run`, drafts by name: `draft_config`); tests/test_draft_replay.py
 from __future__ import annotations
 
 import collections
-import re
 from dataclasses import replace
 
 import torch
@@ -25,6 +24,7 @@ from specstream_core.decoding.loop import default_drafter
 from specstream_core.decoding.tree import Tree, cartesian_size
 from specstream_core.errors import SpecstreamError
 from specstream_core.model import masks, msa
+from specstream_core.bench.draft_names import DRAFT, DRAFT_HELP, parse_draft  # noqa: F401 - re-exported
 
 
 @torch.inference_mode()
@@ -69,20 +69,6 @@ def replay(engine, drafter: Drafter, prompt: list[int], answer: list[int], rows:
 
 
 # ---- drafts by name, and a run over prompts ------------------------------------------------------------
-DRAFT = re.compile(r"^(?:b(\d+)l(\d+)(n?)|streams|default)(?:/k(\d+))?$")
-DRAFT_HELP = ("default (the stream set's recommended draft), b<nodes>l<copied tokens>[n] (one stream tree plus up to "
-              "that many tokens copied from the context, n: or from the n-gram store, within that many nodes), or "
-              "streams (the streams' tree alone); /k<top-k per depth> sets the streams' tree, e.g. b6l5n/k21")
-
-
-def parse_draft(name: str) -> re.Match:
-    """A draft name's parts (`DRAFT_HELP`), or one clear error."""
-    m = DRAFT.match(name)
-    if not m:
-        raise SpecstreamError(f"draft {name!r}: expected {DRAFT_HELP}")
-    if m[4] and any(c == "0" for c in m[4]):
-        raise SpecstreamError(f"draft {name!r}: every top-k must be at least 1")
-    return m
 
 
 def draft_config(engine, name: str, max_new_tokens: int) -> DecodeConfig:

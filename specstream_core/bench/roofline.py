@@ -17,6 +17,8 @@ roofline is what the method itself must pay.
 
 from __future__ import annotations
 
+import ctypes
+import os
 import statistics
 import threading
 import time
@@ -24,7 +26,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from specstream_core.kernels.linears import int4_a8, rowinv
+from specstream_core.kernels import builder, library
+
+BURN_SOURCE = os.path.join(library.CSRC, "bench", "burn.c")  # the roofs' loops: built apart, never shipped in the kernel
 
 
 # bytes read per weight of the decoder layers in each precision (bitsandbytes nf4: 4 bits plus one fp32
@@ -41,8 +45,8 @@ class Machine:
     peak_gflops: float  # arithmetic roof, GFLOP/s, in `dtype`: the larger of the two below
     dtype: str = "float32"
     matmul_gflops: float = 0.0  # what torch's large square matmul reaches
-    fma_gflops: float = 0.0  # what the vector units can do at most (rowinv.c's fma_burn), 0 without the kernel
-    int8_gops: float = 0.0  # 8-bit multiply-adds x 2 a second (rowinv.c's dot8_burn), 0 without VNNI: int4-a8's roof
+    fma_gflops: float = 0.0  # what the vector units can do at most (csrc/bench/burn.c's fma_burn), 0 without a build
+    int8_gops: float = 0.0  # 8-bit multiply-adds x 2 a second (burn.c's dot8_burn), 0 without VNNI: int4-a8's roof
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -93,18 +97,33 @@ def measure_machine(dtype: torch.dtype = torch.float32, buffer_mb: int = 256, ma
 
 
 def fma_gflops(threads: int = 1, repeats: int = 7, steps: int = 4_000_000) -> float:
-    """float32 GFLOP/s of `threads` threads running independent vector FMAs at once (rowinv.c's `fma_burn`;
+    """float32 GFLOP/s of `threads` threads running independent vector FMAs at once (csrc/bench/burn.c's `fma_burn`;
     ctypes lets go of the GIL, so they run in parallel), or 0.0 where the kernel does not build. The roof a
     kernel can reach; a library's matmul may stay well below it (MKL takes its AVX2 path on AMD CPUs)."""
-    lib = rowinv.library()
-    return 0.0 if lib is None else _burn_rate(lib.fma_burn, 2.0 * 12 * lib.rowinv_lanes(), steps, threads, repeats)
+    lib = burn_library()
+    return 0.0 if lib is None else _burn_rate(lib.fma_burn, 2.0 * 12 * lib.burn_lanes(), steps, threads, repeats)
 
 
 def int8_gops(threads: int = 1, repeats: int = 7, steps: int = 2_000_000) -> float:
     """8-bit integer GOP/s (a multiply-add counted as 2) of `threads` threads running independent vpdpbusd
-    chains (rowinv.c's `dot8_burn`), or 0.0 without the kernel's VNNI build: the roof of int4-a8's Linears."""
-    lib = int4_a8.library()
-    return 0.0 if lib is None else _burn_rate(lib.dot8_burn, 2.0 * 12 * 64, steps, threads, repeats)
+    chains (csrc/bench/burn.c's `dot8_burn`), or 0.0 without the kernel's VNNI build: the roof of int4-a8's Linears."""
+    lib = burn_library()
+    return 0.0 if lib is None or not lib.burn_a8() else _burn_rate(lib.dot8_burn, 2.0 * 12 * 64, steps, threads, repeats)
+
+
+def burn_library():
+    """The roofs' loops (csrc/bench/burn.c: `fma_burn`, `dot8_burn`), built apart from the kernel with its flags (once,
+    then cached), or None where the kernel cannot be built here."""
+    path, _ = builder.compiled("burn", [BURN_SOURCE], library.HEADERS)
+    try:
+        lib = ctypes.CDLL(path) if path is not None else None
+    except OSError:
+        return None
+    if lib is not None:
+        lib.fma_burn.restype, lib.fma_burn.argtypes = ctypes.c_float, [ctypes.c_int64]
+        lib.dot8_burn.restype, lib.dot8_burn.argtypes = ctypes.c_int, [ctypes.c_int64]
+        lib.burn_lanes.restype = lib.burn_a8.restype = ctypes.c_int
+    return lib
 
 
 def _burn_rate(burn, ops_per_step: float, steps: int, threads: int, repeats: int) -> float:

@@ -21,24 +21,8 @@ import time
 import numpy as np
 
 from specstream_core.bench.runner import Method, Row, engine_method, hf_method
+from specstream_core.bench.speed_methods import METHODS  # noqa: F401 - re-exported
 
-# method -> (precision, reference method); "hf-greedy" (transformers fp32) is the baseline
-METHODS = {
-    "hf-greedy": ("fp32", "hf-greedy"),
-    "ar": ("fp32", "hf-greedy"),
-    "ss": ("fp32", "ar"),
-    "hf-greedy bf16": ("bf16", "hf-greedy bf16"),
-    "ar bf16": ("bf16", "hf-greedy bf16"),
-    "ss bf16": ("bf16", "ar bf16"),
-    "hf-greedy int4": ("int4", "hf-greedy int4"),
-    "hf-greedy int4 kernel": ("int4", "hf-greedy int4 kernel"),
-    "ar int4": ("int4", "hf-greedy int4 kernel"),
-    "ss int4": ("int4", "ar int4"),
-    "hf-greedy int4-a8 kernel": ("int4-a8", "hf-greedy int4-a8 kernel"),
-    "ar int4-a8": ("int4-a8", "hf-greedy int4-a8 kernel"),
-    "ss int4-a8": ("int4-a8", "ar int4-a8"),
-    "llama.cpp": ("gguf Q4_1", "ar int4"),
-}
 
 
 # transformers' generate with torch's Linears (the peers); "hf-greedy int4 kernel" runs the int4 model's

@@ -12,6 +12,7 @@ import importlib
 import os
 import sys
 
+from specstream_core import __version__
 from specstream_core.errors import SpecstreamError
 
 # command name -> (module, one-line help)
@@ -41,21 +42,30 @@ COMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser, with the arguments of the command that `argv` names (every command's when `argv` is None).
+
+    Only that command's module is imported, so `--help` and argument errors cost no torch import: the modules
+    under commands/ defer their machinery to `run()`."""
     prog = "specstream" if os.path.basename(sys.argv[0]) == "specstream" else "python -m specstream_core"
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    named = next((a for a in argv if a in COMMANDS), None) if argv is not None else None
     for name, (module_name, help_text) in COMMANDS.items():
-        module = importlib.import_module(module_name)
-        p = sub.add_parser(name, help=help_text, description=help_text)
-        module.add_arguments(p)
-        p.set_defaults(_run=module.run)
+        p = sub.add_parser(name, help=help_text, description=help_text,
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        if argv is None or name == named:
+            module = importlib.import_module(module_name)
+            module.add_arguments(p)
+            p.set_defaults(_run=module.run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
         return int(args._run(args) or 0)

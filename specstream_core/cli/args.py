@@ -1,6 +1,7 @@
 """Helpers the commands share (each command imports these, never another command): the model and
-decoding arguments, the engine they describe, output-file checks, training examples and a stream
-set's recommended decode settings."""
+decoding arguments, the engine they describe, output-file checks, the training commands' shared flags and
+config (`add_training_flags`, `training_config_from`), training examples and a stream set's recommended
+decode settings."""
 
 from __future__ import annotations
 
@@ -8,29 +9,31 @@ import argparse
 import json
 import os
 import warnings
+from dataclasses import fields
 
 from specstream_core.decoding.config import DecodeConfig, parse_topk
 from specstream_core.errors import SpecstreamError
 from specstream_core.io.jsonl import read_objects
 from specstream_core.model import defaults
-from specstream_core.model.streams import check_gamma
-from specstream_core.model.loading import QUANTIZE_CHOICES, precision_from_flags
+from specstream_core.model.stream_config import check_gamma
+from specstream_core.model.precisions import QUANTIZE_CHOICES, precision_from_flags
+from specstream_core.training.config import RunConfig
 
 
 def add_model_arguments(p) -> None:
     """Which model and streams to load, and how (shared with generate-batch)."""
     p.add_argument("--base", help="base model: local directory or hub id (default: SmolLM2-135M-Instruct, "
-                                  "see `specstream_core/default_model.py` for where it is found)")
+                                  "see `specstream_core/model/default_model.py` for where it is found)")
     p.add_argument("--streams", help="stream-adapter directory (default with --base: fresh streams)")
     p.add_argument("--gamma", type=int, default=4, help="number of fresh streams (ignored with --streams)")
     p.add_argument("--n-stream-layers", type=int, default=None, help="Ns for fresh streams (default: N/4)")
     p.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none")
     p.add_argument("--dtype", choices=("auto", "fp32", "bf16"), default="auto",
-                   help="weights of the Linears: auto (default, the fastest measured, all exact against their own plain "
-                        "decoding: on the row-invariant CPU kernel int4-a8 for a GGUF-converted base such as the default "
-                        "model (its file's 4-bit groups against 8-bit activations, as llama.cpp computes; --quantize "
-                        "int4 keeps fp32 activations and is the fp32 model exactly), and bf16 for others; fp32 "
-                        "elsewhere), fp32 or bf16")
+                   help="weights of the Linears: auto (default: on the row-invariant CPU kernel int4-a8 for a "
+                        "GGUF-converted base such as the default model, its fastest measured (its file's 4-bit groups "
+                        "against 8-bit activations, as llama.cpp computes; --quantize int4 keeps fp32 activations and "
+                        "is the fp32 model exactly); for any other base the checkpoint's own dtype, so greedy output "
+                        "equals transformers' greedy generate; `generate` names the faster choices), fp32 or bf16")
     p.add_argument("--stream-weights", choices=("auto", "same", "int4-a8"), default="auto",
                    help="what the multi-stream layers' stream rows (drafts only) are computed with: auto (default: 4-bit "
                         "copies where a pass has 8 or more stream rows on fp32 or bf16 Linears of the row-invariant "
@@ -167,17 +170,61 @@ def load_examples(data: str, tokenizer, per_category: int, split: str,
     return pairs
 
 
-def add_training_data_arguments(p) -> None:
-    """The options `training_pairs` reads (train, train-draft)."""
+# the flag of each setting every trainer shares (`training.config.RunConfig`): field -> (type, help)
+TRAINING_FLAGS = {
+    "steps": (int, "optimizer steps"),
+    "minutes": (float, "stop after this many minutes (0 = no limit)"),
+    "batch_size": (int, "sequences per step"),
+    "seq_len": (int, "tokens per training row"),
+    "lr": (float, "peak learning rate"),
+    "warmup": (int, "linear warm-up steps (then linear decay)"),
+    "seed": (int, "initial tensors and the order of training batches"),
+    "log_every": (int, "steps between log records"),
+    "checkpoint_every": (int, "steps between checkpoints for --resume (0 = only when the time budget ends)"),
+}
+
+
+def add_training_flags(p, **defaults) -> None:
+    """The flags of the settings every trainer shares, with this command's `defaults` where they differ from
+    `RunConfig`'s, and where the run happens (--device, --threads, --resume). `training_config_from` reads them."""
+    base = {f.name: f.default for f in fields(RunConfig)}
+    unknown = sorted(set(defaults) - set(base))
+    if unknown:
+        raise ValueError(f"not a shared training setting: {unknown}")
+    for name, (kind, text) in TRAINING_FLAGS.items():
+        p.add_argument("--" + name.replace("_", "-"), type=kind, default=defaults.get(name, base[name]), help=text)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (0 = torch default)")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint (an error when there is "
+                   "none, or when it was made with another base model, settings or data)")
+
+
+def training_config_from(args, kind: type[RunConfig], **own):
+    """A `kind` config (validated there) from the shared flags' values and the command's own settings `own`."""
+    return kind(**{name: getattr(args, name) for name in TRAINING_FLAGS}, **own)
+
+
+def use_threads(args) -> None:
+    """--threads (0: torch's default)."""
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+
+
+def add_training_data_arguments(p, examples_per_category: int = 1500, distill: bool = False) -> None:
+    """The options `training_pairs` reads (train, train-draft, train-medusa); `distill`: whether the base's own
+    answers are the targets unless --no-distill says otherwise."""
     p.add_argument("--data", default="chat", help="'chat' (the chat prompt corpus), 'tasks' (the old task suite) or a JSONL file with "
                    "{\"prompt\", \"completion\"} or {\"text\"} lines")
-    p.add_argument("--examples-per-category", type=int, default=1500, help="task-suite examples per category")
+    p.add_argument("--examples-per-category", type=int, default=examples_per_category,
+                   help="task-suite examples per category")
     p.add_argument("--eval-data", default="", help="JSONL file of eval examples (default: the last 5%% of --data)")
     p.add_argument("--max-examples", type=int, default=0, help="use only the first N training examples (0 = all)")
     p.add_argument("--raw", action="store_true", help="do not wrap prompts in the model's chat template")
-    p.add_argument("--distill", action="store_true",
+    p.add_argument("--distill", action=argparse.BooleanOptionalAction, default=distill,
                    help="train on the base model's own greedy answers to the prompts (self-distillation: "
-                        "what lossless streams must predict to be accepted)")
+                        "what lossless streams must predict to be accepted); --no-distill: on the data's answers")
     p.add_argument("--distill-max-new-tokens", type=int, default=128, help="cap on each distilled answer")
     p.add_argument("--distilled-only", action="store_true",
                    help="with --distill: train only on prompts already answered in --distill-cache (generate none)")

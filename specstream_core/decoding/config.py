@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from specstream_core.decoding.verify import SamplingConfig
 from specstream_core.errors import SpecstreamError
 
 MAX_NEW_TOKENS = 4096
@@ -37,6 +36,17 @@ def decode_fields(stored: dict, precision: str | None = None) -> dict:
             out[key] = kind(stored[key])
     return out
 
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    temperature: float = 0.0  # 0 = greedy
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1 = off
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
 
 @dataclass(frozen=True)
 class DecodeConfig:
@@ -128,5 +138,5 @@ def parse_topk(text: str) -> tuple[int, ...]:
 class Result:
     token_ids: list[int]
     text: str
-    stats: dict
+    stats: dict  # forward_passes, new_tokens, ..., and "equals": what the output equals (`exactness.label`)
     trace: dict | None = None

@@ -13,7 +13,7 @@ from functools import lru_cache
 import torch
 
 from specstream_core import backends
-from specstream_core.model import compat, hub, msa
+from specstream_core.model import compat, exactness, hub, msa
 from specstream_core.decoding import loop
 from specstream_core.decoding.config import DecodeConfig, Result, decode_fields
 from specstream_core.decoding.drafters import Drafter
@@ -58,7 +58,7 @@ class Engine:
         """Base model (directory or hub id) + stream directory (or hub id); fresh streams when none is given.
 
         precision: auto (int4-a8 on a GGUF-converted base such as the default model, int4 there without
-        AVX512-VNNI, else bf16 weights on the row-invariant CPU kernel, else fp32; `resolve_precision`), fp32,
+        AVX512-VNNI, else the checkpoint's own dtype as transformers loads it; `resolve_precision`), fp32,
         bf16, nf4, int8, int4 or int4-a8. chat: wrap text prompts as a user turn of the model's chat template (when it
         has one). kernel: the CPU fp32/bf16 Linears (auto, rowinv, torch; default: $SPECSTREAM_KERNEL or auto); the
         backend follows from them (`backends.choose`). stream_weights: `set_stream_weights`."""
@@ -166,7 +166,7 @@ class Engine:
                 "topk": list(cfg.tree_topk), "prune_threshold": cfg.prune_threshold, "node_budget": cfg.node_budget,
                 "lookup": cfg.lookup, "ngrams": bool(cfg.ngrams), "temperature": cfg.temperature, "top_k": cfg.top_k, "top_p": cfg.top_p, "seed": cfg.seed,
                 "max_new_tokens": cfg.max_new_tokens, "no_repeat_ngram_size": cfg.no_repeat_ngram_size,
-                "repetition_penalty": cfg.repetition_penalty}
+                "repetition_penalty": cfg.repetition_penalty, "equals": exactness.for_engine(self, cfg)}
 
     # ---- decoding ------------------------------------------------------------------------------
     def recommended_decode(self) -> dict:

@@ -40,7 +40,7 @@ from specstream_core.decoding.tracer import Pass, RowTrace, attention_maps, capt
 from specstream_core.decoding.tree import Tree, prune_by_threshold
 from specstream_core.decoding.verify import Verdict, sample_token, verify_greedy, verify_sampling, walk_greedy
 from specstream_core.errors import SpecstreamError
-from specstream_core.model import compat, msa
+from specstream_core.model import compat, exactness, msa
 from specstream_core.model.cache import KVCache, SharedPrefixCache
 
 
@@ -55,18 +55,17 @@ class Decoding:
         uses = {d.uses_streams for d in drafters}
         if len(uses) > 1:
             raise SpecstreamError("all rows of a batch must use the streams, or none")
-        self.engine, self.cfg = engine, cfg
-        self.backend = engine.backend  # scores, verification and attention
+        self.engine, self.cfg, self.backend = engine, cfg, engine.backend  # the backend: scores, verification, attention
         self.streams = engine.streams if uses == {True} else None
         # a draft k deep needs streams 1..k only (stream j sees streams 1..j, so the rest change nothing)
         self.num_streams = min(len(cfg.tree_topk), self.streams.cfg.gamma) if self.streams is not None else 0
         self.capture = capture_layers(cfg, self.streams)
         self._check_capture()
         self.share_prefix = share_prefix and len(prompts) > 1
-        seed = cfg.seed if cfg.seed is not None else 0
-        self.rows = [Row(i, list(p), torch.Generator().manual_seed(seed + i), d,
+        equals = exactness.for_engine(engine, cfg)  # what the output equals, in each row's stats
+        self.rows = [Row(i, list(p), torch.Generator().manual_seed((cfg.seed or 0) + i), d,
                          depth_hits=[0] * (0 if cfg.mode == "ar" else max(len(cfg.tree_topk), d.max_depth)),
-                         trace=RowTrace(engine, cfg, p) if cfg.trace else None)
+                         trace=RowTrace(engine, cfg, p) if cfg.trace else None, equals=equals)
                      for i, (p, d) in enumerate(zip(prompts, drafters))]
         self.live = list(self.rows)  # in cache-row order
         self.limits = Limits(cfg.max_new_tokens, frozenset(engine.eos_ids if cfg.stop_on_eos else ()),

@@ -29,6 +29,7 @@ class Row:
     depth_hits: list[int] = field(default_factory=list)  # passes that accepted a draft at depth j+1
     wall_s: float = 0.0  # time of the passes this row took part in
     trace: object | None = None  # a `tracer.RowTrace` when the config asks for traces
+    equals: str = ""  # what the output equals (`exactness.for_engine`), carried into its stats
 
     @property
     def context(self) -> list[int]:
@@ -52,6 +53,7 @@ class Row:
             "tokens_per_s": n / self.wall_s if self.wall_s else 0.0,
             "depth_acceptance": [h / steps for h in self.depth_hits],
             "rows_processed": self.rows_total,
+            **({"equals": self.equals} if self.equals else {}),
         }
 
 

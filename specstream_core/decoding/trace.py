@@ -4,7 +4,8 @@ Schema (version 1) — see docs/TRACE.md:
 {
   "schema": "specstream-trace", "version": 1,
   "meta":   {"model": str, "mode": "ar"|"ss", "gamma": int, "n_stream_layers": int, "topk": [int],
-             "prune_threshold": float, "node_budget": int, "temperature": float, "seed": int|null, ...},
+             "prune_threshold": float, "node_budget": int, "temperature": float, "seed": int|null,
+             "equals": str (what the output equals; absent in older traces), ...},
   "prompt": {"text": str, "token_ids": [int]},
   "steps":  [ {
       "index": int,                      # 0 = the prefill pass
@@ -103,7 +104,7 @@ class Limits:
 
 
 LIMITS = Limits()
-META_STR = ("model", "precision", "device", "stream_mode")
+META_STR = ("model", "precision", "device", "stream_mode", "equals")
 META_INT = ("n_stream_layers", "num_layers", "node_budget", "top_k", "max_new_tokens", "no_repeat_ngram_size",
             "lookup")
 META_NUM = {"prune_threshold": (0.0, 1.0), "temperature": (0.0, 100.0), "top_p": (0.0, 1.0),

@@ -14,19 +14,10 @@ from dataclasses import dataclass
 
 import torch
 
+from specstream_core.decoding.config import SamplingConfig  # noqa: F401 - re-exported
+
 from specstream_core.decoding.tree import Tree
 from specstream_core.backends import argmax
-
-
-@dataclass(frozen=True)
-class SamplingConfig:
-    temperature: float = 0.0  # 0 = greedy
-    top_k: int = 0  # 0 = off
-    top_p: float = 1.0  # 1 = off
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0
 
 
 def target_probs(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:

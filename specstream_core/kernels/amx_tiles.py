@@ -1,4 +1,4 @@
-"""bf16 Linears on the AMX tile unit of Intel CPUs (rowinv.c's `linear_bf16x`), where the CPU and the OS allow it.
+"""bf16 Linears on the AMX tile unit of Intel CPUs (csrc/amx.c's `linear_bf16x`), where the CPU and the OS allow it.
 
 One tile instruction multiplies up to 16 rows by 32 columns of K against 16 outputs, so a pass of up to 32 rows
 costs about what one row does: a bf16 speculative pass (5 rows in the lower layers, 25 in the stream layers) stays
@@ -16,11 +16,11 @@ import os
 import torch
 
 AMX = os.environ.get("SPECSTREAM_AMX", "").strip() != "0"  # SPECSTREAM_AMX=0: bf16 stays on the vector kernel
-TILE = 32  # outputs and columns of K a tile step takes (rowinv.c's layout)
+TILE = 32  # outputs and columns of K a tile step takes (csrc/amx.c's layout)
 
 
 def amx(lib) -> bool:
-    """Whether bf16 Linears run on AMX tiles here: `lib` (rowinv's library) is an AMX build the OS lets use them,
+    """Whether bf16 Linears run on AMX tiles here: `lib` (`kernels/library.py`'s) is an AMX build the OS lets use them,
     and not SPECSTREAM_AMX=0."""
     return AMX and lib is not None and hasattr(lib, "rowinv_amx") and bool(lib.rowinv_amx())
 

@@ -27,7 +27,6 @@ import time
 from specstream_core import paths
 from specstream_core.errors import SpecstreamError
 import importlib.util
-import torch
 
 NAME = "SmolLM2-135M-Instruct"
 HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -115,7 +114,7 @@ def convert(gguf: str, out_dir: str, progress=None) -> str:
     try:
         try:
             tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype="float32")
         except ImportError as exc:
             raise SpecstreamError(f"reading GGUF needs the gguf package ({exc}); install it with `{INSTALL_HINT}`") from None
         except Exception as exc:  # a truncated or corrupt file fails deep inside gguf/transformers

@@ -1,8 +1,8 @@
 """Load a Hugging Face causal LM (local directory or hub id) at a chosen precision and device.
 
-Precision: auto (the default: int4-a8 on a GGUF-converted base such as the default model, int4 there without
-AVX512-VNNI, bf16 weights elsewhere on the row-invariant CPU kernel, fp32 where it does not run;
-`resolve_precision`), fp32, bf16,
+Precision: auto (the default, `resolve_precision`: int4-a8 on a GGUF-converted base such as the default model, int4
+there without AVX512-VNNI; on any other base the checkpoint's own dtype, as transformers' `from_pretrained` loads it,
+so that greedy output equals transformers' greedy `generate`), fp32, bf16,
 nf4 (bitsandbytes 4-bit), int8 (bitsandbytes 8-bit), int4 (4-bit groups and an 8-bit head on the
 row-invariant kernel, or torch's CPU int4 kernel, `kernels/linears/int4.py`; a GGUF-converted base keeps its file's
 own groups) or int4-a8 (the same groups against 8-bit activations, llama.cpp's arithmetic, on the kernel's
@@ -12,6 +12,7 @@ accepted; anything else is refused with a message naming the supported families.
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from dataclasses import dataclass
@@ -22,13 +23,11 @@ from specstream_core.model.lora import apply_shared_lora
 from specstream_core.model import compat, default_model
 from specstream_core.kernels.linears import int4, int4_a8, rowinv
 from specstream_core.errors import SpecstreamError
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 import tempfile
 
-PRECISIONS = ("auto", "fp32", "bf16", "nf4", "int8", "int4", "int4-a8")
-INT4 = ("int4", "int4-a8")  # the CPU's 4-bit precisions (kernels/linears/int4.py)
-DEFAULT_PRECISION = "auto"
-QUANTIZE_CHOICES = ("none", "nf4", "int8", "int4", "int4-a8")
+from specstream_core.model.precisions import (DEFAULT_KERNEL, DEFAULT_PRECISION, INT4, NOT_EXACT_NOTE,  # noqa: F401
+                                              PRECISIONS, QUANTIZE_CHOICES, precision_from_flags)
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,7 @@ class LoadConfig:
     device: str = "cpu"  # cpu | cuda | cuda:N
     exact_nf4: bool = True  # CPU nf4: disable the bf16 fast path so tree and sequential logits agree
     # CPU fp32/bf16/int4 Linears: auto (the row-invariant kernel, kernels/linears/rowinv.py, where it runs), rowinv, torch
-    kernel: str = os.environ.get("SPECSTREAM_KERNEL", "auto")
+    kernel: str = DEFAULT_KERNEL
     shared_lora: str | None = None  # a shared-mode stream directory: its LoRA is merged before quantizing
 
     def __post_init__(self):
@@ -70,34 +69,82 @@ def is_exact(precision: str, device: str = "cpu", kernel: str = "torch") -> bool
             or (precision == "bf16" and kernel == "rowinv"))
 
 
-NOT_EXACT_NOTE = ("not exact: at {precision} a speculative pass can round differently from a plain pass, so "
-                  "a near-tie can flip a token (fp32 and int4 are exact; `speed` shows how often outputs differ)")
 
 
 def resolve_precision(precision: str, device: str = "cpu", kernel: str = "auto", base: str | None = None) -> str:
-    """'auto' -> int4-a8 for a base converted from a GGUF file, on a CPU whose kernel build has AVX512-VNNI
-    (else int4 there), bf16 elsewhere on the row-invariant kernel, fp32 where it does not run; other
+    """'auto' -> int4-a8 for a base converted from a GGUF file (the default model), on a CPU whose kernel build has
+    AVX512-VNNI (else int4 there); on any other base the checkpoint's own dtype (`checkpoint_precision`); other
     precisions unchanged.
 
-    Each is exact (a speculative pass computes its main rows bit for bit as a plain pass), and each is the
-    fastest setting measured where it is chosen (docs/BENCHMARKS.md):
-    - int4-a8 on a GGUF-converted base (the default SmolLM2): the file's own 4-bit groups and 8-bit head
-      against 8-bit activations, llama.cpp's arithmetic (`kernels/linears/int4_a8.py`). Not the fp32 model: its
-      answers leave fp32's after about half their tokens, as llama.cpp's do; `--quantize int4` is;
-    - int4 there without VNNI: the file's groups with fp32 activations, which computes the fp32 model's
-      logits bit for bit. On any other base int4 would be a second quantization, so it is never chosen for it;
-    - bf16 keeps the Linears' weights in bf16 (half the bytes to read) and does every sum in fp32."""
+    - int4-a8 on a GGUF-converted base (the default SmolLM2) is its fastest measured setting (docs/BENCHMARKS.md):
+      the file's own 4-bit groups and 8-bit head against 8-bit activations, llama.cpp's arithmetic
+      (`kernels/linears/int4_a8.py`). Not the fp32 model: its answers leave fp32's after about half their tokens,
+      as llama.cpp's do; `--quantize int4` is; int4 there without VNNI computes the fp32 model's logits bit for bit;
+    - any other base runs as transformers runs it, so `generate --mode ss` equals transformers' greedy `generate` by
+      default; bf16 or int4-a8 are faster and one flag away (`exactness.faster_options`)."""
     if precision != "auto":
         return precision
     if base and rowinv.kernel_for("int4", device, kernel) and default_model.gguf_source(base):
         return "int4-a8" if int4_a8.available() else "int4"
-    return "bf16" if rowinv.kernel_for("bf16", device, kernel) else "fp32"
+    return checkpoint_precision(checkpoint_dtype(base), device, kernel)
 
 
-def precision_from_flags(quantize: str = "none", dtype: str = DEFAULT_PRECISION) -> str:
-    if quantize not in QUANTIZE_CHOICES:
-        raise SpecstreamError(f"unknown --quantize {quantize!r}; choose one of {', '.join(QUANTIZE_CHOICES)}")
-    return dtype if quantize == "none" else quantize
+def checkpoint_precision(dtype: str | None, device: str = "cpu", kernel: str = "auto") -> str:
+    """The precision that computes a checkpoint stored in `dtype` as transformers' `from_pretrained` loads it:
+    - float32 (or unknown: transformers' own default then) -> fp32;
+    - bfloat16 -> bf16 on the row-invariant CPU kernel (the checkpoint's weights exactly, every sum in fp32: the
+      tokens of transformers' generate with dtype=float32, which widens those weights exactly) and on CUDA (bf16
+      through torch, as transformers runs it); fp32 on a CPU without the kernel (the same weights widened exactly;
+      bf16 through torch rounds a speculative pass differently from a plain one, so it would not be exact);
+    - float16 -> fp32 (no fp16 precision here: the weights widened exactly, transformers' generate at fp32)."""
+    if dtype == "bfloat16" and (device.startswith("cuda") or rowinv.kernel_for("bf16", device, kernel)):
+        return "bf16"
+    return "fp32"
+
+
+def checkpoint_dtype(base: str | None) -> str | None:
+    """The dtype transformers loads a checkpoint in by default (its `dtype="auto"`): the config's `dtype`
+    (`torch_dtype` in older files), else the dtype of the first floating tensor of its safetensors weights.
+    'float32', 'bfloat16', 'float16' (or another torch dtype's name); None where neither can be read."""
+    if not base:
+        return None
+    if os.path.isdir(base):
+        try:
+            with open(os.path.join(base, "config.json")) as f:
+                config = json.load(f)
+        except (OSError, ValueError):
+            return None
+        name = (config.get("dtype") or config.get("torch_dtype")) if isinstance(config, dict) else None
+    else:  # a hub id: its cached config (None offline without one; loading then says why)
+        try:
+            config = load_config(base)
+        except SpecstreamError:
+            return None
+        name = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    if name is not None:
+        return str(name).replace("torch.", "")
+    return weights_dtype(base) if os.path.isdir(base) else None
+
+
+SAFETENSORS_DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16", "F64": "float64"}
+
+
+def weights_dtype(directory: str) -> str | None:
+    """The dtype of the first floating tensor in a directory's safetensors weights (as transformers reads it
+    where the config names none), or None."""
+    names = sorted(n for n in os.listdir(directory) if n.endswith(".safetensors"))
+    for name in names[:1]:
+        try:
+            with safe_open(os.path.join(directory, name), "pt") as f:
+                for key in f.keys():
+                    kind = SAFETENSORS_DTYPES.get(f.get_slice(key).get_dtype())
+                    if kind:
+                        return kind
+        except (OSError, SafetensorError):
+            return None
+    return None
+
+
 
 
 def _is_local(base: str) -> bool:
@@ -163,6 +210,10 @@ def load_model(cfg: LoadConfig):
     if cfg.precision not in ("nf4", "int8"):
         model.to(cfg.device)
     model.eval()
+    # what the output is compared with (`exactness.for_engine`): the checkpoint's own dtype, and whether it is the
+    # bundled default model (a GGUF-converted base)
+    model.config.specstream_checkpoint = {"dtype": checkpoint_dtype(cfg.base),
+                                          "bundled": bool(default_model.gguf_source(cfg.base))}
     if cfg.shared_lora:  # into the loaded weights, so that int4 and the CPU kernel take the adapted ones
         model = apply_shared_lora(model, cfg.shared_lora)
     if cfg.precision == "nf4" and cfg.device == "cpu" and cfg.exact_nf4:

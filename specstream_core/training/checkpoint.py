@@ -9,16 +9,20 @@
 - `model_fingerprint(model)`: a short hash of the architecture and the weights (every parameter's
   name, shape, dtype and first and last values), cheap even for a large model; `tensor_fingerprint`
   hashes data tensors whole.
+- `save_run` / `restore_run`: the resumable checkpoint of a trainer whose trained tensors are few (layer
+  draft, Medusa heads), checked against the run's settings on resume.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+from dataclasses import asdict
 
 import torch
 
 from specstream_core.errors import SpecstreamError
+from specstream_core.training.config import settings_differences
 
 SAMPLE = 2048  # values taken from each end of every parameter for the model fingerprint
 
@@ -78,3 +82,31 @@ def tensor_fingerprint(*tensors: torch.Tensor) -> str:
         h.update(f"{tuple(t.shape)}:{t.dtype};".encode())
         h.update(t.numpy().tobytes())
     return h.hexdigest()[:16]
+
+
+def save_run(path: str, cfg, state, trained: dict[str, torch.Tensor], optimizer, scheduler, gen) -> None:
+    """A resumable checkpoint of a run (layer draft, Medusa heads): its settings (`asdict(cfg)`), the loop's
+    state, the trained tensors, the optimizer, scheduler and data-order RNG states."""
+    save_atomic({"config": asdict(cfg), "step": state.step, "elapsed": state.elapsed, "tokens": state.tokens,
+                 "history": state.history, "trained": {n: t.detach().clone() for n, t in trained.items()},
+                 "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                 "data_rng": gen.get_state()}, path)
+
+
+def restore_run(path: str, cfg, trained: dict[str, torch.Tensor], optimizer, scheduler, gen, what: str) -> dict:
+    """Load `save_run`'s checkpoint into `trained` and the optimizer, scheduler and RNG; an error naming the
+    settings that differ (`settings_differences`). Returns the loop's state: step, elapsed, tokens, history."""
+    saved = load(path, what)
+    changed = settings_differences(saved["config"], asdict(cfg), type(cfg))
+    if changed:
+        raise SpecstreamError(f"the checkpoint in {path} was made with other settings ({'; '.join(changed)})")
+    missing = sorted(set(trained) - set(saved["trained"]))
+    if missing:
+        raise SpecstreamError(f"the checkpoint in {path} lacks {missing[:3]}")
+    with torch.no_grad():
+        for name, target in trained.items():
+            target.copy_(saved["trained"][name])
+    optimizer.load_state_dict(saved["optimizer"])
+    scheduler.load_state_dict(saved["scheduler"])
+    gen.set_state(saved["data_rng"])
+    return {k: saved[k] for k in ("step", "elapsed", "tokens", "history")}

@@ -12,35 +12,20 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import torch
 import torch.nn.functional as F
 
-from specstream_core.errors import SpecstreamError
 from specstream_core.model import compat, layer_draft
 from specstream_core.model.stream_config import ADAPTER_TARGETS
 from specstream_core.training import checkpoint as ckpt_io
+from specstream_core.training.config import DraftTrainConfig
 from specstream_core.training.data import IGNORE, shifted_targets
 from specstream_core.training.loop import LoopState, TrainLoop, linear_schedule
 from specstream_core.training.objectives import to_draft_ids
 
 CHECKPOINT = os.path.join("checkpoint", "draft.pt")
-
-
-@dataclass(frozen=True)
-class DraftTrainConfig:
-    n_layers: int = 4
-    lora_rank: int = 32
-    steps: int = 600
-    minutes: float = 0.0
-    batch_size: int = 4
-    seq_len: int = 256
-    lr: float = 2e-3
-    warmup: int = 20
-    seed: int = 0
-    log_every: int = 10
-    checkpoint_every: int = 50
 
 
 def with_adapter(draft, rank: int):
@@ -90,14 +75,15 @@ def train_draft(base_model, cfg: DraftTrainConfig, vocab: list[int], train_data,
     torch.manual_seed(cfg.seed)
     model = with_adapter(layer_draft.truncated(base_model, cfg.n_layers, vocab), cfg.lora_rank)
     model.train()
-    params = [p for p in model.parameters() if p.requires_grad]
+    trained = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    params = list(trained.values())
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(cfg.warmup, cfg.steps))
     gen = torch.Generator().manual_seed(cfg.seed)
     state = LoopState()
     path = os.path.join(out_dir, CHECKPOINT)
     if resume:
-        state = _restore(path, cfg, model, optimizer, scheduler, gen)
+        state = LoopState(**ckpt_io.restore_run(path, cfg, trained, optimizer, scheduler, gen, "draft checkpoint"))
         log(f"resumed from step {state.step}")
     ids, weight = train_data
     device = next(model.parameters()).device
@@ -109,10 +95,7 @@ def train_draft(base_model, cfg: DraftTrainConfig, vocab: list[int], train_data,
         return loss, parts, x.numel()
 
     def save_checkpoint(st: LoopState) -> None:
-        trained = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-        ckpt_io.save_atomic({"config": asdict(cfg), "step": st.step, "elapsed": st.elapsed, "tokens": st.tokens,
-                             "history": st.history, "trained": trained, "optimizer": optimizer.state_dict(),
-                             "scheduler": scheduler.state_dict(), "data_rng": gen.get_state()}, path)
+        ckpt_io.save_run(path, cfg, st, trained, optimizer, scheduler, gen)
 
     t_start = time.time()
     loop = TrainLoop(optimizer, params, cfg.steps, minutes=cfg.minutes, log_every=cfg.log_every,
@@ -132,19 +115,3 @@ def train_draft(base_model, cfg: DraftTrainConfig, vocab: list[int], train_data,
         json.dump(summary, f, indent=1)
     return summary
 
-
-def _restore(path: str, cfg: DraftTrainConfig, model, optimizer, scheduler, gen) -> LoopState:
-    saved = ckpt_io.load(path, "draft checkpoint")
-    old = {k: v for k, v in saved["config"].items() if k not in ("steps", "minutes")}
-    new = {k: v for k, v in asdict(cfg).items() if k not in ("steps", "minutes")}
-    if old != new:
-        changed = sorted(k for k in new if old.get(k) != new[k])
-        raise SpecstreamError(f"the checkpoint in {path} was made with other settings ({', '.join(changed)})")
-    named = dict(model.named_parameters())
-    with torch.no_grad():
-        for name, value in saved["trained"].items():
-            named[name].copy_(value)
-    optimizer.load_state_dict(saved["optimizer"])
-    scheduler.load_state_dict(saved["scheduler"])
-    gen.set_state(saved["data_rng"])
-    return LoopState(step=saved["step"], elapsed=saved["elapsed"], tokens=saved["tokens"], history=saved["history"])

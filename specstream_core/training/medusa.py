@@ -1,7 +1,8 @@
 """Training Medusa-style heads (`model/medusa_heads.py`) on the frozen base, and their τ estimate.
 
 Head k is trained to predict y_{t+1+k} from the final-normed main hidden state at t, with loss weight
-decay^(k-1) (Medusa's λ_k); the loop is the shared one (`training/loop.py`).
+decay^(k-1) (Medusa's λ_k); the loop is the shared one (`training/loop.py`), and a checkpoint every
+`checkpoint_every` steps (atomic, `checkpoint.save_run`) lets a killed run resume where it stopped.
 """
 
 from __future__ import annotations
@@ -9,30 +10,20 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import torch
 import torch.nn.functional as F
 
 from specstream_core.model import compat, masks, msa
 from specstream_core.model.medusa_heads import MedusaConfig, MedusaHeads
+from specstream_core.training import checkpoint as ckpt_io
+from specstream_core.training.config import MedusaTrainConfig
 from specstream_core.training.data import IGNORE, shifted_targets
 from specstream_core.training.evaluate import Tally
-from specstream_core.training.loop import TrainLoop, linear_schedule
+from specstream_core.training.loop import LoopState, TrainLoop, linear_schedule
 
-# ---- training ---------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class MedusaTrainConfig:
-    num_heads: int = 4
-    steps: int = 400
-    minutes: float = 0.0
-    batch_size: int = 8
-    seq_len: int = 256
-    lr: float = 1e-3
-    warmup: int = 20
-    decay: float = 0.8  # loss weight of head k: decay^(k-1) (Medusa's λ_k)
-    seed: int = 0
-    log_every: int = 10
+CHECKPOINT = os.path.join("checkpoint", "medusa.pt")
 
 
 def base_hidden(model, ids: torch.Tensor) -> torch.Tensor:
@@ -77,29 +68,25 @@ def evaluate_heads(model, heads: MedusaHeads, ids: torch.Tensor, weight: torch.T
 
 
 def train_heads(model, cfg: MedusaTrainConfig, train_data, out_dir: str, eval_data=None, progress: bool = True,
-                extra: dict | None = None, use_accelerate: bool = True, log=print) -> dict:
-    """Train K heads on packed (ids, answer mask) with the base frozen; writes `out_dir`."""
+                extra: dict | None = None, use_accelerate: bool = True, log=print, resume: bool = False) -> dict:
+    """Train K heads on packed (ids, answer mask) with the base frozen; writes `out_dir` (`resume`: continue
+    from its checkpoint)."""
     torch.manual_seed(cfg.seed)
     for p in model.parameters():
         p.requires_grad_(False)
     model.eval()
     heads = MedusaHeads.fresh(model, cfg.num_heads).to(next(model.parameters()).device)
     optimizer = torch.optim.AdamW(heads.parameters(), lr=cfg.lr, weight_decay=0.0)
-
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(cfg.warmup, cfg.steps))
-    accelerator = None
-    if use_accelerate:
-        try:
-            from accelerate import Accelerator
-
-            accelerator = Accelerator()
-            heads, optimizer = accelerator.prepare(heads, optimizer)
-        except ImportError:
-            accelerator = None
+    accelerator, heads, optimizer = _accelerated(heads, optimizer, use_accelerate)
     device = next(model.parameters()).device
     ids, weight = train_data
     gen = torch.Generator().manual_seed(cfg.seed)
     raw = accelerator.unwrap_model(heads) if accelerator else heads
+    trained, path, state = dict(raw.named_parameters()), os.path.join(out_dir, CHECKPOINT), LoopState()
+    if resume:
+        state = LoopState(**ckpt_io.restore_run(path, cfg, trained, optimizer, scheduler, gen, "Medusa checkpoint"))
+        log(f"resumed from step {state.step}")
     t_start = time.time()
 
     def one_step(step: int):
@@ -108,13 +95,17 @@ def train_heads(model, cfg: MedusaTrainConfig, train_data, out_dir: str, eval_da
         loss, parts = medusa_loss(model, raw, x, w, cfg.decay)
         return loss, parts, x.numel()
 
+    def save_checkpoint(st: LoopState) -> None:
+        ckpt_io.save_run(path, cfg, st, trained, optimizer, scheduler, gen)
+
     state = TrainLoop(optimizer, list(raw.parameters()), cfg.steps, minutes=cfg.minutes, log_every=cfg.log_every,
                       scheduler=scheduler, backward=accelerator.backward if accelerator else None,
-                      progress=progress, desc="train medusa", log=log).run(one_step)
-    history, steps_done = state.history, state.step
-    raw.cfg = MedusaConfig(**{**asdict(raw.cfg), "trained_steps": steps_done})
-    summary = {"config": asdict(cfg), "steps": steps_done, "train_seconds": round(time.time() - t_start, 1),
-               "history": history, "extra_parameters": raw.extra_parameter_count()}
+                      checkpoint=save_checkpoint, checkpoint_every=cfg.checkpoint_every,
+                      progress=progress, desc="train medusa", log=log, state=state).run(one_step)
+    raw.cfg = MedusaConfig(**{**asdict(raw.cfg), "trained_steps": state.step})
+    summary = {"config": asdict(cfg), "steps": state.step, "train_seconds": round(state.elapsed, 1),
+               "wall_seconds_this_run": round(time.time() - t_start, 1), "history": state.history,
+               "extra_parameters": raw.extra_parameter_count()}
     raw.eval()
     if eval_data is not None:
         summary["eval"] = {f"topk={','.join(map(str, t))}": evaluate_heads(model, raw, *eval_data, topk=t)
@@ -123,3 +114,16 @@ def train_heads(model, cfg: MedusaTrainConfig, train_data, out_dir: str, eval_da
     with open(os.path.join(out_dir, "train_log.json"), "w") as f:
         json.dump(summary, f, indent=1)
     return summary
+
+
+def _accelerated(heads, optimizer, use: bool):
+    """(accelerator or None, heads, optimizer): prepared by accelerate when asked and installed."""
+    if use:
+        try:
+            from accelerate import Accelerator
+        except ImportError:
+            return None, heads, optimizer
+        accelerator = Accelerator()
+        heads, optimizer = accelerator.prepare(heads, optimizer)
+        return accelerator, heads, optimizer
+    return None, heads, optimizer

@@ -14,14 +14,11 @@ from safetensors.torch import load_file
 from specstream_core.errors import SpecstreamError
 from specstream_core.model.streams import LORA_DIR
 from specstream_core.training import checkpoint
-from specstream_core.training.config import TrainConfig
+from specstream_core.training.config import TrainConfig, settings_differences
 
 CHECKPOINT_DIR = "checkpoint"
 CHECKPOINT_FILE = "checkpoint.pt"
 CHECKPOINT_VERSION = 2
-# settings a resumed run may change (more steps: the learning-rate schedule is stretched from there on)
-RESUME_MAY_CHANGE = ("steps", "minutes", "checkpoint_every", "log_every")
-_DEFAULTS = asdict(TrainConfig())
 
 
 def run_identity(model, cfg: TrainConfig, train_data) -> dict:
@@ -64,12 +61,7 @@ def _identity_differences(saved: dict, current: dict) -> list[str]:
     if saved.get("base_model") != current["base_model"]:
         diffs.append(f"base model {saved.get('base_name') or '?'!r} (fingerprint {saved.get('base_model')}) -> "
                      f"{current['base_name'] or '?'!r} (fingerprint {current['base_model']})")
-    old, new = saved.get("settings", {}), current["settings"]
-    for key in sorted(set(old) | set(new)):
-        if key not in old and new.get(key) == _DEFAULTS.get(key):
-            continue  # a setting newer than the checkpoint, left at its default: the run it saved had no other
-        if key not in RESUME_MAY_CHANGE and old.get(key) != new.get(key):
-            diffs.append(f"{key} {old.get(key)!r} -> {new.get(key)!r}")
+    diffs += settings_differences(saved.get("settings", {}), current["settings"], TrainConfig)
     if saved.get("data") != current["data"]:
         diffs.append(f"training data (fingerprint {saved.get('data')} -> {current['data']})")
     return diffs

@@ -28,6 +28,7 @@ from specstream_core.decoding.config import NODE_BUDGET, DecodeConfig, decode_fi
 from specstream_core.errors import SpecstreamError
 from specstream_core.model.loading import INT4, LoadConfig, load_model, resolve_precision
 from specstream_core.cli.args import recommended
+from specstream_core.cli import bench_ab
 from specstream_core.bench.ablations import ABLATIONS, ablation_methods, tree_nodes
 from specstream_core.bench.report import DOC_BEGIN, DOC_END, update_doc
 from specstream_core.bench.suites import suite_categories, suite_examples, suite_scorer
@@ -85,6 +86,10 @@ def add_arguments(p) -> None:
     p.add_argument("--plots", metavar="DIR", help="write figures (SVG + Plotly HTML) into DIR")
     p.add_argument("--doc", metavar="FILE", help="rewrite the generated section of this Markdown page (between "
                    f"{DOC_BEGIN} and {DOC_END}; e.g. docs/BENCHMARKS.md) with the tables, figures and command")
+    sub = p.add_subparsers(dest="bench_command", metavar="ab", help="`bench ab --help`: an A/B of two revisions "
+                           "or two sets of engine options (bench/ab.py)")
+    bench_ab.add_arguments(sub.add_parser("ab", help=bench_ab.__doc__.splitlines()[0], description=bench_ab.__doc__,
+                                          formatter_class=argparse.RawDescriptionHelpFormatter))
 
 
 def lora_parameter_count(streams_dir: str) -> int:
@@ -131,7 +136,7 @@ def plan(args) -> dict:
     elif args.quantize is not None:
         precisions = ["nf4" if args.quantize == "nf4" else "fp32"]
     else:
-        # the default precision first (int4-a8 on the default model, bf16 weights on the kernel elsewhere:
+        # the default precision first (int4-a8 on the default model, the checkpoint's own dtype elsewhere:
         # `resolve_precision`), then fp32 and nf4
         precisions = (_csv(QUICK["precisions"]) if args.quick
                       else list(dict.fromkeys([_default_precision(args), "fp32", "nf4"])))
@@ -222,6 +227,8 @@ def build_methods(names, engine, precision, ctx, shared_engine=None) -> list:
 
 
 def run(args) -> int:
+    if getattr(args, "bench_command", None) == "ab":
+        return bench_ab.run(args)
     import torch
 
     from specstream_core.bench.runner import markdown_table, summarize, summary_table

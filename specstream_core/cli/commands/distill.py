@@ -6,8 +6,6 @@ share one distillation run; answers already in the file are not generated again.
 
 from __future__ import annotations
 
-import torch
-
 from specstream_core.model import defaults
 from specstream_core.cli.args import load_examples
 
@@ -28,6 +26,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    import torch
+
     from specstream_core.training.distill import distilled_pairs
     from specstream_core.model.loading import LoadConfig, load_model, load_tokenizer
 

@@ -20,7 +20,7 @@ from specstream_core.errors import SpecstreamError
 
 
 def add_arguments(p) -> None:
-    from specstream_core.bench.draft_replay import DRAFT_HELP
+    from specstream_core.bench.draft_names import DRAFT_HELP
 
     add_model_arguments(p)
     p.add_argument("--drafts", default="streams,default,b8l7n,b16l15n", help="comma-separated drafts: " + DRAFT_HELP)

@@ -6,7 +6,7 @@ import json
 import sys
 
 from specstream_core.errors import SpecstreamError
-from specstream_core.model.loading import NOT_EXACT_NOTE
+from specstream_core.model.precisions import NOT_EXACT_NOTE
 from specstream_core.cli.args import (add_decode_arguments, add_model_arguments, build_config, check_model_arguments,
                                       check_output_file, load_engine)
 
@@ -34,17 +34,22 @@ def run(args) -> int:
     result = engine.generate(args.prompt, cfg)
     if cfg.mode == "ss" and not engine.exact and not args.json:
         print("note: " + NOT_EXACT_NOTE.format(precision=engine.precision), file=sys.stderr)
+    from specstream_core.model import exactness
+
+    hint = exactness.auto_hint(engine) if args.dtype == "auto" and args.quantize == "none" else None
+    if hint and not args.json:  # auto chose the checkpoint's own precision: name the faster ones
+        print(hint, file=sys.stderr)
     if args.trace:
         save_trace(result.trace, args.trace)
     if args.json:
         print(json.dumps({"token_ids": result.token_ids, "text": result.text, "stats": result.stats,
                           "mode": cfg.mode, "model": engine.name, "precision": engine.precision,
-                          "exact": cfg.mode == "ar" or engine.exact}))
+                          "exact": cfg.mode == "ar" or engine.exact, "equals": result.stats["equals"]}))
     else:
         print(result.text)
         s = result.stats
         print(f"[{cfg.mode}] {s['new_tokens']} tokens, {s['forward_passes']} forward passes, "
-              f"tau={s['mean_accepted']:.2f}, {s['wall_s']:.2f}s", file=sys.stderr)
+              f"tau={s['mean_accepted']:.2f}, {s['wall_s']:.2f}s; output equals {s['equals']}", file=sys.stderr)
     return 0
 
 

@@ -18,9 +18,8 @@ import warnings
 
 from specstream_core.cli.args import write_text
 from specstream_core.model import defaults
-from specstream_core.kernels import draft_weights
 from specstream_core.errors import SpecstreamError
-from specstream_core.model.streams import check_gamma
+from specstream_core.model.stream_config import check_gamma
 
 
 def add_arguments(p) -> None:
@@ -44,6 +43,8 @@ def add_arguments(p) -> None:
 
 
 def _plan(args) -> tuple[tuple[int, ...], list[str], list[str | None]]:
+    from specstream_core.kernels import draft_weights
+
     from specstream_core.model.loading import PRECISIONS
 
     try:
@@ -71,6 +72,8 @@ def _plan(args) -> tuple[tuple[int, ...], list[str], list[str | None]]:
 
 
 def _settings(args, engine, base: str, streams: str, machine, stream_weights: str) -> dict:
+    from specstream_core.kernels import draft_weights
+
     import torch
 
     from specstream_core.kernels.linears import rowinv

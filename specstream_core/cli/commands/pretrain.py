@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from specstream_core.training.pretrain import PRESETS
+from specstream_core.training.pretrain_presets import PRESETS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

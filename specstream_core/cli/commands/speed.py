@@ -19,7 +19,7 @@ from specstream_core.model import defaults
 
 
 def add_arguments(p) -> None:
-    from specstream_core.bench.speed import METHODS
+    from specstream_core.bench.speed_methods import METHODS
 
     p.add_argument("--base", help="base model directory or hub id (default: SmolLM2-135M-Instruct)")
     p.add_argument("--streams", help="stream directory (default: the default model's lossless streams)")
@@ -33,7 +33,7 @@ def add_arguments(p) -> None:
 
 
 def _plan(args) -> tuple[list[str], list[int]]:
-    from specstream_core.bench.speed import METHODS
+    from specstream_core.bench.speed_methods import METHODS
 
     names = [m.strip() for m in args.methods.split(",") if m.strip()]
     bad = [m for m in names if m not in METHODS]
@@ -65,7 +65,7 @@ def run(args) -> int:
     from specstream_core.bench.runner import run_benchmark
     from specstream_core.bench.suites import suite_categories, suite_examples
     from specstream_core.decoding.engine import Engine
-    from specstream_core.kernels.linears.int4 import gguf_source
+    from specstream_core.model.default_model import gguf_source
 
     names, threads = _plan(args)
     if not int4_a8.available() and any(speed.METHODS[m][0] == "int4-a8" for m in names):

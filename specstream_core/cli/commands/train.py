@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import json
 
-import torch
-
+from specstream_core.cli.args import (add_training_data_arguments, add_training_flags, training_config_from,
+                                      training_pairs, use_threads)
 from specstream_core.model import defaults
-from specstream_core.training.data import one_per_row, pack_examples
 from specstream_core.training.config import TrainConfig
-from specstream_core.cli.args import add_training_data_arguments, training_pairs
-from specstream_core.training.stream_checkpoint import require_checkpoint
-from specstream_core.training.streams import train
 
 
 def add_arguments(p) -> None:
@@ -32,18 +28,9 @@ def add_arguments(p) -> None:
     p.add_argument("--lora-lr", type=float, default=0.0, help="shared mode: the LoRA's learning rate (0 = --lr)")
     p.add_argument("--alpha-main", type=float, default=1.0, help="shared mode: the main rows' loss weight against the "
                    "streams' 0.1 each (higher keeps the model closer to the base)")
-    p.add_argument("--steps", type=int, default=600)
-    p.add_argument("--minutes", type=float, default=0.0, help="stop after this many minutes (0 = no limit)")
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--seq-len", type=int, default=256)
-    p.add_argument("--lr", type=float, default=2e-3)
+    add_training_flags(p)  # TrainConfig's own defaults
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
                    help="bf16 autocast (fast on GPUs; measured ~10x slower than fp32 on this CPU)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int, default=0, help="CPU threads (0 = torch default)")
-    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint (an error when there is "
-                   "none, or when it was made with another base model, settings or data)")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--pack", action="store_true",
                    help="concatenate examples into full rows (faster, but examples see each other; default: one a row)")
     p.add_argument("--draft-vocab", type=int, default=0,
@@ -65,16 +52,17 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from specstream_core.model.loading import LoadConfig, load_model, load_tokenizer
+    from specstream_core.training.data import one_per_row, pack_examples
+    from specstream_core.training.stream_checkpoint import require_checkpoint
+    from specstream_core.training.streams import train
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    cfg = TrainConfig(mode=args.mode, gamma=args.gamma, n_stream_layers=args.n_stream_layers,
-                      adapter_rank=args.adapter_rank, lora_rank=args.lora_rank,
-                      lora_layers=args.lora_layers, steps=args.steps,
-                      minutes=args.minutes, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
-                      precision=args.precision, seed=args.seed, draft_vocab_size=args.draft_vocab,
-                      feature_cache_gb=args.feature_cache_gb, init_from=args.init_from,
-                      main_target=args.main_target, lora_lr=args.lora_lr, alpha_main=args.alpha_main)
+    use_threads(args)
+    cfg = training_config_from(args, TrainConfig, mode=args.mode, gamma=args.gamma,
+                               n_stream_layers=args.n_stream_layers, adapter_rank=args.adapter_rank,
+                               lora_rank=args.lora_rank, lora_layers=args.lora_layers, precision=args.precision,
+                               draft_vocab_size=args.draft_vocab, feature_cache_gb=args.feature_cache_gb,
+                               init_from=args.init_from, main_target=args.main_target, lora_lr=args.lora_lr,
+                               alpha_main=args.alpha_main)
     if args.resume:  # before loading and distilling anything
         require_checkpoint(args.out, cfg.checkpoint_every)
     base, _ = defaults.resolve(args.base, None)

@@ -1,9 +1,9 @@
 """`train-draft`: train a layer draft (the base's first K layers + a LoRA, a head over the draft
 vocabulary) for transformers' assisted generation, on the base model's own greedy answers.
 
-Resumable: `--resume` continues from OUT/checkpoint/ (written every 50 steps and when the time budget
-ends). The result is a few MB (`lora/`, `draft_config.json`); `bench --methods hf-assisted --draft OUT`
-rebuilds the draft from the base.
+Resumable: `--resume` continues from OUT/checkpoint/ (written every `--checkpoint-every` steps, 50 by
+default, and when the time budget ends). The result is a few MB (`lora/`, `draft_config.json`);
+`bench --methods hf-assisted --draft OUT` rebuilds the draft from the base.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import os
 
-import torch
-
-from specstream_core.cli.args import add_training_data_arguments, training_pairs
+from specstream_core.cli.args import (add_training_data_arguments, add_training_flags, training_config_from,
+                                      training_pairs, use_threads)
 from specstream_core.errors import SpecstreamError
 from specstream_core.model import defaults
+from specstream_core.training.config import DraftTrainConfig
 
 
 def add_arguments(p) -> None:
@@ -25,31 +25,21 @@ def add_arguments(p) -> None:
     p.add_argument("--layers", type=int, default=4, help="decoder layers the draft keeps (the base's first K)")
     p.add_argument("--lora-rank", type=int, default=32)
     p.add_argument("--draft-vocab", type=int, default=8192, help="tokens the draft can propose (most frequent answer tokens)")
-    p.add_argument("--steps", type=int, default=600)
-    p.add_argument("--minutes", type=float, default=0.0, help="stop after this many minutes (0 = no limit)")
-    p.add_argument("--batch-size", type=int, default=4)
-    p.add_argument("--seq-len", type=int, default=256)
-    p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int, default=0, help="CPU threads (0 = torch default)")
-    p.add_argument("--seed", type=int, default=0)
+    add_training_flags(p, batch_size=4, warmup=20, checkpoint_every=50)
 
 
 def run(args) -> int:
     from specstream_core.model.loading import LoadConfig, load_model, load_tokenizer
     from specstream_core.training.data import one_per_row
-    from specstream_core.training.layer_draft import CHECKPOINT, DraftTrainConfig, train_draft
+    from specstream_core.training.layer_draft import CHECKPOINT, train_draft
     from specstream_core.training.objectives import draft_vocab_coverage, frequent_tokens
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    use_threads(args)
     if args.resume and not os.path.isfile(os.path.join(args.out, CHECKPOINT)):
         raise SpecstreamError(f"--resume: no checkpoint in {os.path.join(args.out, CHECKPOINT)}")
     if args.draft_vocab < 2:
         raise SpecstreamError(f"--draft-vocab must be at least 2, got {args.draft_vocab}")
-    cfg = DraftTrainConfig(n_layers=args.layers, lora_rank=args.lora_rank, steps=args.steps, minutes=args.minutes,
-                           batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr, seed=args.seed)
+    cfg = training_config_from(args, DraftTrainConfig, n_layers=args.layers, lora_rank=args.lora_rank)
     base, _ = defaults.resolve(args.base, None)
     tokenizer = load_tokenizer(base)
     model = load_model(LoadConfig(base, precision="fp32", device=args.device))

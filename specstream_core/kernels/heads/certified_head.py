@@ -16,11 +16,11 @@ channels), D the largest scale of the others: three sums a token instead of 18 o
 
 A token whose upper end a_v + r_v lies below the best lower end, max_u (a_u - r_u), has e_v < e_u for that u: it is
 neither the largest nor tied with it. The others (the candidates) are computed exactly by the head's own kernel call
-on the blocks that hold them, whose every output is summed as in the whole head's call (rowinv.c: per output,
+on the blocks that hold them, whose every output is summed as in the whole head's call (csrc/quant.c: per output,
 whatever the block or the call), and the first of the largest is taken, in vocabulary order. That is `argmax` of the
 whole exact head, token for token (tests/test_certified_head.py, which also fails with a bound too small). Rows with
 a non-finite input or approximation take the whole head. All of it after the 8-bit read is one kernel call
-(rowinv.c `certified_choices`), ~0.05 ms for five rows.
+(csrc/argmax.c's `certified_choices`), ~0.05 ms for five rows.
 
 With a draft vocabulary the 8-bit read is `merged_head`'s: the stream rows' draft scores come from the same read
 (what the drafter's 8-bit draft head, cut from the same groups, computes apart: `StreamParams.draft_head`).
@@ -32,32 +32,18 @@ gives there.
 
 from __future__ import annotations
 
-import ctypes
-
 import torch
 
 from specstream_core.kernels.heads import greedy, int8_head, merged_head
-from specstream_core.kernels.linears import int4_a8, rowinv
+from specstream_core.kernels import library
+from specstream_core.kernels.linears import int4_a8
 
 GROUP = int8_head.GROUP
 SLACK = 0.51  # r_v's multiplier: 1/2 for the rounding, < 1e-3 for fp32 (module docstring), the rest margin
-BOUNDED = 3  # groups bounded one by one (rowinv.c takes up to 4). Candidates a row on 2,193 main rows of SmolLM2's
-# speculative passes over 16 eval prompts (median / 90th percentile / largest; ad-hoc, each row its own groups): all 18
-# groups 3 / 11 / 73, 3 groups 7 / 40 / 611, 1 group 18 / 152 / 8,036, none (the largest scale for all) 84 / 7,289 / 49,030
-_typed: list = [None, None]  # rowinv.typed's cache: the library typed for `certified_choices`, or None
-
-
-def _setup(lib):
-    if not hasattr(lib, "certified_choices"):
-        return None
-    ptr, i64 = ctypes.c_void_p, ctypes.c_int64
-    lib.certified_choices.argtypes = [ptr, i64, i64, ptr, i64, ptr, ptr, i64, ctypes.c_float, ptr, ptr, ptr]
-    lib.certified_choices.restype = ctypes.c_int
-    return lib
-
-
-def _library():
-    return rowinv.typed(_typed, _setup)
+BOUNDED = 3  # groups bounded one by one (certified_choices takes up to 4). Candidates a row on 2,193 main rows of
+# SmolLM2's speculative passes over 16 eval prompts (median / 90th percentile / largest; ad-hoc, each row its own
+# groups): all 18 groups 3 / 11 / 73, 3 groups 7 / 40 / 611, 1 group 18 / 152 / 8,036, none (the largest scale for all)
+# 84 / 7,289 / 49,030
 
 
 class CertifiedHead:
@@ -73,7 +59,7 @@ class CertifiedHead:
         """For a bias-free `Int8Linear` on the kernel with fp32 activations, where int4-a8's 8-bit calls run (an
         AVX512-VNNI build); else None."""
         if not (isinstance(head, int8_head.Int8Linear) and head.kernel and not head.a8 and head.bias is None
-                and int4_a8.available() and _library() is not None and not head.out_features % int4_a8.TILE):
+                and int4_a8.available() and not head.out_features % int4_a8.TILE):
             return None
         q, scale = head.groups()
         approx = merged_head.MergedHead.of_groups(q, scale, draft_ids) if draft_ids is not None else None
@@ -85,7 +71,7 @@ class CertifiedHead:
 
     def choose(self, main: torch.Tensor, streams: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(argmax of the head's logits of main rows [..., d] -> [...], int64; the stream rows' [..., d] scores over
-        the draft vocabulary as `MergedHead.scores` gives them, or None). rowinv.c's `certified_choices` bounds each
+        the draft vocabulary as `MergedHead.scores` gives them, or None). csrc/argmax.c's `certified_choices` bounds each
         token group by group for the BOUNDED groups where the pass's rows have their largest scales (hidden states
         have a few outlier channels) and with the largest scale of the rest for the others (r made larger, never
         smaller), finds the candidates and computes them exactly."""
@@ -94,13 +80,13 @@ class CertifiedHead:
         approx, drafts = self.approx.scores(x, streams)
         approx = approx.contiguous()
         out = torch.empty(x.shape[0], dtype=torch.int64)
-        status = _library().certified_choices(x.data_ptr(), x.shape[0], d, approx.data_ptr(), approx.shape[1],
+        status = library.library().certified_choices(x.data_ptr(), x.shape[0], d, approx.data_ptr(), approx.shape[1],
                                               self.group_l1.data_ptr(), self.total_l1.data_ptr(), BOUNDED, SLACK,
                                               self.head.q8.data_ptr(), self.head.d.data_ptr(), out.data_ptr())
-        if status == -1:
-            raise MemoryError("the kernel's certified_choices: out of memory")
-        if status:  # a row or an approximation not finite: the whole head
+        if status == library.Status.NOT_FINITE:  # a row or an approximation not finite: the whole head
             out = greedy.argmax(self.head(x))
+        else:
+            library.check(status, "certified_choices")
         return out.reshape(main.shape[:-1]), drafts
 
 

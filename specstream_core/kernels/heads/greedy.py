@@ -1,29 +1,13 @@
-"""The greedy choice, `torch.argmax(logits, -1)`, through the row-invariant kernel where it runs (rowinv.c's
+"""The greedy choice, `torch.argmax(logits, -1)`, through the row-invariant kernel where it runs (csrc/argmax.c's
 `argmax_rows`): the same indices as torch (the first of equal largest values), in ~5 µs a 49,152-token row
 against torch's ~50 µs on this project's CPU, where a plain decoding step takes ~6 ms. Elsewhere (no kernel, not
 fp32 on the CPU, a row holding a NaN) torch's own argmax answers."""
 
 from __future__ import annotations
 
-import ctypes
-
 import torch
 
-from specstream_core.kernels.linears import rowinv
-
-_typed: list = [None, None]  # [the kernel library, it typed for `argmax_rows` or None]: rowinv.typed
-
-
-def _setup(lib):
-    if not hasattr(lib, "argmax_rows"):
-        return None
-    ptr, i64 = ctypes.c_void_p, ctypes.c_int64
-    lib.argmax_rows.argtypes, lib.argmax_rows.restype = [ptr, i64, i64, i64, ptr], ctypes.c_int
-    return lib
-
-
-def _library():
-    return rowinv.typed(_typed, _setup)
+from specstream_core.kernels.library import library as _library
 
 
 def argmax(logits: torch.Tensor) -> torch.Tensor:
@@ -35,5 +19,5 @@ def argmax(logits: torch.Tensor) -> torch.Tensor:
     rows = logits.reshape(-1, logits.shape[-1])  # a view where the rows are evenly spaced, else a copy
     out = torch.empty(rows.shape[0], dtype=torch.int64)
     if lib.argmax_rows(rows.data_ptr(), rows.shape[0], rows.shape[1], rows.stride(0), out.data_ptr()):
-        return logits.argmax(-1)
+        return logits.argmax(-1)  # a row holds a NaN (Status.NOT_FINITE): torch's NaN rule
     return out.reshape(logits.shape[:-1])

@@ -4,7 +4,7 @@ group along the input, w = q * scale (`rowinv.linear_q8`).
 The head is the largest single matrix of a small model (SmolLM2: 49,152 x 576, 113 MB in fp32, 30 MB in
 Q8_0) and every pass reads it, so in an int4 model it was the one fp32 matrix and cost a third of a plain
 pass. llama.cpp keeps heads and token embeddings at 8 bits for the same reason: 4 bits there change the
-output (scripts/int4_head_check.py measured it on the default model). Where the base was converted from a
+output (on the default model 14 of 15 prompts, docs/BENCHMARKS.md; tests/test_int4_head.py shows it in small). Where the base was converted from a
 GGUF file whose head is Q8_0 (the default model's tied token embedding), these are the file's own groups,
 so the head holds the fp32 model's weights exactly (its fp16 scales times int8 are exact in fp32); the
 kernel sums them per group, a different order from the fp32 kernel's.

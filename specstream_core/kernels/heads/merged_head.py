@@ -6,7 +6,7 @@ A speculative pass needs the main rows' logits (verification) and the stream row
 9.4 MB in bf16 (~0.9 ms of a ~30 ms pass on a Xeon that reads its weights from memory), 4.7 MB in the 8-bit head of
 int4-a8 (~0.35 ms of a ~12 ms step). Here the head is laid out once with those rows first. Its first call takes the
 main rows and every carrier's stream rows over the draft vocabulary's block, its second the main rows over the rest,
-and each output column is written where the vocabulary puts it (rowinv.c's `linear_bf16x_map`, `linear_q8a8_map`).
+and each output column is written where the vocabulary puts it (csrc/amx.c's `linear_bf16x_map`, csrc/quant.c's `linear_q8a8_map`).
 The drafter then takes the accepted node's scores (`Engine.head_scores`, `RowOutput.scored`).
 
 Two heads take it, each with the kernel its model's head already runs on:
@@ -19,25 +19,11 @@ scores are the draft head's, which is cut from the same weights (tests/test_merg
 
 from __future__ import annotations
 
-import ctypes
-
 import torch
 
 from specstream_core.kernels.linears import int4_a8, rowinv
 from specstream_core.kernels.heads import int8_head
-from specstream_core.kernels import amx_tiles
-
-_typed: list = [None, None]  # rowinv.typed's cache: the library typed for the mapped calls, or None
-
-
-def _setup(lib):
-    if not hasattr(lib, "linear_bf16x_map") or not hasattr(lib, "linear_q8a8_map"):
-        return None  # an older kernel (kernel_ab)
-    ptr, i64 = ctypes.c_void_p, ctypes.c_int64
-    lib.linear_bf16x_map.argtypes = [ptr, i64, i64, ptr, i64, ptr, i64, ptr, i64, ptr, i64, ctypes.c_int]
-    lib.linear_q8a8_map.argtypes = [ptr, i64, i64, ptr, ptr, i64, ptr, i64, ptr, i64, ptr, i64, ctypes.c_int]
-    lib.linear_bf16x_map.restype = lib.linear_q8a8_map.restype = ctypes.c_int
-    return lib
+from specstream_core.kernels import amx_tiles, library
 
 
 def _draft_first(vocab: int, ids: torch.Tensor) -> torch.Tensor:
@@ -57,16 +43,16 @@ class MergedHead:
         """For a bf16 head that runs on AMX tiles or an 8-bit head against 8-bit activations, and a draft vocabulary
         of whole blocks (a multiple of 32 tokens, not all of them); else None. (The tiled head's own copy is then
         never made.)"""
-        lib = rowinv.typed(_typed, _setup)
+        lib = library.library()
         if draft_ids is None or getattr(head, "bias", None) is not None or draft_ids.numel() % 32 or lib is None:
             return None
         ids = draft_ids.to(torch.long).cpu()
         if isinstance(head, rowinv.RowInvariantLinear):
             w = head.weight
-            if (w.dtype is torch.bfloat16 and 0 < ids.numel() < w.shape[0] and amx_tiles.amx(rowinv.library())
+            if (w.dtype is torch.bfloat16 and 0 < ids.numel() < w.shape[0] and amx_tiles.amx(lib)
                     and not w.shape[0] % amx_tiles.TILE):
                 order = _draft_first(w.shape[0], ids)
-                tiled = amx_tiles.tiled(w.detach()[order].contiguous(), rowinv.library())
+                tiled = amx_tiles.tiled(w.detach()[order].contiguous(), lib)
                 return None if tiled is None else _OnTiles(order, ids.numel(), lib, tiled)
         elif isinstance(head, int8_head.Int8Linear) and head.a8:
             return cls.of_groups(*head.groups(), ids)
@@ -77,7 +63,7 @@ class MergedHead:
         """An 8-bit head's groups (q [V, d] int8, scale [V, d / 32]) against 8-bit activations, its draft vocabulary
         first (`int4_a8.pack_q8`), where that runs and the vocabulary suits (as `of`); else None. Also what
         `certified_head` reads an fp32-activation 8-bit head with."""
-        lib = rowinv.typed(_typed, _setup)
+        lib = library.library()
         ids = draft_ids.to(torch.long).cpu()
         vocab = q.shape[0]
         if lib is None or not int4_a8.available() or ids.numel() % 32 or not 0 < ids.numel() < vocab or vocab % int4_a8.TILE:
@@ -95,10 +81,8 @@ class MergedHead:
         x = x.float().contiguous()
         logits, drafts = torch.empty(m, self.vocab), torch.empty(s, self.kd)
         # the draft vocabulary's block: every row (main rows to their columns, stream rows in order), then the rest
-        failed = (self._block(x, m + s, 0, self.kd, logits, m, drafts.data_ptr(), self.kd)
-                  or self._block(x, m, self.kd, self.vocab - self.kd, logits, m, None, 0))
-        if failed:
-            raise RuntimeError("the kernel's merged head could not run (out of memory, or the AMX tiles were refused)")
+        library.check(self._block(x, m + s, 0, self.kd, logits, m, drafts.data_ptr(), self.kd), "merged head")
+        library.check(self._block(x, m, self.kd, self.vocab - self.kd, logits, m, None, 0), "merged head")
         return (logits.reshape(*main.shape[:-1], self.vocab),
                 None if streams is None else drafts.reshape(*streams.shape[:-1], self.kd))
 

@@ -28,7 +28,7 @@ exactly. The head is 8-bit (`kernels/heads/int8_head.py`, GGUF's Q8_0), the file
 default model's tied token embedding): its fp32 weights exactly again. With every weight the fp32 model's
 and every sum the fp32 kernel's, int4 on the default model computes the fp32 model's logits bit for bit
 at a quarter of its bytes (tests/test_int4.py checks it on a GGUF file it writes). A 4-bit head was the one change of
-weights and made int4 output leave fp32 output on 14 of 15 prompts (scripts/int4_head_check.py); an fp32
+weights and made int4 output leave fp32 output on 14 of 15 prompts (tests/test_int4_head.py shows it in small); an fp32
 head reads 113 MB a pass. `quantize_model(head=...)` still offers both. Without the kernel the head stays
 4-bit: torch's int4 kernel is row-invariant, its fp32 matmul is not.
 """

@@ -1,6 +1,6 @@
 """int4-a8: the 4-bit Linears of `kernels/linears/int4.py` and the 8-bit head of `kernels/heads/int8_head.py` multiplied against
 8-bit activations, llama.cpp's arithmetic for Q4_1 and Q8_0 weights, on the row-invariant kernel's AVX512-VNNI
-build (`rowinv.c`: `linear_q4a8_ld`, `linear_q8a8_ld`).
+build (`csrc/quant.c`: `linear_q4a8_ld`, `linear_q8a8_ld`).
 
 Why: in int4 with fp32 activations every row of a pass costs its fp32 multiply-adds at the vector units'
 peak, so a speculative pass's extra rows are not free and speculative streaming only draws level with
@@ -19,20 +19,18 @@ Layout (`pack`): per tile of 16 output rows and group of 32 inputs, 4 chunks of 
 masks give the 16 rows' next 8 weights; then the tile's scales and low ends, [N / 16, G, 2, 16] in fp16 as
 Q4_1 keeps them (a third less to read than fp32: the scales were a third of the bytes). The 8-bit head
 (`pack_q8`): 8 chunks of 64 signed bytes (byte 4 o + k of chunk c: q[o][4c + k]), its fp16 scales and each
-group's sum of weights, with which the kernel takes off what the unsigned activations add (rowinv.c).
+group's sum of weights, with which the kernel takes off what the unsigned activations add (csrc/quant.c).
 """
 
 from __future__ import annotations
 
-import ctypes
-
 import torch
 
+from specstream_core.kernels import library as kernel_library
 from specstream_core.kernels.linears import rowinv
 
 GROUP = 32
 TILE = 16  # output rows per tile
-_typed: list = [None, None]  # [the kernel library, it typed for its 8-bit calls or None]: rowinv.typed
 
 
 def available() -> bool:
@@ -41,18 +39,9 @@ def available() -> bool:
 
 
 def library():
-    """The kernel with its 8-bit calls typed, or None where int4-a8 does not run."""
-    return rowinv.typed(_typed, _setup)
-
-
-def _setup(lib):
-    if not hasattr(lib, "rowinv_a8") or not lib.rowinv_a8():
-        return None
-    ptr, i64 = ctypes.c_void_p, ctypes.c_int64
-    for fn in (lib.linear_q4a8_ld, lib.linear_q8a8_ld):
-        fn.restype, fn.argtypes = ctypes.c_int, [ptr, i64, i64, ptr, ptr, i64, ptr, i64, ctypes.c_int]
-    lib.dot8_burn.restype, lib.dot8_burn.argtypes = ctypes.c_int, [i64]
-    return lib
+    """The kernel where its 8-bit calls run (an AVX512-VNNI build), else None."""
+    lib = kernel_library.library()
+    return lib if lib is not None and lib.a8 else None
 
 
 def unavailable_reason() -> str:
@@ -117,9 +106,7 @@ def linear_q8(x: torch.Tensor, data: torch.Tensor, dm: torch.Tensor, n: int) -> 
 def _call(fn, x: torch.Tensor, w: torch.Tensor, dm: torch.Tensor, n: int) -> torch.Tensor:
     k, width = x.shape[-1], w.shape[0] * TILE
     rows, y = rowinv._rows_and_out(x, width)  # contiguous fp32 rows, and the padded output
-    status = fn(rows.data_ptr(), rows.numel() // k, k, w.data_ptr(), dm.data_ptr(), width, y.data_ptr(), width,
-                torch.get_num_threads())
-    if status:
-        raise MemoryError("int4-a8: out of memory for a pass's 8-bit rows") if status == -1 else RuntimeError(unavailable_reason())
+    kernel_library.check(fn(rows.data_ptr(), rows.numel() // k, k, w.data_ptr(), dm.data_ptr(), width, y.data_ptr(),
+                            width, torch.get_num_threads()), "int4-a8 Linear")
     y = y if width == n else y[..., :n]
     return y if x.dtype is torch.float32 else y.to(x.dtype)

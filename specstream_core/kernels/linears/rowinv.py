@@ -1,4 +1,5 @@
-"""Row-invariant Linears for CPU decoding: a small AVX-512 / AVX2 kernel (`rowinv.c`), built once per machine.
+"""Row-invariant Linears for CPU decoding: a small AVX-512 / AVX2 kernel (`csrc/`, loaded by `kernels/library.py`),
+built once per machine.
 
 Why: decoding a 135M model on a CPU is bound by reading its weights, yet MKL's fp32 GEMM charges for
 every extra row of a pass (on SmolLM2's shapes, one thread: 2 rows 1.6x, 3 rows 2.0x, 5 rows 1.6x a
@@ -23,9 +24,6 @@ compiler or neither, or `SPECSTREAM_KERNEL=torch` is set, Linears run through to
 
 from __future__ import annotations
 
-import ctypes
-import os
-import subprocess
 import threading
 from contextlib import contextmanager
 
@@ -35,84 +33,19 @@ from torch.nn import functional as F
 
 from specstream_core.errors import SpecstreamError
 from specstream_core.model import compat
-from specstream_core.kernels import amx_tiles, builder
+from specstream_core.kernels import amx_tiles
+from specstream_core.kernels.library import available, check, library, unavailable_reason  # noqa: F401 - re-exported
 
-SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc", "rowinv.c")
 KERNELS = ("auto", "rowinv", "torch")  # auto: rowinv where it can run; torch: never
 _DTYPES = (torch.float32, torch.bfloat16)  # what RowInvariantLinear runs on the kernel
 
-_lock = threading.Lock()
-_lib = None
-_why: str | None = None  # why the kernel cannot run here (None: not tried yet, "": it runs)
 _local = threading.local()  # torch_linears() switches the kernel off for one thread
-
-
-def _load():
-    flags = builder.isa_flags()
-    if flags is None:
-        return None, "this CPU has neither AVX-512 nor AVX2 with FMA"
-    cc = builder.compiler()
-    if cc is None:
-        return None, "no C compiler found (install gcc, or set CC)"
-    flags = flags + builder.tuning_flags()
-    path = builder.library_path(SOURCE, cc, flags)
-    try:
-        if not os.path.exists(path):
-            builder.build(SOURCE, cc, flags, path)
-        lib = ctypes.CDLL(path)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return None, f"the kernel did not build: {exc}"
-    i64, ptr, f32, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float, ctypes.c_int
-    linear, q = [ptr, i64, i64, ptr, i64, ptr, i32], [ptr, i64, i64, ptr, ptr, i64, ptr, i32]
-    calls = {"linear_f32": (linear, None), "linear_bf16": (linear, None), "linear_f32b": (linear, None),
-             "linear_bf16b": (linear, None), "linear_q4": (q, None), "linear_q8": (q, None),
-             "attend_f32": ([ptr, i64, i64, ptr, i64, i64, ptr, i64, i64, i64, i64, i64, i64, ptr, ptr, f32, ptr, i32], i32),
-             "rmsnorm_f32": ([ptr, i64, i64, ptr, f32, ptr], None),
-             "rope_store": ([ptr, i64, i64, i64, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, i64], None),
-             "layer_front": ([ptr, i64, i64, ptr, ptr, f32, i64, i64, ptr, ptr, ptr, ptr, i64, i64, i64, ptr, ptr, ptr,
-                              ptr, i64, i64, ptr, ptr, f32, ptr, ptr, ptr, i64, i64, i32], i32),
-             "rowinv_lanes": ([], i32), "rowinv_span": ([i64], i64), "fma_burn": ([i64], f32),
-             "linear_bf16x": (linear, i32), "rowinv_amx": ([], i32)}
-    for name, (argtypes, restype) in calls.items():
-        fn = getattr(lib, name)
-        fn.argtypes, fn.restype = argtypes, restype
-    return lib, ""
 
 
 def isa() -> str:
     """Which build runs here: 'avx512' (16 lanes; with VNNI, int4-a8 runs), 'avx2' (8 lanes) or '' (none)."""
     lib = library()
-    return "" if lib is None else {16: "avx512", 8: "avx2"}[lib.rowinv_lanes()]
-
-
-def library():
-    """The compiled kernel (built on first use), or None where it cannot run (see `unavailable_reason`)."""
-    global _lib, _why
-    if _why is None:
-        with _lock:
-            if _why is None:
-                _lib, _why = _load()
-    return _lib
-
-
-def typed(cache: list, setup):
-    """What `setup(lib)` made of the kernel library the Linears use now (a module's typing of its own calls: the
-    library, or None where they do not run here), made again whenever that library changes (another build in a
-    test, another commit's in kernel_ab), so no module calls a library the weights were not laid out for.
-    cache: the module's [library, result], kept between calls."""
-    lib = _lib or library()
-    if cache[0] is not lib:
-        cache[:] = [lib, None if lib is None else setup(lib)]
-    return cache[1]
-
-
-def available() -> bool:
-    return library() is not None
-
-
-def unavailable_reason() -> str:
-    library()
-    return _why or ""
+    return "" if lib is None else {16: "avx512", 8: "avx2"}[lib.lanes]
 
 
 @contextmanager
@@ -128,7 +61,7 @@ def torch_linears():
 
 def enabled() -> bool:
     """Whether this thread's Linears may run the kernel now: it runs here, and not inside `torch_linears()`."""
-    return (_lib or library()) is not None and not getattr(_local, "off", False)
+    return library() is not None and not getattr(_local, "off", False)
 
 
 def takes(x: torch.Tensor) -> bool:
@@ -138,7 +71,7 @@ def takes(x: torch.Tensor) -> bool:
 
 
 # ---- the blocked weight layout (linear_q4, linear_q8; linear_f32b, linear_bf16b) --------------------------
-OUT_BLOCK = 4  # output rows per kernel block (rowinv.c's NB)
+OUT_BLOCK = 4  # output rows per kernel block (rowinv.h's NB)
 
 
 def pad_rows(t: torch.Tensor, multiple: int = OUT_BLOCK) -> torch.Tensor:
@@ -162,7 +95,7 @@ def blocked(weight: torch.Tensor) -> torch.Tensor | None:
     """An fp32 or bf16 weight [N, K] as linear_f32b / linear_bf16b read it: K in the kernel's spans of columns
     (`rowinv_span`; all of K where K is small), each span `to_blocks` of LANES columns, one span after another (one
     sequential read a call); None where K is not a multiple of LANES."""
-    lib = _lib or library()
+    lib = library()
     lanes, k = lib.rowinv_lanes(), weight.shape[1]
     if k % lanes:
         return None
@@ -185,14 +118,14 @@ def linear_q4(x: torch.Tensor, q4: torch.Tensor, dm: torch.Tensor, n: int) -> to
     """x W^T for 4-bit W in the kernel's layout (`kernels/linears/int4.py`: nibbles q4 [N' / 4, K / 32, 4, 16], scales and
     low ends dm [N' / 4, K / 32, 4, 2]: `to_blocks`): each weight made as the fp32 value d q + m, then summed
     as `linear` sums, so on the same weights it gives `linear`'s result bit for bit. The result has x's dtype."""
-    return _linear_q((_lib or library()).linear_q4, x, q4, dm, n)
+    return _linear_q(library().linear_q4, x, q4, dm, n)
 
 
 def linear_q8(x: torch.Tensor, q8: torch.Tensor, d: torch.Tensor, n: int) -> torch.Tensor:
     """x W^T for 8-bit W in the kernel's layout (`kernels/heads/int8_head.py`: signed bytes q8 [N' / 4, K / 32, 4, 32],
     scales d [N' / 4, K / 32, 4, 1]: `to_blocks`): each weight made as the fp32 value d q, then summed as `linear` sums.
     The result has x's dtype."""
-    return _linear_q((_lib or library()).linear_q8, x, q8, d, n)
+    return _linear_q(library().linear_q8, x, q8, d, n)
 
 
 def _linear_q(fn, x: torch.Tensor, wq: torch.Tensor, ds: torch.Tensor, n: int) -> torch.Tensor:
@@ -206,7 +139,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """x W^T (+ b) through the kernel: x fp32 or bf16 [..., K], weight fp32 or bf16 [N, K], contiguous, or
     `blocked` (then n = N). Sums in fp32, the same either way; the result has x's dtype. (Called ~220 times a
     decoding pass: kept to a few microseconds of Python, no reshapes.)"""
-    lib = _lib or library()
+    lib = library()
     is_blocked = n is not None
     n, k = (n, x.shape[-1]) if is_blocked else weight.shape
     fn = ((lib.linear_f32b if is_blocked else lib.linear_f32) if weight.dtype is torch.float32
@@ -217,14 +150,13 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 def linear_tiled(x: torch.Tensor, wt: torch.Tensor, bias: torch.Tensor | None, n: int) -> torch.Tensor:
     """x W^T (+ b) on AMX tiles (`amx_tiles`): W `amx_tiles.tiled`, x rounded to bf16, fp32 sums; the result
     has x's dtype."""
-    return _linear_call((_lib or library()).linear_bf16x, x, wt, bias, n, x.shape[-1])
+    return _linear_call(library().linear_bf16x, x, wt, bias, n, x.shape[-1])
 
 
 def _linear_call(fn, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, n: int, k: int) -> torch.Tensor:
     """One of the kernel's Linear calls (x rows, K, W, N, y, threads) on x's rows, plus the bias, in x's dtype."""
     rows, y = _rows_and_out(x, n)
-    if fn(rows.data_ptr(), rows.numel() // k, k, w.data_ptr(), n, y.data_ptr(), torch.get_num_threads()):
-        raise SpecstreamError("the kernel's Linear could not run (out of memory, or the AMX tiles were refused)")
+    check(fn(rows.data_ptr(), rows.numel() // k, k, w.data_ptr(), n, y.data_ptr(), torch.get_num_threads()), "Linear")
     if bias is not None:
         y += bias
     return y if x.dtype is torch.float32 else y.to(x.dtype)
@@ -236,7 +168,7 @@ def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, spec: to
     contiguous); query row i sees spec[2i] keys: the first ones (spec[2i+1] < 0) or keys[spec[2i+1]:]. Each
     (row, head) is summed in a fixed order of its own keys, so a row's result does not depend on the
     other rows of the call. Returns [n, Hq, D], or None where the kernel cannot take it (torch then)."""
-    lib = _lib or library()
+    lib = library()
     f32 = torch.float32
     if (lib is None or getattr(_local, "off", False) or query.dtype is not f32 or key.dtype is not f32
             or value.dtype is not f32 or not query.is_cpu or query.requires_grad):
@@ -280,9 +212,9 @@ class RowInvariantLinear(nn.Linear):
         fastest read), made on first use and again whenever the weight is replaced or changed in place (its version
         counter: not through `.data` or in inference mode) or the kernel library changes."""
         w = self.weight
-        key = (w.data_ptr(), None if w.is_inference() else w._version, w.dtype, tuple(w.shape), id(_lib), amx_tiles.AMX)
+        key = (w.data_ptr(), None if w.is_inference() else w._version, w.dtype, tuple(w.shape), id(library()), amx_tiles.AMX)
         if getattr(self, "_blocked_key", None) != key:
-            wt = amx_tiles.tiled(w, _lib or library())
+            wt = amx_tiles.tiled(w, library())
             self._tiled, self._blocked, self._blocked_key = wt is not None, wt if wt is not None else blocked(w), key
         return self._blocked
 
@@ -294,7 +226,7 @@ class RowInvariantLinear(nn.Linear):
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """Llama's RMSNorm of fp32 rows through the kernel, each row alone (weight: fp32, contiguous)."""
-    lib = _lib or library()
+    lib = library()
     if not x.is_contiguous():
         x = x.contiguous()
     y = torch.empty_like(x)
@@ -379,7 +311,7 @@ def adopt(model: nn.Module) -> None:
 def draft_precision(precision: str) -> str:
     """The name a stream set records a precision's fastest draft under on this CPU: "bf16+amx" where bf16 Linears
     run on AMX tiles (`amx_tiles`: wider passes cost less there), else the precision (`decode_fields`)."""
-    return precision + "+amx" if precision == "bf16" and amx_tiles.amx(_lib or library()) else precision
+    return precision + "+amx" if precision == "bf16" and amx_tiles.amx(library()) else precision
 
 
 def kernel_for(precision: str, device: str, kernel: str) -> bool:

@@ -127,8 +127,8 @@ class DirectStep:
         if draft is False or (draft is not None and not self.whole):  # draft Linears run in whole steps only
             self.front = self.back = None
             self.whole = False
-        self.stack_args = (rowinv_steps.StackLayer.of(self.front.norms, self.front.eps, self.front.linears,
-                                                      self.front.adapters, self.back, draft) if self.whole else None)
+        self.stack_args = (rowinv_steps.stack_layer(self.front.norms, self.front.eps, self.front.linears,
+                                                    self.front.adapters, self.back, draft) if self.whole else None)
         self.stack_memo: tuple | None = None  # (the steps of a run that starts here, `layer_stacks` made of them)
         self.impl_memo: tuple | None = None  # (the configs of a run that starts here, the attention implementation named)
 

@@ -1,5 +1,5 @@
 """Runs of consecutive decoder layers as one kernel call: what stays the same from step to step for a run of bound
-direct steps (`direct_layers.DirectStep`), made once (the C array of their `rowinv_steps.StackLayer`s, their caches'
+direct steps (`direct_layers.DirectStep`), made once (the C array of their `rowinv_steps.stack_layer`s, their caches'
 addresses), what a step adds (its cache slot, the keys each row sees, the first stream row), and a speculative step's
 two runs with the stream rows' birth between them in one call (`run_stream_stack`, `rowinv_steps.stream_stack`).
 `direct_layers.run_stack` makes a plain step's run one call (`rowinv_steps.layer_stack`)."""
@@ -13,11 +13,12 @@ from typing import NamedTuple
 import torch
 
 from specstream_core.model import compat
+from specstream_core.kernels import library
 from specstream_core.kernels.steps import rowinv_steps
 
 
 def stack_ready(layers) -> tuple | None:
-    """(the first step, the C array of the steps' `StackLayer`s, their adapters' row state or None) where the layers
+    """(the first step, the C array of the steps' `stack_layer`s, their adapters' row state or None) where the layers
     can run as one `layer_stack` call now (each a whole-layer direct step that may run, one attention implementation
     the kernel's steps serve, one row state); else None. What stays the same from step to step is kept."""
     steps = tuple(getattr(layer, compat.DIRECT_STEP, None) for layer in layers)
@@ -33,7 +34,7 @@ def stack_ready(layers) -> tuple | None:
 
 
 class _StackCall(NamedTuple):
-    layers: object  # the C array of `StackLayer` pointers
+    layers: object  # the C array of `library.LayerArgs` pointers (`rowinv_steps.stack_layer`)
     caches: list  # each layer's (keys buffer, values buffer)
     pointers: tuple | None  # (their keys buffers' addresses, their values buffers' addresses) as C arrays, or None
     start: int  # the first cache slot this step writes
@@ -106,12 +107,12 @@ def run_stream_stack(ready: tuple, h: torch.Tensor, mask, pe, top_mask, top_pe, 
 
 
 def _stacked_run(steps: tuple) -> tuple | None:
-    """(the C array of whole steps' `StackLayer`s, their stream-row adapters' row state or None), or None where the
+    """(the C array of whole steps' `stack_layer`s, their stream-row adapters' row state or None), or None where the
     adapters of the steps have more than one row state."""
     states = {id(s.front.adapters[2]): s.front.adapters[2] for s in steps if s.front.adapters is not None}
     if len(states) > 1:
         return None
-    array = (ctypes.POINTER(rowinv_steps.StackLayer) * len(steps))(*(s.stack_args[0] for s in steps))
+    array = (ctypes.POINTER(library.LayerArgs) * len(steps))(*(s.stack_args[0] for s in steps))
     return array, next(iter(states.values()), None)
 
 

@@ -1,8 +1,9 @@
-"""The row-invariant kernel's fused steps (rowinv.c), for direct layer steps (`direct_layers`): a layer's RoPE
-and cache write in one call (`rope_store`), and a single sequence's decoding step through a Llama-form layer
-on fp32, bf16 or 4-bit Linears up to its MLP's activation in one call (`layer_front`), and the rest after the
-activation in another (`layer_back`). Each computes what the modules' own calls compute, bit for bit
-(tests/test_direct_layers.py)."""
+"""The row-invariant kernel's fused steps (csrc/layer_steps.c, csrc/rowwise.c), for direct layer steps
+(`direct_layers`): a layer's RoPE and cache write in one call (`rope_store`), and a single sequence's decoding step
+through a Llama-form layer on fp32, bf16 or 4-bit Linears up to its MLP's activation in one call (`layer_front`), and
+the rest after the activation in another (`layer_back`), a whole layer (`layer_step`) and runs of layers (`layer_stack`,
+`stream_stack`). Each computes what the modules' own calls compute, bit for bit (tests/test_direct_layers.py). The
+calls take their layers and steps as the structures of `kernels/library.py`, filled here."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from typing import NamedTuple
 
 import torch
 
+from specstream_core.kernels import library
+from specstream_core.kernels.library import library as _library
 from specstream_core.kernels.linears import rowinv
 
 
@@ -26,7 +29,7 @@ def rope_store(qkv: torch.Tensor, heads: int, kv_heads: int, cos: torch.Tensor, 
     transformers' apply_rotary_pos_emb rotates them (cos, sin [B, q, D], bit for bit), k and v written into
     the cache buffers k_buf, v_buf [B, kv_heads, capacity, D] at slots start .. start + q. Returns the rotated
     queries [B, q, heads, D]."""
-    lib = rowinv.library()
+    lib = _library()
     B, q, width = qkv.shape
     d = width // (heads + 2 * kv_heads)
     out = torch.empty(B, q, heads, d)
@@ -35,10 +38,10 @@ def rope_store(qkv: torch.Tensor, heads: int, kv_heads: int, cos: torch.Tensor, 
     return out
 
 
-# the kinds of Linear the layer front takes (rowinv.c's LIN_F32, LIN_BF16, LIN_Q4; LIN_F32B, LIN_BF16B: `rowinv.blocked`;
+# the kinds of Linear the layer front takes (rowinv.h's LIN_F32, LIN_BF16, LIN_Q4; LIN_F32B, LIN_BF16B: `rowinv.blocked`;
 # LIN_Q4A8: 4-bit against 8-bit activations, `kernels/linears/int4_a8.py`; LIN_BF16X: bf16 on AMX tiles, `amx_tiles.tiled`)
 LIN_F32, LIN_BF16, LIN_Q4, LIN_F32B, LIN_BF16B, LIN_Q4A8, LIN_BF16X = 0, 1, 2, 3, 4, 5, 6
-LORA_TILES = 1 << 32  # set in an adapter rank: its A and B are bf16 AMX tiles (rowinv.c's lora_add)
+LORA_TILES = 1 << 32  # set in an adapter rank: its A and B are bf16 AMX tiles (rowinv.h; layer_steps.c's lora_add)
 
 
 class FrontLinears:
@@ -62,42 +65,50 @@ def layer_front(h: torch.Tensor, norms: tuple[torch.Tensor, torch.Tensor], eps: 
                 heads: int, kv_heads: int, pe, cache_slots, attention: tuple[torch.Tensor, torch.Tensor], scaling: float,
                 adapters=None) -> tuple[torch.Tensor, torch.Tensor] | None:
     """One sequence's decoding step through a Llama-form layer up to its MLP's activation, in one kernel call
-    (rowinv.c's layer_front: rmsnorm, the q/k/v call(s), `rope_store`, `attend`, o, the residual add, rmsnorm,
+    (layer_steps.c's layer_front: rmsnorm, the q/k/v call(s), `rope_store`, `attend`, o, the residual add, rmsnorm,
     the gate/up call(s), each as the modules call them). h [1, q, d] fp32 contiguous; norms: the two norms'
     fp32 weights; linears: `FrontLinears` (fp32, bf16 or 4-bit); pe: (cos, sin) [1, q, D]; cache_slots:
     `KVCache.slots`; attention: (spec, keys) as `attend` takes them; adapters: None, or (`pointers` of the
     stream-row adapters' A and B weights of q, k, v, o, gate, up; their rank; the first stream row): rows from
     there on get each adapter's delta as StreamRowLoRA adds it. Returns (h2 = h + attention output, gate/up
     output), or None where the kernel declined."""
-    lib = rowinv.library()
+    lib = _library()
     _, q, d = h.shape
     head_dim = linears.n_qkv // (heads + 2 * kv_heads)
     k_buf, v_buf, start, _ = cache_slots
     h2, gu = torch.empty(1, q, d), torch.empty(1, q, linears.n_gate_up)
-    (cos, sin), (spec, keys) = pe, attention
-    failed = lib.layer_front(h.data_ptr(), q, d, norms[0].data_ptr(), norms[1].data_ptr(), eps, *linears.counts,
-                             linears.kind, linears.weight, linears.scales, linears.n, heads, kv_heads, head_dim,
-                             cos.data_ptr(), sin.data_ptr(), k_buf.data_ptr(), v_buf.data_ptr(), k_buf.shape[2], start,
-                             spec.data_ptr(), keys.data_ptr(), scaling, h2.data_ptr(), gu.data_ptr(),
-                             *(adapters if adapters is not None else (None, 0, q)), torch.get_num_threads())
+    lora, rank, n_main = adapters if adapters is not None else (None, 0, q)
+    layer = library.LayerArgs(norms[0].data_ptr(), norms[1].data_ptr(), eps, *linears.counts, *_addresses(linears),
+                              None if lora is None else ctypes.addressof(lora), rank)
+    step = _step(q, d, heads, kv_heads, head_dim, pe, k_buf.shape[2], start, attention, scaling, n_main, None)
+    failed = lib.layer_front(layer, step, h.data_ptr(), k_buf.data_ptr(), v_buf.data_ptr(), h2.data_ptr(), gu.data_ptr())
     return None if failed else (h2, gu)
 
 
-class DraftLinears(ctypes.Structure):
-    """A layer's draft Linears for its stream rows (`kernels/draft_weights.py`), laid out as rowinv.c's draft_args: the
-    front's parts in `FrontLinears`' order, then down, each (kind, weight, scales or None, outputs)."""
-    _fields_ = [("kind", ctypes.c_void_p), ("w", ctypes.c_void_p), ("dm", ctypes.c_void_p), ("down_kind", ctypes.c_int64),
-                ("down_w", ctypes.c_void_p), ("down_dm", ctypes.c_void_p), ("min_rows", ctypes.c_int64)]
+def _addresses(linears: FrontLinears) -> tuple:
+    """The addresses of a `FrontLinears`' arrays of kinds, weights, scales and outputs (layer_args' kind, w, dm, n)."""
+    addr = ctypes.addressof
+    return addr(linears.kind), addr(linears.weight), addr(linears.scales), addr(linears.n)
 
-    @classmethod
-    def of(cls, front: list[tuple], down: tuple, min_rows: int) -> "DraftLinears":
-        if len(front) != 6:
-            raise ValueError("draft Linears take q, k, v, o, gate and up one call each")
-        arrays = FrontLinears(front[:3], front[3], front[4:])
-        draft = cls(ctypes.addressof(arrays.kind), ctypes.addressof(arrays.weight), ctypes.addressof(arrays.scales),
-                    down[0], down[1].data_ptr(), None if down[2] is None else down[2].data_ptr(), min_rows)
-        draft.keep = (arrays, down)  # the arrays and tensors it points into
-        return draft
+
+def _step(q: int, d: int, heads: int, kv_heads: int, head_dim: int, pe, cap: int, start: int, attention,
+          scaling: float, n_main: int, expv: int | None) -> library.StepArgs:
+    """What every layer of a step shares, as the kernel's step_args."""
+    (cos, sin), (spec, keys) = pe, attention
+    return library.StepArgs(q, d, heads, kv_heads, head_dim, cos.data_ptr(), sin.data_ptr(), cap, start, spec.data_ptr(),
+                            keys.data_ptr(), scaling, n_main, expv, torch.get_num_threads())
+
+
+def draft_linears(front: list[tuple], down: tuple, min_rows: int) -> library.DraftArgs:
+    """A layer's draft Linears for its stream rows (`kernels/draft_weights.py`) as the kernel's draft_args: the front's
+    parts in `FrontLinears`' order (q, k, v, o, gate, up), then down, each (kind, weight, scales or None, outputs)."""
+    if len(front) != 6:
+        raise ValueError("draft Linears take q, k, v, o, gate and up one call each")
+    arrays = FrontLinears(front[:3], front[3], front[4:])
+    draft = library.DraftArgs(*_addresses(arrays)[:3], down[0], down[1].data_ptr(),
+                              None if down[2] is None else down[2].data_ptr(), min_rows)
+    draft.keep = (arrays, down)  # the arrays and tensors it points into
+    return draft
 
 
 class BackLinear(NamedTuple):
@@ -107,34 +118,11 @@ class BackLinear(NamedTuple):
     lora: tuple | None
 
 
-_typed: list = [None, None]  # [the kernel library, it typed for layer_back, layer_stack and silu_rows]: rowinv.typed
 _exp: list = []  # [address of torch's vector exp for silu_rows, or None], found once
 
 
-def _setup(lib):
-    i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    lib.layer_back.argtypes = [ptr, ptr, ptr, i64, i64, i64, i64, ctypes.c_int, ptr, ptr, ptr, ptr, i64, i64, ptr,
-                               ctypes.c_int]
-    lib.layer_back.restype = ctypes.c_int
-    lib.silu_rows.argtypes, lib.silu_rows.restype = [ptr, i64, i64, i64, ptr, ptr], None
-    lib.layer_stack.argtypes = [i64, ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, ptr, ptr, i64, i64, ptr, ptr,
-                                ctypes.c_float, i64, ptr, ptr, ctypes.c_int]
-    lib.layer_stack.restype = ctypes.c_int
-    lib.stream_stack.argtypes = [i64, ptr, ptr, ptr, i64, ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, ptr, ptr, ptr, ptr,
-                                 i64, ptr, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, i64, i64, ctypes.c_float, ptr, ptr,
-                                 ctypes.c_float, ptr, ptr, ctypes.c_int]
-    lib.stream_stack.restype = ctypes.c_int
-    lib.lora_rows.argtypes, lib.lora_rows.restype = [ptr, i64, i64, ptr, ptr, i64, i64, ptr], ctypes.c_int
-    lib.mask_keys.argtypes, lib.mask_keys.restype = [ptr, i64, i64, i64, ptr, ptr], i64
-    lib.attend_tiles.argtypes = [ptr, i64, i64, ptr, ptr, i64, i64, i64, i64, i64, ptr, ptr, ctypes.c_float, ptr,
-                                 ctypes.c_int]
-    lib.attend_tiles.restype = lib.attend_tiles_rows.restype = ctypes.c_int
-    lib.attend_tiles_rows.argtypes = []
-    return lib
-
-
 def tile_stream_rows() -> int:
-    """Stream rows a step needs for their attention to go on tiles (rowinv.c's TILE_STREAM_ROWS, which its layer
+    """Stream rows a step needs for their attention to go on tiles (layer_steps.c's TILE_STREAM_ROWS, which its layer
     steps decide by)."""
     lib = _library()
     return lib.attend_tiles_rows() if lib is not None else 0
@@ -166,7 +154,7 @@ def kernel_norm(module: torch.nn.Module) -> tuple[torch.Tensor, float] | None:
 class TiledStreams:
     """The kernel's attention (`rowinv.attend`'s call) for an engine whose Linears are on AMX tiles: main rows as
     `rowinv.attend` computes them, stream rows (from the row state's first stream row on) on tiles, as the layer steps
-    compute them where a layer's Linears are (rowinv.c's `attend_tiles`: bf16 operands, fp32 sums), where a step has
+    compute them where a layer's Linears are (csrc/amx.c's `attend_tiles`: bf16 operands, fp32 sums), where a step has
     `tile_stream_rows()` or more. Stream rows only draft, so this changes drafts, never output; main rows are computed
     alone, whatever the stream rows are (pass-cost's bf16 γ = 4 pass ~0.4 ms cheaper, τ unchanged: BENCHMARKS)."""
 
@@ -198,7 +186,7 @@ class TiledStreams:
         failed = lib.attend_tiles(query.data_ptr(), query.stride(1), query.stride(0), key.data_ptr(), value.data_ptr(),
                                   key.stride(0), n, hq, key.shape[0], d, spec.data_ptr(), keys.data_ptr(),
                                   float(scaling), out.data_ptr(), torch.get_num_threads())
-        if failed == -2:
+        if failed in (library.Status.BAD_SHAPE, library.Status.NO_FEATURE):  # not on tiles: the vector code
             return rowinv.attend(query, key, value, spec, keys, scaling)
         return None if failed else out
 
@@ -210,7 +198,7 @@ def is_kernel_attention(fn) -> bool:
 
 def lora_rows(x: torch.Tensor, at: torch.Tensor, bt: torch.Tensor) -> torch.Tensor | None:
     """A row adapter's delta (x A^T) B^T for fp32 rows x [..., K], from At = A^T [K, r] and Bt = B^T [r, N] (bf16,
-    contiguous: `StreamRowLoRA.factors`), as the layer steps add it (rowinv.c's `lora_rows`); None where the kernel
+    contiguous: `StreamRowLoRA.factors`), as the layer steps add it (layer_steps.c's `lora_rows`); None where the kernel
     declines (rank over 256)."""
     lib = _library()
     k, (r, n) = x.shape[-1], bt.shape
@@ -222,16 +210,13 @@ def lora_rows(x: torch.Tensor, at: torch.Tensor, bt: torch.Tensor) -> torch.Tens
     return None if failed else out
 
 
-def _library():
-    return rowinv.typed(_typed, _setup)
-
-
 def silu_exp() -> int | None:
     """The address of the vector exp torch's CPU SiLU calls (Sleef's, exported by libtorch_cpu), for the kernel's
     `silu_rows` to compute torch's SiLU bit for bit: where torch runs the vector width of the kernel's build
     (AVX-512: 16 lanes, AVX2: 8); else None (the module's own SiLU then runs)."""
     if not _exp:
-        lanes = rowinv.library().rowinv_lanes() if rowinv.available() else 0
+        lib = _library()
+        lanes = lib.lanes if lib is not None else 0
         name = {("AVX512", 16): "Sleef_expf16_u10", ("AVX2", 8): "Sleef_expf8_u10"}.get(
             (torch.backends.cpu.get_cpu_capability(), lanes))
         try:
@@ -243,7 +228,7 @@ def silu_exp() -> int | None:
 
 
 def layer_back(h2: torch.Tensor, act: torch.Tensor, gu: torch.Tensor, up_at: int, down: BackLinear) -> torch.Tensor | None:
-    """h2 + down(act * up) for one sequence's decoding step, in one kernel call (rowinv.c's layer_back: the
+    """h2 + down(act * up) for one sequence's decoding step, in one kernel call (layer_steps.c's layer_back: the
     product, the down call, its stream-row adapter's delta on the stream rows, the residual add, each as the
     modules compute it). h2 [1, q, d] (`layer_front`'s), act [1, q, I] (the activation of gate's columns),
     gu: `layer_front`'s gate/up output, whose up columns start at up_at. Returns the layer's output, or None
@@ -272,39 +257,29 @@ def stream_row(state, q: int) -> int:
     return q if state.n_main is None else min(state.n_main, q)
 
 
-class StackLayer(ctypes.Structure):
-    """What a whole layer's step takes of one layer that stays the same from step to step, laid out as rowinv.c's
-    layer_args (for `layer_stack`); the tensors and arrays it points into are kept alive by the layer's step."""
-    _fields_ = [("w1", ctypes.c_void_p), ("w2", ctypes.c_void_p), ("eps", ctypes.c_float),
-                ("n_qkv_parts", ctypes.c_int64), ("n_gu_parts", ctypes.c_int64), ("kind", ctypes.c_void_p),
-                ("w", ctypes.c_void_p), ("dm", ctypes.c_void_p), ("n", ctypes.c_void_p), ("lora", ctypes.c_void_p),
-                ("rank", ctypes.c_int64), ("down_kind", ctypes.c_int64), ("down_w", ctypes.c_void_p),
-                ("down_dm", ctypes.c_void_p), ("down_A", ctypes.c_void_p), ("down_B", ctypes.c_void_p),
-                ("draft", ctypes.c_void_p)]
-
-    @classmethod
-    def of(cls, norms, eps: float, linears: FrontLinears, adapters, down: BackLinear, draft: DraftLinears | None = None):
-        """A C array holding a pointer to the layer's StackLayer (what `layer_stack` takes; the structure stays
-        alive with it). adapters: `layer_front`'s (pointers, rank, row state) or None; draft: the stream rows' draft
-        Linears, or None."""
-        kind, w, dm, _ = down.part
-        a_w, b_w = (down.lora[0].data_ptr(), down.lora[1].data_ptr()) if down.lora is not None else (None, None)
-        addr = ctypes.addressof
-        layer = cls(norms[0].data_ptr(), norms[1].data_ptr(), eps, *linears.counts, addr(linears.kind),
-                    addr(linears.weight), addr(linears.scales), addr(linears.n),
-                    None if adapters is None else addr(adapters[0]), 0 if adapters is None else adapters[1], kind,
-                    w.data_ptr(), None if dm is None else dm.data_ptr(), a_w, b_w,
-                    None if draft is None else ctypes.addressof(draft))
-        layer.keep = draft
-        return (ctypes.POINTER(cls) * 1)(ctypes.pointer(layer))
+def stack_layer(norms, eps: float, linears: FrontLinears, adapters, down: BackLinear,
+                draft: library.DraftArgs | None = None):
+    """What a whole layer's step takes of one layer that stays the same from step to step, as the kernel's layer_args:
+    a C array holding a pointer to it (what `layer_stack` takes; the structure stays alive with it, the tensors and
+    arrays it points into with the layer's step). adapters: `layer_front`'s (pointers, rank, row state) or None; draft:
+    the stream rows' draft Linears (`draft_linears`), or None."""
+    kind, w, dm, _ = down.part
+    a_w, b_w = (down.lora[0].data_ptr(), down.lora[1].data_ptr()) if down.lora is not None else (None, None)
+    layer = library.LayerArgs(norms[0].data_ptr(), norms[1].data_ptr(), eps, *linears.counts, *_addresses(linears),
+                              None if adapters is None else ctypes.addressof(adapters[0]),
+                              0 if adapters is None else adapters[1], kind, w.data_ptr(),
+                              None if dm is None else dm.data_ptr(), a_w, b_w,
+                              None if draft is None else ctypes.addressof(draft))
+    layer.keep = draft
+    return (ctypes.POINTER(library.LayerArgs) * 1)(ctypes.pointer(layer))
 
 
 def layer_stack(layers, h: torch.Tensor, caches: list, heads: int, kv_heads: int, head_dim: int, pe, start: int,
                 attention: tuple[torch.Tensor, torch.Tensor], scaling: float, n_main: int,
                 pointers: tuple | None = None) -> torch.Tensor | None:
     """One sequence's decoding step through consecutive whole Llama-form layers whose MLP activation is SiLU, in one
-    kernel call (rowinv.c's layer_stack: on each layer in turn `layer_front`, torch's SiLU (`silu_exp`) and
-    `layer_back`). layers: a C array of pointers to their `StackLayer`s; caches: each layer's (keys buffer, values
+    kernel call (layer_steps.c's layer_stack: on each layer in turn `layer_front`, torch's SiLU (`silu_exp`) and
+    `layer_back`). layers: a C array of pointers to their `stack_layer`s; caches: each layer's (keys buffer, values
     buffer) of `KVCache.slots`, all written at slot `start`; pe, attention, scaling as `layer_front` takes them;
     n_main: the first stream row (`stream_row`, for layers with row adapters); pointers: None, or the caches'
     addresses as C arrays (keys', values'), made once by the caller. Returns the last layer's output, or None where
@@ -314,23 +289,29 @@ def layer_stack(layers, h: torch.Tensor, caches: list, heads: int, kv_heads: int
 
 def layer_step(h: torch.Tensor, layer, heads: int, kv_heads: int, head_dim: int, pe, cache_slots,
                attention: tuple[torch.Tensor, torch.Tensor], scaling: float, n_main: int) -> torch.Tensor | None:
-    """One sequence's decoding step through one whole layer (`StackLayer.of`'s array): layer_stack's call on it
+    """One sequence's decoding step through one whole layer (`stack_layer`'s array): layer_stack's call on it
     alone; cache_slots: `KVCache.slots`."""
     return _stack(layer, h, [cache_slots[:2]], heads, kv_heads, head_dim, pe, cache_slots[2], attention, scaling,
                   n_main)
 
 
 def _stack(layers, h, caches, heads, kv_heads, head_dim, pe, start, attention, scaling, n_main, pointers=None):
-    lib = _library()
     _, q, d = h.shape
-    count = len(caches)
-    k_caches, v_caches = pointers if pointers is not None else pointer_arrays(caches)
+    run = _run(layers, caches, pointers, _step(q, d, heads, kv_heads, head_dim, pe, caches[0][0].shape[2], start,
+                                               attention, scaling, n_main, silu_exp()))
     out = torch.empty(1, q, d)
-    (cos, sin), (spec, keys) = pe, attention
-    failed = lib.layer_stack(count, layers, k_caches, v_caches, h.data_ptr(), q, d, heads, kv_heads, head_dim,
-                             cos.data_ptr(), sin.data_ptr(), caches[0][0].shape[2], start, spec.data_ptr(),
-                             keys.data_ptr(), scaling, n_main, silu_exp(), out.data_ptr(), torch.get_num_threads())
+    failed = _library().layer_stack(run, h.data_ptr(), out.data_ptr())
     return None if failed else out
+
+
+def _run(layers, caches: list, pointers: tuple | None, step: library.StepArgs) -> library.LayerRun:
+    """A run of layers as the kernel's layer_run: the step, the C array of the layers' `stack_layer` pointers, the
+    caches' addresses (`pointer_arrays`, or the caller's own)."""
+    k_caches, v_caches = pointers if pointers is not None else pointer_arrays(caches)
+    run = library.LayerRun(step, len(caches), ctypes.addressof(layers), ctypes.addressof(k_caches),
+                           ctypes.addressof(v_caches))
+    run.keep = (layers, k_caches, v_caches)  # the arrays it points into
+    return run
 
 
 def pointer_arrays(caches: list) -> tuple:
@@ -342,29 +323,26 @@ def pointer_arrays(caches: list) -> tuple:
 def stream_stack(lower, upper, h: torch.Tensor, heads: int, kv_heads: int, head_dim: int, pe, top_pe,
                  carriers: torch.Tensor, embeddings: torch.Tensor, scaling: float, out: torch.Tensor,
                  norm: tuple | None = None) -> torch.Tensor | None:
-    """A speculative step's two runs of layers in one kernel call (rowinv.c's stream_stack): `lower` on the main rows
+    """A speculative step's two runs of layers in one kernel call (layer_steps.c's stream_stack): `lower` on the main rows
     h [1, n, d] (RoPE tables pe), the stream rows born from its output (row n + c·γ + j = output[carriers[c]] +
     embeddings[j]), `upper` on all rows (top_pe) into out [1, n + s·γ, d]. lower, upper: `layer_stacks._StackCall`s
     (layers, caches, pointers, start, attention, n_main), both writing the cache at the same slot; norm: None, or the
     model's final RMSNorm (fp32 weight, eps), applied to out in place as `rowinv.rmsnorm` computes it. Returns the lower
     run's output [1, n, d] (the rows the streams were born from), or None where the kernel declined."""
-    lib = _library()
     _, n, d = h.shape
     q = out.shape[1]
     mid = torch.empty(1, n, d)
-    arrays = [call.pointers if call.pointers is not None else pointer_arrays(call.caches) for call in (lower, upper)]
     emb = embeddings.contiguous()
     carriers = carriers.contiguous()
     gamma = emb.shape[0]
     if carriers.numel() * gamma != q - n:
         raise ValueError(f"{carriers.numel()} carriers of {gamma} streams do not make {q - n} stream rows")
-    (cos, sin), (cos2, sin2) = pe, top_pe
-    (spec, keys), (spec2, keys2) = lower.attention, upper.attention
-    failed = lib.stream_stack(len(lower.caches), lower.layers, *arrays[0], len(upper.caches), upper.layers, *arrays[1],
-                              h.data_ptr(), n, d, heads, kv_heads, head_dim, cos.data_ptr(), sin.data_ptr(),
-                              spec.data_ptr(), keys.data_ptr(), lower.n_main, carriers.data_ptr(), carriers.numel(),
-                              gamma, emb.data_ptr(), cos2.data_ptr(), sin2.data_ptr(), spec2.data_ptr(), keys2.data_ptr(),
-                              upper.n_main, lower.caches[0][0].shape[2], lower.start, scaling, silu_exp(),
-                              None if norm is None else norm[0].data_ptr(), 0.0 if norm is None else norm[1],
-                              mid.data_ptr(), out.data_ptr(), torch.get_num_threads())
+    cap, expv = lower.caches[0][0].shape[2], silu_exp()
+    runs = [_run(call.layers, call.caches, call.pointers,
+                 _step(rows, d, heads, kv_heads, head_dim, tables, cap, lower.start, call.attention, scaling,
+                       call.n_main, expv))
+            for call, rows, tables in ((lower, n, pe), (upper, q, top_pe))]
+    failed = _library().stream_stack(*runs, h.data_ptr(), carriers.data_ptr(), carriers.numel(), gamma, emb.data_ptr(),
+                                     None if norm is None else norm[0].data_ptr(), 0.0 if norm is None else norm[1],
+                                     mid.data_ptr(), out.data_ptr())
     return None if failed else mid
