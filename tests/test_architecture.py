@@ -13,20 +13,31 @@ SRC = ROOT / PKG
 
 # layer -> the layers it may import (besides itself and `errors`); nothing in the package imports the
 # lab (`app`), and only `cli` (and the package's `__main__`) imports `cli`
-# `kernels` (the CPU kernel layer) imports nothing of the method but the transformers glue (KERNEL_MAY_USE)
+# `kernels` (the CPU kernel layer) imports nothing of the method but the transformers glue (KERNEL_MAY_USE);
+# `backends` (what runs the method on a machine) imports the kernels and, of `model`, only BACKEND_MAY_USE; the
+# method (`model`, `decoding`) reaches the kernels only through `backends` (KERNEL_USERS: the exceptions)
 ALLOWED = {
     "kernels": set(),
-    "model": {"kernels"},
-    "decoding": {"model", "kernels"},
-    "io": {"model", "decoding", "kernels"},
+    "backends": {"kernels", "model"},
+    "model": {"backends"},
+    "decoding": {"model", "backends"},
+    "io": {"model", "decoding", "backends"},
     "tasks": set(),
-    "training": {"kernels", "model", "decoding", "tasks"},
-    "bench": {"kernels", "model", "decoding", "training", "tasks"},
-    "cli": {"kernels", "model", "decoding", "io", "tasks", "training", "bench"},
+    "training": {"backends", "model", "decoding", "tasks"},
+    "bench": {"kernels", "backends", "model", "decoding", "training", "tasks"},
+    "cli": {"kernels", "backends", "model", "decoding", "io", "tasks", "training", "bench"},
 }
 KERNEL_MAY_USE = {f"{PKG}.model.compat"}
+# the transformers glue, the method's data structures (masks, the KV cache) and the precision names
+BACKEND_MAY_USE = {f"{PKG}.model.{m}" for m in ("compat", "masks", "cache", "loading")}
+KERNEL_USERS = {
+    # loading quantizes a model's Linears and installs the kernel's at load time, before any backend exists
+    f"{PKG}.model.loading": {f"{PKG}.kernels.linears.{m}" for m in ("int4", "int4_a8", "rowinv")},
+    # the "what the output equals" label names a precision before a model loads, as loading resolves it
+    f"{PKG}.model.exactness": {f"{PKG}.kernels.linears.{m}" for m in ("int4_a8", "rowinv")},
+}
 BASE = ("errors", "paths")  # what every layer may import
-ENGINE = ("kernels", "model", "decoding")  # what `Engine` is made of: no edge to bench, training, io, cli or app
+ENGINE = ("kernels", "backends", "model", "decoding")  # what `Engine` is made of: no edge to bench, training, io, cli or app
 
 # Function-local imports are allowed only for optional or heavy third-party dependencies, loaded
 # when a code path needs them (the reason each is deferred):
@@ -47,6 +58,9 @@ OPTIONAL = {
 LAZY_LAYERS = {"cli"}
 
 MAX_MODULE_LINES = 400
+# the decoding loop and the engine read like the method: machinery belongs in the backend
+MODULE_LIMITS = {f"{PKG}/decoding/engine.py": 220, f"{PKG}/decoding/loop.py": 330}
+PRECISIONS = ("fp32", "bf16", "fp16", "int4", "int4-a8", "nf4", "int8")
 MAX_FUNCTION_LINES = 60
 # functions longer than MAX_FUNCTION_LINES must say why in a comment within their first lines
 # containing "long:"; modules may not exceed MAX_MODULE_LINES at all unless listed here with a reason
@@ -109,8 +123,10 @@ def test_layers_import_only_downwards():
             if not dep.startswith(PKG + "."):
                 continue
             target = layer(dep)
-            if own == "kernels" and dep in KERNEL_MAY_USE:
+            if (own == "kernels" and dep in KERNEL_MAY_USE) or dep in KERNEL_USERS.get(m, ()):
                 continue
+            if own == "backends" and target == "model" and dep not in BACKEND_MAY_USE:
+                bad.append(f"{m}:{line} -> {dep} (a backend uses only the model's glue and data structures)")
             if target not in (own, *BASE) and target not in ALLOWED[own]:
                 bad.append(f"{m}:{line} -> {dep}")
             if own in ENGINE and target not in (*ENGINE, *BASE):
@@ -194,6 +210,47 @@ def test_modules_and_functions_stay_small():
     assert not too_long, f"modules over {MAX_MODULE_LINES} lines:\n" + "\n".join(too_long)
     assert not functions, (f"functions over {MAX_FUNCTION_LINES} lines without a 'long:' comment saying why:\n"
                            + "\n".join(functions))
+
+
+def test_the_engine_and_the_loop_stay_small():
+    over = [f"{rel}: {len((ROOT / rel).read_text().splitlines())} lines > {limit}" for rel, limit in MODULE_LIMITS.items()
+            if len((ROOT / rel).read_text().splitlines()) > limit]
+    assert not over, "\n".join(over)
+
+
+def precision_conditions(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, name) of every precision name (a string, or a name such as INT4 or INT4_A8) in a condition: an `if`,
+    `while`, ternary, `assert` or comprehension test, or any boolean operation or comparison."""
+    tests = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
+            tests.append(node.test)
+        elif isinstance(node, ast.comprehension):
+            tests += node.ifs
+        elif isinstance(node, (ast.BoolOp, ast.Compare)):
+            tests.append(node)
+    found = set()
+    for test in tests:
+        for n in ast.walk(test):
+            text = (n.value if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                    else n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else None)
+            if text is not None and text.lower().replace("_", "-") in PRECISIONS:
+                found.add((n.lineno, text))
+    return sorted(found)
+
+
+def test_the_engine_and_the_loop_make_no_precision_choice():
+    """Which precision runs is the backend's business (`specstream_core/backends/`), never a branch of the method."""
+    bad = [f"{rel}:{line} {name}" for rel in MODULE_LIMITS
+           for line, name in precision_conditions(ast.parse((ROOT / rel).read_text()))]
+    assert not bad, "precision names in conditions:\n" + "\n".join(bad)
+
+
+def test_the_precision_check_can_fail():
+    for source in ('if precision in INT4:\n    pass', 'x = 1 if p == "bf16" else 2', 'ok = a and p != "int4-a8"',
+                   'while kind is not INT4_A8:\n    pass'):
+        assert precision_conditions(ast.parse(source)), source
+    assert not precision_conditions(ast.parse('label = "fp32"\nf(precision="int4")'))
 
 
 def test_test_modules_share_helpers_not_each_other():

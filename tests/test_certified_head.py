@@ -105,14 +105,14 @@ def test_greedy_decoding_through_it_is_transformers_greedy_and_sampling_does_not
                                  draft_vocab=list(range(0, 128, 2)))
     engine = Engine(model, None, streams, precision="fp32")
     calls = []
-    choose = engine.greedy_choices
+    choose = engine.backend.greedy_choices
 
     def counted(main, streams):
         picks = choose(main, streams)
         calls.append(picks is not None)
         return picks
 
-    engine.greedy_choices = counted
+    engine.backend.greedy_choices = counted
     ar = DecodeConfig(mode="ar", max_new_tokens=16, stop_on_eos=False)
     ss = DecodeConfig(mode="ss", max_new_tokens=16, stop_on_eos=False, tree_topk=(2, 1, 1))
     for item in prompts(4, seed=4):

@@ -159,7 +159,7 @@ def test_int4_plain_decoding_equals_transformers_generate_on_the_int4_model(int4
     assert isinstance(model.lm_head, int8_head.Int8Linear if kernel else int4.Int4Linear)  # torch's: row-invariant
     assert model.lm_head.kernel == kernel
     engine = Engine(model, None, None, precision="int4")
-    assert engine.row_exact and engine.exact and (engine.kernel_attention is not None) == kernel
+    assert engine.row_exact and engine.exact and (engine.backend.name == "rowinv") == kernel
     cfg = DecodeConfig(mode="ar", max_new_tokens=16, stop_on_eos=False)
     for ids in prompts(6, seed=4):
         assert engine.generate(ids, cfg).token_ids == hf_greedy(model, ids, 16)
@@ -216,7 +216,7 @@ def test_the_check_can_fail(near_tie_int4, monkeypatch):
         monkeypatch.setattr(rowinv, "linear_q4", lambda x, *a: (
             lambda y: y if x.reshape(-1, x.shape[-1]).shape[0] == 1 else y.bfloat16().float())(q4(x, *a)))
     else:
-        monkeypatch.setattr(Engine, "row_exact", property(lambda self: False))
+        monkeypatch.setattr(engine.backend, "row_exact", False)  # sdpa over all rows
     assert mismatches(engine, (1, 1, 1)) + mismatches(engine, (2, 2, 1)) > 0
 
 

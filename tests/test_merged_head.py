@@ -67,7 +67,7 @@ def test_decoding_through_the_merged_head_is_plain_decoding_with_the_same_drafts
         for p in streams.trainable_parameters():
             p.copy_(torch.randn(p.shape, generator=g) * 0.1)
     engine = Engine(model, None, streams, precision=precision)
-    assert engine._merged_head() is not None
+    assert engine.backend.merged_head() is not None
     items = prompts(6, vocab=256, seed=6, max_len=60)
     runs = {}
     for topk in ((1, 1, 1), (2, 2, 1)):
@@ -80,7 +80,7 @@ def test_decoding_through_the_merged_head_is_plain_decoding_with_the_same_drafts
     assert all(r.token_ids == p for r, p in zip(runs[(2, 2, 1)], plain))
     assert all(r.token_ids == p for r, p in zip(batch, plain))
     assert any(r.stats["mean_accepted"] > 1 for r in runs[(1, 1, 1)])
-    monkeypatch.setattr(Engine, "_merged_head", lambda self: None)  # the head and the draft head apart
+    monkeypatch.setattr(engine.backend, "merged_head", lambda: None)  # the head and the draft head apart
     for topk, results in runs.items():
         ss = DecodeConfig(mode="ss", max_new_tokens=32, stop_on_eos=False, tree_topk=topk)
         apart = [engine.generate(ids, ss) for ids in items]

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import statistics
 import time
-from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from typing import Callable
 
@@ -162,12 +161,9 @@ def _with_parts(costs: list[PassCost], kinds, repeats: int) -> None:
 
 
 def _step_attention(engine):
-    """The attention a decoding step runs: row-exact where the engine's Linears are row-invariant."""
-    if engine.row_exact:
-        streams = engine.streams
-        return compat.row_exact_attention(streams.rows if streams is not None else None, per_row=True,
-                                          kernel=engine.kernel_attention, kernel_keys=engine.kernel_keys)
-    return nullcontext()
+    """The attention a decoding step runs (the engine's backend's: row-exact where its Linears are row-invariant)."""
+    streams = engine.streams
+    return engine.backend.attention(streams.rows if streams is not None else None, per_row=True, causal_prompt=False)
 
 
 def with_rooflines(costs: list[PassCost], engine, machine: Machine, context: int) -> None:

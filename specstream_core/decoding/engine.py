@@ -12,21 +12,17 @@ from functools import lru_cache
 
 import torch
 
-from specstream_core.kernels.heads import certified_head, greedy, int8_head, merged_head
-from specstream_core.model import compat, exactness, hub, masks, msa
-from specstream_core.kernels.steps import direct_layers, rowinv_steps
-from specstream_core.kernels import draft_weights
-from specstream_core.kernels.linears import rowinv
+from specstream_core import backends
+from specstream_core.model import compat, exactness, hub, msa
 from specstream_core.decoding import loop
 from specstream_core.decoding.config import DecodeConfig, Result, decode_fields
 from specstream_core.decoding.drafters import Drafter
 from specstream_core.decoding.drafters.ngram_store import NgramStore
+from specstream_core.decoding.inputs import eos_ids
 from specstream_core.model.chat import encode_prompt
 from specstream_core.errors import SpecstreamError
-from specstream_core.model.cache import KVCache
-from specstream_core.model.loading import LoadConfig, load_model, load_tokenizer
+from specstream_core.model.loading import DEFAULT_PRECISION, LoadConfig, check_architecture, is_exact, load_model, load_tokenizer
 from specstream_core.model.streams import StreamParams, read_stream_config, warn_fresh
-from specstream_core.model.loading import DEFAULT_PRECISION, INT4, check_architecture, is_exact
 from specstream_core.model.lora import apply_shared_lora  # noqa: F401 - re-exported (tests, users)
 
 
@@ -34,43 +30,23 @@ class Engine:
     def __init__(self, model, tokenizer=None, streams: StreamParams | None = None, name: str = "model",
                  precision: str = "fp32", chat: bool = True, ngrams: NgramStore | None = None,
                  stream_weights: str = "auto"):
-        compat_check(model)
+        check_architecture(model.config)
         self.chat = chat  # wrap text prompts in the tokenizer's chat template, when it has one
-        self.model = model
-        self.tokenizer = tokenizer
-        self.streams = streams
+        self.model, self.tokenizer, self.streams, self.name, self.precision = model, tokenizer, streams, name, precision
         self.ngrams = ngrams  # the stream set's n-gram store (drafters/ngram_store.py), if it has one
-        self.name = name
-        self.precision = precision
         self.device = next(model.parameters()).device
         self.window = compat.sliding_window(model.config)
         self.context_length = int(getattr(model.config, "max_position_embeddings", 2048))
-        eos = getattr(model.generation_config, "eos_token_id", None) if hasattr(model, "generation_config") else None
-        if eos is None:
-            eos = getattr(model.config, "eos_token_id", None)
-        self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else ([eos] if eos is not None else []))
-        self._lm_head = compat.lm_head(model)
-        self._head_memo: tuple = (None, None)  # (what it was made for, `_merged_head`)
-        self._certified_memo: tuple = (None, None)  # (what it was made for, `_certified_head`)
-        self._tiled: tuple | None = None  # (the model, the row state, `_tiled_streams` for them): asked every step
-        self.stream_weights = "same"
-        if self.row_exact:
-            compat.use_row_exact_attention(model)
+        self.eos_ids = eos_ids(model)
+        self.backend = backends.choose(model, precision, streams)  # what runs scores, attention and layer steps
         self.set_stream_weights(stream_weights)
         self._causal_cache: dict[int, torch.Tensor] = {}
         self.token_text = lru_cache(maxsize=65536)(self._token_text)
 
     def set_stream_weights(self, kind: str = "auto") -> str:
-        """What the stream rows of the multi-stream layers are computed with (kernels/draft_weights.py: "auto", "same",
-        "int4-a8"); drafts change, output never does. Rebinds the direct layer steps. Returns the resolved kind."""
-        layers = compat.decoder_layers(self.model)
-        direct_layers.unbind(layers)
-        if self.streams is not None and self.row_exact:
-            self.stream_weights = draft_weights.apply(self.streams, self.model, kind)
-        else:
-            self.stream_weights = draft_weights.resolve(kind, None, self.model)
-        if self.row_exact:
-            direct_layers.bind(layers, lambda: _probe(self))
+        """What the stream rows of the multi-stream layers are computed with ("auto", "same", "int4-a8"); drafts change,
+        output never does. Rebinds the backend's layer steps (`Backend.bind`). Returns the resolved kind."""
+        self.stream_weights = self.backend.bind(kind, msa.forward)
         return self.stream_weights
 
     # ---- construction ------------------------------------------------------------------------
@@ -84,16 +60,15 @@ class Engine:
         precision: auto (int4-a8 on a GGUF-converted base such as the default model, int4 there without
         AVX512-VNNI, else the checkpoint's own dtype as transformers loads it; `resolve_precision`), fp32,
         bf16, nf4, int8, int4 or int4-a8. chat: wrap text prompts as a user turn of the model's chat template (when it
-        has one). kernel: the CPU fp32/bf16 Linears (auto, rowinv, torch; default: $SPECSTREAM_KERNEL or auto,
-        kernels/linears/rowinv.py). stream_weights: what the stream rows are computed with (`set_stream_weights`)."""
+        has one). kernel: the CPU fp32/bf16 Linears (auto, rowinv, torch; default: $SPECSTREAM_KERNEL or auto); the
+        backend follows from them (`backends.choose`). stream_weights: `set_stream_weights`."""
         if streams_dir is not None:
             streams_dir = hub.local_dir(streams_dir)  # a hub repo id: its snapshot
             read_stream_config(streams_dir)  # fail on a bad adapter before loading a large model
         load = LoadConfig(base, precision=precision, device=device, exact_nf4=exact_nf4, shared_lora=streams_dir,
                           **({"kernel": kernel} if kernel else {}))  # resolves "auto"
         model = load_model(load)  # a shared-mode set's LoRA merged into the weights before quantizing
-        if load.precision == "fp32" and rowinv.uses_kernel(model):  # decoding only: training reads the head's weight
-            int8_head.use_exact_head(model)  # the same logits from a quarter of the head's bytes, where exact
+        backends.prepare(model, load.precision)  # decoding only (an exact 8-bit head): training reads the head's weight
         tokenizer = load_tokenizer(base)
         streams = ngrams = None
         if streams_dir is not None:
@@ -109,44 +84,13 @@ class Engine:
 
     @property
     def row_exact(self) -> bool:
-        """Row-invariant Linears (int4, or the CPU kernel of kernels/linears/rowinv.py), so row-exact attention makes
-        a pass's main rows exact."""
-        return self.precision in INT4 or rowinv.uses_kernel(self.model)
-
-    @property
-    def kernel_attention(self):
-        """The row-invariant kernel's attention (`rowinv.attend`; `rowinv_steps.TiledStreams` where the stream layers'
-        Linears are on AMX tiles) where decoding steps use it (engines on its Linears), else None. int4 engines keep
-        sdpa's own arithmetic: their Linears round activations to bf16, where a last-bit difference in attention would
-        often change a token against transformers' generate on the same int4 model."""
-        if not rowinv.uses_kernel(self.model):
-            return None
-        return self._tiled_streams() or rowinv.attend
-
-    def _tiled_streams(self):
-        """`rowinv_steps.TiledStreams` where stream rows run through layers whose Linears are on AMX tiles (their
-        attention on tiles too, as the layer steps compute it there), else None."""
-        if self.streams is None:
-            return None
-        kept = self._tiled
-        if kept is None or kept[0] is not self.model or kept[1] is not self.streams.rows:
-            lin = compat.decoder_layers(self.model)[-1].self_attn.q_proj
-            lin = getattr(lin, "base", lin)
-            tiles = isinstance(lin, rowinv.RowInvariantLinear) and lin.on_tiles()
-            kept = (self.model, self.streams.rows, rowinv_steps.TiledStreams(self.streams.rows) if tiles else None)
-            self._tiled = kept
-        return kept[2]
-
-    @property
-    def kernel_keys(self):
-        """What lists the keys each row of a decoding step sees for the kernel's attention (`rowinv_steps.mask_keys`)
-        where decoding steps use it, else None."""
-        return rowinv_steps.mask_keys if rowinv.uses_kernel(self.model) else None
+        """Row-invariant Linears (the backend's), so row-exact attention makes a pass's main rows exact."""
+        return self.backend.row_exact
 
     @property
     def exact(self) -> bool:
         """Whether speculative output provably equals plain decoding at this engine's precision."""
-        return is_exact(self.precision, self.device.type, "rowinv" if rowinv.uses_kernel(self.model) else "torch")
+        return is_exact(self.precision, self.device.type, self.backend.name)
 
     # ---- tokens ----------------------------------------------------------------------------------
     def encode(self, prompt: str, max_new_tokens: int = 0) -> list[int]:
@@ -184,67 +128,30 @@ class Engine:
     # ---- model pieces the decoders use -------------------------------------------------------
     def logits(self, normed_hidden: torch.Tensor) -> torch.Tensor:
         """Shared LM head on already final-normed rows."""
-        head = self._merged_head()
-        return self._lm_head(normed_hidden) if head is None else head.scores(normed_hidden)[0]
+        return self.backend.logits(normed_hidden)
 
     def head_scores(self, main: torch.Tensor, streams: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """A pass's main rows' logits [..., V] and, where one read of the head gives them too (`merged_head`: bf16 on
-        AMX tiles, int4-a8's 8-bit head), its stream rows' scores over the draft vocabulary [..., K] (`draft_scores`
-        of every row); else None: the drafter scores the node it takes."""
-        head = self._merged_head() if streams is not None and not self.streams.cheap_draft_head else None
-        return (self.logits(main), None) if head is None else head.scores(main, streams)
-
-    def greedy_choices(self, main: torch.Tensor, streams: torch.Tensor | None) -> tuple | None:
-        """Each main row's greedy token [...] without its whole logits, and the stream rows' draft scores as
-        `head_scores` gives them (or None), where this engine's head is an exact 8-bit head on fp32 activations and the
-        8-bit-activation kernel runs (`certified_head`: fp32 and int4 engines); else None (`head_scores` then)."""
-        head = self._certified_head()
-        if head is None:
-            return None
-        drafts = streams is not None and self.streams is not None and self.streams.cheap_draft_head
-        return head.choose(main, streams if drafts else None)
+        """A pass's main rows' logits [..., V] and, where one read of the head gives them too, its stream rows' scores
+        over the draft vocabulary [..., K] (`draft_scores` of every row); else None: the drafter scores the node it
+        takes (`Backend.head_scores`)."""
+        return self.backend.head_scores(main, streams)
 
     def greedy_picks(self, main: torch.Tensor, streams: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(each main row's greedy token [...], the stream rows' draft scores or None): `greedy_choices` where it runs,
-        else the argmax of `head_scores`' logits (the first of equal largest values, as torch's)."""
-        picks = self.greedy_choices(main, streams)
-        if picks is None:
-            logits, scored = self.head_scores(main, streams)
-            picks = greedy.argmax(logits), scored
-        return picks
-
-    def _certified_head(self):
-        """`certified_head.CertifiedHead` of the LM head (the stream set's draft vocabulary first), or None; made once
-        per head and draft vocabulary."""
-        ids = self.streams.draft_vocab if self.streams is not None else None
-        weight = getattr(self._lm_head, "q8", None)
-        key = (None if weight is None else weight.data_ptr(), None if ids is None else ids.data_ptr())
-        if self._certified_memo[0] != key:
-            made = certified_head.CertifiedHead.of(self._lm_head, ids) if self.row_exact and weight is not None else None
-            self._certified_memo = (key, made)
-        return self._certified_memo[1]
-
-    def _merged_head(self):
-        """The LM head with the stream set's draft vocabulary first (`MergedHead.of`), or None; made once per head
-        weight and draft vocabulary."""
-        ids = self.streams.draft_vocab if self.streams is not None else None
-        weight = next((t for t in (getattr(self._lm_head, n, None) for n in ("weight", "q8")) if t is not None), None)
-        key = (None if weight is None else weight.data_ptr(), None if ids is None else ids.data_ptr())
-        if self._head_memo[0] != key:
-            self._head_memo = (key, merged_head.MergedHead.of(self._lm_head, ids) if self.row_exact else None)
-        return self._head_memo[1]
+        """(each main row's greedy token [...], the stream rows' draft scores or None): the argmax of `head_scores`'
+        logits (the first of equal largest values, as torch's), without the whole logits where the backend can."""
+        return self.backend.greedy_picks(main, streams)
 
     def draft_logits(self, normed_hidden: torch.Tensor) -> torch.Tensor:
         """Stream rows' logits [..., V]: over the stream set's draft vocabulary when it has one."""
         if self.streams is None:
-            return self._lm_head(normed_hidden)
-        return self.streams.draft_logits(self._lm_head, normed_hidden, self.model.config.vocab_size)
+            return self.backend.lm_head(normed_hidden)
+        return self.streams.draft_logits(self.backend.lm_head, normed_hidden, self.model.config.vocab_size)
 
     def draft_scores(self, normed_hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Stream rows' logits over the draft vocabulary and its token ids (None: the whole vocabulary)."""
         if self.streams is None:
-            return self._lm_head(normed_hidden), None
-        return self.streams.draft_scores(self._lm_head, normed_hidden)
+            return self.backend.lm_head(normed_hidden), None
+        return self.streams.draft_scores(self.backend.lm_head, normed_hidden)
 
     def causal(self, n: int) -> torch.Tensor:
         if n not in self._causal_cache:
@@ -263,14 +170,13 @@ class Engine:
 
     # ---- decoding ------------------------------------------------------------------------------
     def recommended_decode(self) -> dict:
-        """The draft settings the stream set records as fastest measured at this engine's precision (tree,
-        pruning, node budget, prompt-lookup tokens, the n-gram store), as DecodeConfig fields; a chain as deep as the streams when it records none (the cheapest tree
-        on a CPU)."""
+        """The draft settings the stream set records as fastest measured at this engine's precision (tree, pruning, node
+        budget, prompt-lookup tokens, the n-gram store), as DecodeConfig fields; else a chain as deep as the streams."""
         if self.streams is None:
             return {}
         stored = (self.streams.cfg.extra or {}).get("decode") or {}
-        precision = rowinv.draft_precision(self.precision) if rowinv.uses_kernel(self.model) else self.precision
-        fields = {"tree_topk": (1,) * min(4, self.streams.cfg.gamma), **decode_fields(stored, precision)}
+        fields = {"tree_topk": (1,) * min(4, self.streams.cfg.gamma),
+                  **decode_fields(stored, self.backend.draft_precision())}
         if self.ngrams is None:  # a stream set copied without its n-gram store still decodes, without it
             fields.pop("ngrams", None)
         return fields
@@ -299,11 +205,9 @@ class Engine:
 
     def generate_batch(self, prompts: list[str | list[int]], cfg: DecodeConfig,
                        share_prefix: bool | None = None, drafter_factory=None) -> list[Result]:
-        """Decode several prompts together; results in input order, per-sequence stats.
-
-        Greedy rows equal `generate(prompt, cfg)`; with sampling, row i uses seed (cfg.seed or 0) + i.
-        share_prefix (None = when all prompts are the same): store the common prompt's K/V once.
-        """
+        """Decode several prompts together; results in input order, per-sequence stats. Greedy rows equal
+        `generate(prompt, cfg)`; with sampling, row i uses seed (cfg.seed or 0) + i. share_prefix (None = when all
+        prompts are the same): store the common prompt's K/V once."""
         return self.start_batch(prompts, cfg, share_prefix, drafter_factory).run()
 
     def generate_n(self, prompt: str | list[int], n: int, cfg: DecodeConfig) -> list[Result]:
@@ -311,30 +215,3 @@ class Engine:
         if not isinstance(n, int) or n < 1:
             raise SpecstreamError(f"n must be a positive integer, got {n!r}")
         return self.generate_batch([prompt] * n, cfg, share_prefix=n > 1)
-
-
-@torch.inference_mode()
-def _probe(engine: Engine) -> list[torch.Tensor]:
-    """A prompt, then a 3-node chain step carrying the streams (when there are any), as the loop runs
-    them: their outputs, for `direct_layers.bind` to compare with and without direct layer steps."""
-    model, device, streams = engine.model, engine.device, engine.streams
-    n = 8
-    ids = torch.arange(n + 3, device=device)[None] % model.config.vocab_size
-    cache = KVCache.for_model(model, batch=1, capacity=n + 3 * (1 + (streams.cfg.gamma if streams else 0)) + 4)
-    rows = streams.rows if streams is not None else None
-    with compat.row_exact_attention(rows, per_row=False, causal_prompt=True):
-        prompt = msa.forward(model, ids[:, :n], torch.arange(n, device=device)[None],
-                             masks.causal_visibility(n, 1, device), cache=cache)
-    cache.advance(n)
-    carriers = torch.arange(3, device=device)[None] if streams is not None else None
-    with compat.row_exact_attention(rows, per_row=True, kernel=engine.kernel_attention,
-                                    kernel_keys=engine.kernel_keys):
-        step = msa.forward(model, ids[:, n:], torch.arange(n, n + 3, device=device)[None],
-                           masks.causal_visibility(3, 1, device), streams=streams, carriers=carriers, cache=cache)
-    return [prompt.main, step.main] + ([step.streams] if step.streams is not None else [])
-
-
-def compat_check(model) -> None:
-    check_architecture(model.config)
-
-

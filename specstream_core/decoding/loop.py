@@ -27,13 +27,13 @@ equals `engine.generate(prompt_i, replace(cfg, seed=(cfg.seed or 0) + i))`; gree
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
 
 import torch
 
 from specstream_core.decoding import processors
 from specstream_core.decoding.config import DecodeConfig, Result
-from specstream_core.decoding.drafters import Drafter, RootOnly, RowOutput, StreamDrafter, StreamLookupDrafter
+from specstream_core.decoding.drafters import Drafter, RowOutput
+from specstream_core.decoding.inputs import default_drafter, prepare_prompts, prompt_ids
 from specstream_core.decoding.prefill import pad_steps, prefill
 from specstream_core.decoding.state import Limits, Row
 from specstream_core.decoding.tracer import Pass, RowTrace, attention_maps, capture_layers
@@ -42,8 +42,6 @@ from specstream_core.decoding.verify import Verdict, sample_token, verify_greedy
 from specstream_core.errors import SpecstreamError
 from specstream_core.model import compat, exactness, msa
 from specstream_core.model.cache import KVCache, SharedPrefixCache
-
-MAX_BATCH = 256
 
 
 class Decoding:
@@ -57,16 +55,15 @@ class Decoding:
         uses = {d.uses_streams for d in drafters}
         if len(uses) > 1:
             raise SpecstreamError("all rows of a batch must use the streams, or none")
-        self.engine, self.cfg = engine, cfg
+        self.engine, self.cfg, self.backend = engine, cfg, engine.backend  # the backend: scores, verification, attention
         self.streams = engine.streams if uses == {True} else None
         # a draft k deep needs streams 1..k only (stream j sees streams 1..j, so the rest change nothing)
         self.num_streams = min(len(cfg.tree_topk), self.streams.cfg.gamma) if self.streams is not None else 0
         self.capture = capture_layers(cfg, self.streams)
         self._check_capture()
         self.share_prefix = share_prefix and len(prompts) > 1
-        seed = cfg.seed if cfg.seed is not None else 0
         equals = exactness.for_engine(engine, cfg)  # what the output equals, in each row's stats
-        self.rows = [Row(i, list(p), torch.Generator().manual_seed(seed + i), d,
+        self.rows = [Row(i, list(p), torch.Generator().manual_seed((cfg.seed or 0) + i), d,
                          depth_hits=[0] * (0 if cfg.mode == "ar" else max(len(cfg.tree_topk), d.max_depth)),
                          trace=RowTrace(engine, cfg, p) if cfg.trace else None, equals=equals)
                      for i, (p, d) in enumerate(zip(prompts, drafters))]
@@ -120,12 +117,9 @@ class Decoding:
         keeps = ([list(range(len(t))) for t in trees] if out.keep is None
                  else [out.keep[b, :n].tolist() for b, n in enumerate(out.kept)])
         survivors = [t if out.keep is None else t.subset(k) for t, k in zip(trees, keeps)]
-        if self.greedy:  # 3. verify: each node's greedy token (without the whole logits where kernels/heads/certified_head.py runs)
-            choices, scored = engine.greedy_picks(out.main, out.streams)  # [B, m] (+ stream rows' draft scores)
-            verdicts = [walk_greedy(s, choices[b, :len(s)].tolist()) for b, s in enumerate(survivors)]
-        else:
-            logits, scored = engine.head_scores(out.main, out.streams)  # [B, m, V] verification rows (+ stream rows')
-            verdicts = [self._verify(row, s, logits[b, :len(s)]) for b, (row, s) in enumerate(zip(live, survivors))]
+        # 3. verify: greedy picks [B, m] where only argmaxes are needed, else logits [B, m, V] (+ stream rows' scores)
+        heads, scored = self.backend.verification(out.main, out.streams, self.greedy)
+        verdicts = [self._verify(row, s, heads[b, :len(s)]) for b, (row, s) in enumerate(zip(live, survivors))]
         t2 = time.perf_counter()
         self._commit(out, keeps, verdicts)  # 4. commit
         t3 = time.perf_counter()
@@ -179,7 +173,9 @@ class Decoding:
         return keep, [len(k) for k in keeps]
 
     def _verify(self, row: Row, tree: Tree, logits: torch.Tensor) -> Verdict:
-        """The row's accepted path and bonus token; logits [n, V] of its real (surviving) nodes."""
+        """The row's accepted path and bonus token from its real (surviving) nodes' logits [n, V] or greedy picks [n]."""
+        if self.greedy:  # one host sync: the walk needs the picks on the host
+            return walk_greedy(tree, logits.tolist())
         cfg = self.cfg
         if len(tree) == 1:  # no draft (plain decoding): one token after the whole context
             scores = logits[0]
@@ -230,17 +226,12 @@ class Decoding:
 
     # ---- cache and batch bookkeeping ------------------------------------------------------------
     def _attention(self):
-        """Shared-prefix attention once the prompt's K/V sits in a SharedPrefixCache; row-exact attention
-        where the engine's Linears are row-invariant (int4), so speculative output equals plain; sdpa else."""
+        """Shared-prefix attention once the prompt's K/V sits in a SharedPrefixCache; else the backend's (row-exact)."""
         if isinstance(self.cache, SharedPrefixCache):
             return compat.shared_prefix_attention(self.engine.model, self.cache.prefix_kv)
-        if self.engine.row_exact:
-            return compat.row_exact_attention(self.streams.rows if self.streams is not None else None,
-                                              per_row=self.forward_passes > 0,
-                                              causal_prompt=self.forward_passes == 0 and len(self.live) == 1,
-                                              kernel=self.engine.kernel_attention,
-                                              kernel_keys=self.engine.kernel_keys)
-        return nullcontext()
+        return self.backend.attention(self.streams.rows if self.streams is not None else None,
+                                      per_row=self.forward_passes > 0,
+                                      causal_prompt=self.forward_passes == 0 and len(self.live) == 1)
 
     def scratch(self) -> int:
         """Slots one pass may write past a row's prefix: the widest tree and its streams, + a margin."""
@@ -307,46 +298,6 @@ class SingleDecoding(Decoding):
 
 
 # ---- starting a decoding ------------------------------------------------------------------------
-def default_drafter(engine, cfg: DecodeConfig) -> Drafter:
-    if cfg.mode == "ar":
-        return RootOnly()
-    if engine.streams is None:
-        raise SpecstreamError("speculative decoding needs stream parameters (or another drafter)")
-    depth = min(len(cfg.tree_topk), engine.streams.cfg.gamma)
-    if cfg.lookup:
-        if cfg.ngrams and engine.ngrams is None:
-            raise SpecstreamError("ngrams: this stream set has no n-gram store (ngrams.npz); build one with "
-                                  "`python -m specstream_core ngrams`, or decode with ngrams off")
-        return StreamLookupDrafter(cfg.tree_topk[:depth], cfg.node_budget, cfg.lookup,
-                                   store=engine.ngrams if cfg.ngrams else None)
-    return StreamDrafter(cfg.tree_topk[:depth], cfg.node_budget)
-
-
-def prompt_ids(engine, prompt, cfg: DecodeConfig) -> list[int]:
-    """Token ids of one prompt (text or ids), checked against the context length."""
-    if isinstance(prompt, str):
-        return engine.encode(prompt, cfg.max_new_tokens)
-    if not (isinstance(prompt, (list, tuple)) and all(isinstance(t, int) for t in prompt)):
-        raise SpecstreamError(f"a prompt must be a string or a list of token ids, got {type(prompt).__name__}")
-    engine.check_length(len(prompt), cfg.max_new_tokens)
-    return list(prompt)
-
-
-def prepare_prompts(engine, prompts, cfg: DecodeConfig) -> list[list[int]]:
-    """Token ids of every prompt, with one clear error for a bad batch or a bad prompt."""
-    if not isinstance(prompts, (list, tuple)) or not prompts:
-        raise SpecstreamError("generate_batch needs a non-empty list of prompts")
-    if len(prompts) > MAX_BATCH:
-        raise SpecstreamError(f"at most {MAX_BATCH} prompts per batch, got {len(prompts)}; split the input")
-    out = []
-    for i, prompt in enumerate(prompts):
-        try:
-            out.append(prompt_ids(engine, prompt, cfg))
-        except SpecstreamError as exc:
-            raise SpecstreamError(f"prompt {i}: {exc}") from None
-    return out
-
-
 def start(engine, prompt, cfg: DecodeConfig, drafter: Drafter | None = None) -> SingleDecoding:
     cfg = engine.settle(cfg)  # draft settings left None: the stream set's recommendation
     ids = prompt_ids(engine, prompt, cfg)

@@ -58,8 +58,8 @@ def prefill(dec) -> list[Pass]:
     out = msa.forward(engine.model, ids, positions, visible, streams=dec.streams, carriers=carriers,
                       cache=dec.cache, capture_layers=dec.capture, window=engine.window,
                       num_streams=dec.num_streams or None)
-    logits, scored = engine.head_scores(out.main[torch.arange(len(prompts), device=device), last[:, 0]],
-                                        out.streams)  # [P, V]; the last row's stream rows too, as a step's
+    logits, scored = dec.backend.head_scores(out.main[torch.arange(len(prompts), device=device), last[:, 0]],
+                                             out.streams)  # [P, V]; the last row's stream rows too, as a step's
     dec.cache.commit([(0, dec.num_layers, [torch.arange(len(p), device=device) for p in prompts])])
     if dec.share_prefix:
         dec.cache = SharedPrefixCache(dec.cache, batch=len(live), capacity=dec.cfg.max_new_tokens + dec.scratch())

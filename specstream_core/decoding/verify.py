@@ -17,7 +17,7 @@ import torch
 from specstream_core.decoding.config import SamplingConfig  # noqa: F401 - re-exported
 
 from specstream_core.decoding.tree import Tree
-from specstream_core.kernels.heads import greedy
+from specstream_core.backends import argmax
 
 
 def target_probs(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
@@ -45,7 +45,7 @@ class Verdict:
 def verify_greedy(tree: Tree, logits: torch.Tensor) -> Verdict:
     """logits: [n, V] main-stream logits of the tree's nodes."""
     # one host sync per step: the walk needs the argmaxes on the host
-    return walk_greedy(tree, greedy.argmax(logits).tolist())
+    return walk_greedy(tree, argmax(logits).tolist())
 
 
 def walk_greedy(tree: Tree, choice: list[int]) -> Verdict:
@@ -87,6 +87,6 @@ def verify_sampling(tree: Tree, logits: torch.Tensor, cfg: SamplingConfig, gener
 def sample_token(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator) -> int:
     """One token from [V] logits (plain decoding and the first token after the prompt)."""
     if cfg.greedy:
-        return int(greedy.argmax(logits.reshape(-1)))
+        return int(argmax(logits.reshape(-1)))
     probs = target_probs(logits, cfg).cpu().double()
     return int(torch.multinomial(probs, 1, generator=generator))

@@ -388,7 +388,7 @@ def row_exact_attention(row_state, per_row: bool, causal_prompt: bool = False, k
     one (per_row: a decoding step) or as one block (a prefill). row_state: the stream parameters' RowState
     (which rows are main rows), or None. causal_prompt: the block is one prompt on an empty cache (its main
     rows see exactly the keys before them), computed as transformers computes a prompt. kernel: the
-    row-invariant kernel's attention (`rowinv.attend`; `Engine.kernel_attention`) for decoding steps, or
+    row-invariant kernel's attention (`rowinv.attend`; `CpuKernel.attention` in backends/) for decoding steps, or
     None for sdpa's one-row calls (int4 engines: their plain decoding stays transformers' own, bit for bit);
     kernel_keys: what lists the keys a mask [q, keys] lets its rows see as the kernel's attention takes them
     (`rowinv_steps.mask_keys`), or None (torch's ops)."""

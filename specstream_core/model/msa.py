@@ -17,8 +17,8 @@ from typing import Callable
 
 import torch
 
+from specstream_core import backends
 from specstream_core.model import compat, masks
-from specstream_core.kernels.steps import direct_layers, layer_stacks, rowinv_steps
 from specstream_core.model.streams import StreamParams
 
 
@@ -53,13 +53,14 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Te
     embedding and the layers below are then skipped (lossless training reuses them: they are frozen).
     """
     layers = list(compat.decoder_layers(model))  # a list: slicing a ModuleList builds a new module (~65 µs)
+    steps = backends.bound(model)  # its layer steps, where its engine's backend has them
     prefix = cache.lengths if cache is not None else [0] * ids.shape[0]
     use_streams = streams is not None and carriers is not None
     birth = streams.cfg.birth_layer if use_streams else len(layers)
 
     if (use_streams and select is None and birth_hidden is None and not capture_layers and cache is not None
             and ids.shape[0] == 1 and not torch.is_grad_enabled()):
-        out = _one_call(model, layers, birth, ids, positions, visible, prefix, cache, window, streams, carriers,
+        out = _one_call(model, steps, layers, birth, ids, positions, visible, prefix, cache, window, streams, carriers,
                         min(num_streams or streams.cfg.gamma, streams.cfg.gamma))
         if out is not None:
             return out
@@ -68,7 +69,7 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Te
             h = birth_hidden
         else:
             h = _bottom(model, layers[:birth], ids, positions, visible, prefix, cache, window,
-                        grad=torch.is_grad_enabled() and not frozen_bottom)
+                        grad=torch.is_grad_enabled() and not frozen_bottom, steps=steps)
         rows_bottom = h.shape[1]
         keep, kept = None, None
         if not use_streams:
@@ -88,18 +89,19 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Te
         mask, pe = _stream_tables(model, h, positions, visible, carriers, gamma, prefix, window)
         # 3. the multi-stream layers (row adapters act on rows >= n only)
         with streams.rows.streams_after(n):
-            h = run_layers(layers[birth:], h, mask, pe, cache)
+            h = run_layers(layers[birth:], h, mask, pe, cache, steps)
         h = compat.final_norm(model, h)
         return ForwardOutput(h[:, :n], h[:, n:].reshape(B, s, gamma, d), keep, rows_bottom, h.shape[1], attention,
                              h_birth, kept)
 
 
-def _one_call(model, layers, birth: int, ids, positions, visible, prefix, cache, window, streams: StreamParams,
+def _one_call(model, steps, layers, birth: int, ids, positions, visible, prefix, cache, window, streams: StreamParams,
               carriers: torch.Tensor, gamma: int) -> ForwardOutput | None:
-    """A decoding step of one sequence whose layers can all run on the kernel's whole-layer steps: both runs of layers
-    and the stream rows' birth between them in one kernel call (`layer_stacks.run_stream_stack`), everything each
-    run needs made before it. The same numbers as the step below; None where the kernel cannot take the step."""
-    ready = layer_stacks.stream_stack_ready(layers[:birth], layers[birth:])
+    """A decoding step of one sequence whose layers can all run as the backend's layer steps (`steps`): both runs of
+    layers and the stream rows' birth between them in one call (`run_stream_stack`; on the CPU kernel, its
+    whole-layer steps), everything each run needs made before it. The same numbers as the step below; None where the
+    backend cannot take the step."""
+    ready = steps.stream_stack_ready(layers[:birth], layers[birth:])
     if ready is None:
         return None
     h = compat.embed(model, ids)
@@ -107,10 +109,10 @@ def _one_call(model, layers, birth: int, ids, positions, visible, prefix, cache,
     pe = compat.rotary(model, h, positions)
     top_mask, top_pe = _stream_tables(model, h, positions, visible, carriers, gamma, prefix, window)
     n, final = h.shape[1], compat.final_norm_module(model)
-    norm = rowinv_steps.kernel_norm(final)  # the final norm inside the call where it is the kernel's
+    norm = steps.kernel_norm(final)  # the final norm inside the call where the backend can apply it
     with streams.rows.streams_after(n):
-        ran = layer_stacks.run_stream_stack(ready, h, mask, pe, top_mask, top_pe, cache, carriers[0],
-                                             streams.embeddings[:gamma].to(h.dtype), norm)
+        ran = steps.run_stream_stack(ready, h, mask, pe, top_mask, top_pe, cache, carriers[0],
+                                     streams.embeddings[:gamma].to(h.dtype), norm)
     if ran is None:
         return None
     h_birth, h = ran
@@ -141,18 +143,18 @@ def _with_stream_rows(h: torch.Tensor, carriers: torch.Tensor, embeddings: torch
     return out
 
 
-def _bottom(model, layers, ids, positions, visible, prefix, cache, window, grad: bool) -> torch.Tensor:
+def _bottom(model, layers, ids, positions, visible, prefix, cache, window, grad: bool, steps) -> torch.Tensor:
     h = compat.embed(model, ids)  # [B, n, d]
     mask = masks.additive_mask(prefix, visible, positions, h.dtype, window)
     pe = compat.rotary(model, h, positions)
     with torch.set_grad_enabled(grad):
-        return run_layers(layers, h, mask, pe, cache)
+        return run_layers(layers, h, mask, pe, cache, steps)
 
 
-def run_layers(layers, h: torch.Tensor, mask, pe, cache) -> torch.Tensor:
-    """The layers one after another (`compat.run_layer`), or all in one kernel call where their direct steps can
-    take this step together (`direct_layers.run_stack`: the same numbers)."""
-    out = direct_layers.run_stack(layers, h, mask, pe, cache)
+def run_layers(layers, h: torch.Tensor, mask, pe, cache, steps) -> torch.Tensor:
+    """The layers one after another (`compat.run_layer`), or all in one call where the backend's layer steps
+    (`steps`: `backends.bound`) can take this step together (`run_stack`: the same numbers)."""
+    out = steps.run_stack(layers, h, mask, pe, cache)
     if out is not None:
         return out
     for layer in layers:
@@ -172,7 +174,8 @@ def bottom_hidden(model, ids: torch.Tensor, n_bottom: int) -> torch.Tensor:
         x = seq[None]
         T = x.shape[1]
         pos = torch.arange(T, device=x.device)[None]
-        rows.append(_bottom(model, layers, x, pos, masks.causal_visibility(T, 1, x.device), [0], None, None, False))
+        rows.append(_bottom(model, layers, x, pos, masks.causal_visibility(T, 1, x.device), [0], None, None, False,
+                            backends.bound(model)))
     return torch.cat(rows)
 
 

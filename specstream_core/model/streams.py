@@ -22,11 +22,8 @@ from dataclasses import asdict
 import torch
 from torch import nn
 
+from specstream_core.backends import ROWS
 from specstream_core.model import compat, hub
-from specstream_core.kernels.steps import direct_layers, rowinv_steps
-from specstream_core.kernels import amx_tiles, draft_weights
-from specstream_core.kernels.heads import int8_head
-from specstream_core.kernels.linears import rowinv
 from specstream_core.model.stream_config import (ADAPTER_TARGETS, CONFIG_NAME, FORMAT_VERSION, LORA_DIR, MAX_GAMMA,  # noqa: F401
                                                  WEIGHTS_NAME, StreamConfig, check_gamma, read_stream_config)
 from specstream_core.errors import SpecstreamError
@@ -46,11 +43,6 @@ class RowState:
             yield
         finally:
             self.n_main = previous
-
-
-def _input_dtype(module: nn.Module) -> torch.dtype:
-    weight = getattr(module, "weight", None)
-    return weight.dtype if weight is not None else torch.float32  # int4 layers take fp32 and cast inside
 
 
 class StreamRowLoRA(nn.Module):
@@ -76,25 +68,7 @@ class StreamRowLoRA(nn.Module):
         n = self.state.n_main
         if n is None or n >= x.shape[-2]:
             return self.base(x)
-        if (self.draft is not None and x.shape[-2] - n >= draft_weights.MIN_ROWS
-                and not torch.is_grad_enabled()):  # main rows on base, stream rows on the copy
-            main, rest = x[..., :n, :].contiguous(), x[..., n:, :].contiguous()
-            y = torch.cat([self.base(main), self.draft(rest.to(torch.float32)).to(main.dtype)], dim=-2)
-        else:
-            y = self.base(x)
-        kernel = not torch.is_grad_enabled() and rowinv.enabled()
-        tiles = self.tiled_factors() if kernel else None
-        rows = x[..., n:, :]
-        delta = None
-        if tiles is not None:  # the base on AMX tiles: the delta too, as the kernel's layer steps compute it
-            t = rowinv.linear_tiled(rows, tiles[0], None, self.lora_A.out_features)
-            delta = rowinv.linear_tiled(t, tiles[1], None, self.lora_B.out_features).to(y.dtype)
-        elif kernel and rows.dtype is torch.float32 and rows.is_cpu and self.lora_A.weight.dtype is torch.float32:
-            delta = rowinv_steps.lora_rows(rows, *self.factors())  # as the kernel's layer steps compute it
-        if delta is None:
-            delta = self.lora_B(self.lora_A(rows.to(self.lora_A.weight.dtype))).to(y.dtype)
-        y[..., n:, :] += delta  # in place: y is a fresh output the base layer's backward does not need
-        return y
+        return ROWS.adapter_rows(self, x, n)  # the backend's Linears for stream rows (kernel, tiles or torch)
 
     def factors(self) -> tuple[torch.Tensor, torch.Tensor]:
         """A^T [K, r] and B^T [r, N] in bf16, contiguous, as the kernel's `lora_rows` takes them (stream rows only draft:
@@ -120,18 +94,9 @@ class StreamRowLoRA(nn.Module):
         return tuple((w.data_ptr(), None if w.is_inference() else w._version) for w in (self.lora_A.weight, self.lora_B.weight))
 
     def tiled_factors(self) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """A and B in bf16 as AMX tiles (`amx_tiles.tiled`) where the base Linear runs on tiles (bf16 weights on a
-        CPU with AMX) and the rank is a multiple of 32: there the stream rows' delta runs on tiles too (25 rows cost
-        about one); else None. Made again whenever A or B changes."""
-        if not (isinstance(self.base, rowinv.RowInvariantLinear) and self.base.on_tiles()):
-            return None
-        a, b = self.lora_A.weight, self.lora_B.weight
-        key = self._weights_key() + (id(rowinv.library()),)
-        if getattr(self, "_tiles_key", None) != key:
-            lib = rowinv.library()
-            made = [amx_tiles.tiled(w.detach().to(torch.bfloat16), lib) for w in (a, b)]
-            self._tiles, self._tiles_key = (None if any(m is None for m in made) else tuple(made)), key
-        return self._tiles
+        """A and B laid out for the backend's kernel where the base runs on one (AMX tiles: `CpuKernel.adapter_factors`),
+        else None. Made again whenever A or B changes."""
+        return ROWS.adapter_factors(self)
 
 
 class PruneHead(nn.Module):
@@ -163,7 +128,7 @@ class StreamParams(nn.Module):
         # rows always use the full head, so verification and output are unchanged
         self.register_buffer("draft_vocab", torch.arange(cfg.draft_vocab_size) if cfg.draft_vocab_size else None)
         self._draft_head: tuple | None = None  # (head cut to the draft vocabulary, source weights, (device, dtype))
-        self.cheap_draft_head = False  # that cut an 8-bit copy (kernels/draft_weights.py)
+        self.cheap_draft_head = False  # that cut an 8-bit copy (kernels/draft_weights.py, set by the backend's bind)
 
     # ---- construction ------------------------------------------------------------------
     @classmethod
@@ -190,7 +155,7 @@ class StreamParams(nn.Module):
         device = next(model.parameters()).device
         self.to(device)
         if self.cfg.adapter_rank and not self.adapters:
-            direct_layers.unbind(compat.decoder_layers(model))  # bound to the Linears the adapters now wrap
+            ROWS.unbind(model)  # layer steps bound to the Linears the adapters now wrap
             layers = compat.decoder_layers(model)
             for li in range(self.cfg.birth_layer, self.cfg.num_layers):
                 for parent_name, parent in (("attn", layers[li].self_attn), ("mlp", layers[li].mlp)):
@@ -200,9 +165,7 @@ class StreamParams(nn.Module):
                             continue
                         wrapper = StreamRowLoRA(base, self.cfg.adapter_rank, self.rows,
                                                 base.in_features, base.out_features).to(device)
-                        if rowinv.uses_kernel(model):  # a few stream rows: the kernel's call is far cheaper than MKL's
-                            rowinv.make_row_invariant(wrapper.lora_A)
-                            rowinv.make_row_invariant(wrapper.lora_B)
+                        ROWS.own_linears(model, [wrapper.lora_A, wrapper.lora_B])
                         setattr(parent, name, wrapper)
                         self.adapters[f"{li}_{parent_name}_{name}"] = wrapper
         self._attached_to = model
@@ -213,7 +176,7 @@ class StreamParams(nn.Module):
         model = self._attached_to
         if model is None:
             return
-        direct_layers.unbind(compat.decoder_layers(model))
+        ROWS.unbind(model)
         for parent, name, wrapper in self._adapter_places():
             setattr(parent, name, wrapper.base)
         self.adapters = nn.ModuleDict()
@@ -261,20 +224,7 @@ class StreamParams(nn.Module):
         cached = self._draft_head
         if cached is None or cached[1] is not source or cached[2] != (source.device, source.dtype):
             idx = self.draft_vocab.to(source.device)
-            if self.cheap_draft_head and getattr(head, "bias", None) is None and not getattr(head, "a8", False):
-                sub = (head.rows(idx, a8=True) if isinstance(head, int8_head.Int8Linear)  # fp32's exact 8-bit head
-                       else draft_weights.head_rows(source.detach()[idx]))
-            elif hasattr(head, "rows"):
-                sub = head.rows(idx)
-            else:
-                bias = head.bias[idx].detach() if getattr(head, "bias", None) is not None else None
-                sub = nn.Linear(head.in_features, idx.numel(), bias=bias is not None, device=source.device,
-                                dtype=source.dtype).requires_grad_(False)
-                sub.weight.data = source.detach()[idx].contiguous()
-                if isinstance(head, rowinv.RowInvariantLinear):
-                    rowinv.make_row_invariant(sub)
-                if bias is not None:
-                    sub.bias.data = bias
+            sub = ROWS.cut_head(head, source, idx, self.cheap_draft_head)
             cached = (sub, source, (source.device, source.dtype))
             self._draft_head = cached
         return cached[0]
@@ -285,9 +235,7 @@ class StreamParams(nn.Module):
         if self.draft_vocab is None:
             return head(normed_hidden), None
         sub_head = self.draft_head(head)
-        if not (isinstance(sub_head, rowinv.RowInvariantLinear) and sub_head.runs_kernel(normed_hidden)):
-            normed_hidden = normed_hidden.to(_input_dtype(sub_head))
-        return sub_head(normed_hidden), self.draft_vocab
+        return sub_head(ROWS.head_input(sub_head, normed_hidden)), self.draft_vocab
 
     def draft_logits(self, head: nn.Module, normed_hidden: torch.Tensor, vocab_size: int) -> torch.Tensor:
         """Stream-row logits over the full vocabulary ([..., V]); tokens outside the draft vocabulary
