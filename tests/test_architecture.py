@@ -29,12 +29,10 @@ ALLOWED = {
 }
 KERNEL_MAY_USE = {f"{PKG}.model.compat"}
 # the transformers glue, the method's data structures (masks, the KV cache) and the precision names
-BACKEND_MAY_USE = {f"{PKG}.model.{m}" for m in ("compat", "masks", "cache", "loading")}
+BACKEND_MAY_USE = {f"{PKG}.model.{m}" for m in ("compat", "masks", "cache", "precisions")}
 KERNEL_USERS = {
     # loading quantizes a model's Linears and installs the kernel's at load time, before any backend exists
     f"{PKG}.model.loading": {f"{PKG}.kernels.linears.{m}" for m in ("int4", "int4_a8", "rowinv")},
-    # the "what the output equals" label names a precision before a model loads, as loading resolves it
-    f"{PKG}.model.exactness": {f"{PKG}.kernels.linears.{m}" for m in ("int4_a8", "rowinv")},
 }
 BASE = ("errors", "paths")  # what every layer may import
 ENGINE = ("kernels", "backends", "model", "decoding")  # what `Engine` is made of: no edge to bench, training, io, cli or app

@@ -13,7 +13,7 @@ from __future__ import annotations
 from torch import nn
 
 from specstream_core.backends.base import Backend
-from specstream_core.model.loading import INT4
+from specstream_core.model.precisions import INT4
 
 
 class TorchBackend(Backend):

@@ -15,7 +15,7 @@ The facts behind the labels (tests: test_lossless, test_rowinv, test_int4, test_
 
 from __future__ import annotations
 
-from specstream_core.kernels.linears import int4_a8, rowinv
+from specstream_core import backends
 from specstream_core.model import default_model
 from specstream_core.model.loading import DEFAULT_KERNEL, INT4, checkpoint_dtype, is_exact, resolve_precision
 
@@ -55,7 +55,7 @@ def facts(engine) -> dict:
     """The keyword arguments of `label` that an engine knows (its load records the checkpoint: `loading.load_model`)."""
     checkpoint = getattr(engine.model.config, "specstream_checkpoint", None) or {}
     streams = engine.streams
-    return {"device": engine.device.type, "kernel": rowinv.uses_kernel(engine.model),
+    return {"device": engine.device.type, "kernel": backends.on_kernel(engine.model),
             "checkpoint": checkpoint.get("dtype"), "bundled": bool(checkpoint.get("bundled")),
             "adapted": streams is not None and streams.cfg.mode == "shared"}
 
@@ -69,7 +69,7 @@ def for_base(base: str, precision: str = "auto", device: str = "cpu", stream_mod
     """`label` for greedy speculative decoding of a base before it is loaded (the lab's model line): `precision`
     resolved as loading resolves it."""
     resolved = resolve_precision(precision, device, DEFAULT_KERNEL, base)
-    return label(resolved, device, kernel=rowinv.kernel_for(resolved, device, DEFAULT_KERNEL),
+    return label(resolved, device, kernel=backends.kernel_runs(resolved, device, DEFAULT_KERNEL),
                  checkpoint=checkpoint_dtype(base), bundled=bool(default_model.gguf_source(base)),
                  adapted=stream_mode == "shared")
 
@@ -77,11 +77,11 @@ def for_base(base: str, precision: str = "auto", device: str = "cpu", stream_mod
 def faster_options(engine) -> list[tuple[str, str]]:
     """(flag, what the output would equal) for each precision faster than the engine's that its device runs:
     bf16 weights and 4-bit weights on the row-invariant CPU kernel (int4-a8 where its build has AVX512-VNNI)."""
-    if not rowinv.uses_kernel(engine.model) or engine.precision in INT4:
+    if not backends.on_kernel(engine.model) or engine.precision in INT4:
         return []
     known = {**facts(engine), "kernel": True}
     options = [("--dtype", "bf16")] if engine.precision == "fp32" else []
-    options.append(("--quantize", "int4-a8" if int4_a8.available() else "int4"))
+    options.append(("--quantize", "int4-a8" if backends.a8_available() else "int4"))
     return [(f"{flag} {p}", label(p, **known)) for flag, p in options]
 
 
