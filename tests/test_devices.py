@@ -194,3 +194,12 @@ def test_a_gpu_host_never_builds_the_cpu_kernel(monkeypatch, tmp_path):
     spec = models.ModelSpec("m", str(tmp_path), {"lossless": streams})
     assert render.shown_precision(spec) == "fp32"
     assert models.recommended_for(spec, "lossless")["topk"]  # resolved for cuda: the kernel is not asked for
+
+
+def test_nothing_is_labelled_exact_on_cuda():
+    """cuBLAS picks its kernels by row count: on CUDA speculative == plain is measured, never claimed."""
+    from specstream_core.model.loading import is_exact
+
+    for precision in ("fp32", "bf16", "fp16", "nf4", "int8"):
+        assert not is_exact(precision, "cuda", "torch")
+    assert is_exact("fp32", "cpu", "torch") and is_exact("nf4", "cpu") and is_exact("bf16", "cpu", "rowinv")
