@@ -27,7 +27,7 @@ wait
 rm -rf assets/base/checkpoint assets/streams-lossless/checkpoint assets/streams-shared/checkpoint
 echo "model build took $(( ($(date +%s) - start) / 60 )) minutes"
 # 4. the model card's numbers (~5 min)
-$PY -m specstream_core bench --methods ar,hf-greedy,ss-lossless,ss-shared --baseline ar --n 20 --max-new-tokens 96 \
+$PY -m specstream_core bench --methods ar,hf-greedy,ss,ss-shared --baseline ar --n 20 --max-new-tokens 96 \
     --threads 1 --ablations none --precisions fp32 --json assets/bench.json --markdown assets/bench.md
 [ "${SKIP_BASELINES:-0}" = 1 ] && exit 0
 # 5. benchmark extras (~25 min more; SKIP_BASELINES=1 stops above): the Ns ablation's second lossless

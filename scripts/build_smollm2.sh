@@ -97,7 +97,7 @@ fi
 if has card; then  # 8. the model card's numbers: 20 eval prompts per category, methods alternating
   stamp "card bench"
   # (add ss-shared once a shared set ships, hf-assisted for the draft)
-  $PY -m specstream_core bench --methods hf-greedy,ss-lossless --baseline hf-greedy --n 20 \
+  $PY -m specstream_core bench --methods hf-greedy,ss --baseline hf-greedy --n 20 \
       --max-new-tokens 64 --threads 1 --ablations lookup --ablation-categories 8 --ablation-n 2 --precisions fp32 \
       --json "$OUT/bench/card.json" --markdown "$OUT/bench/card.md"
 fi

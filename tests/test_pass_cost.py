@@ -74,7 +74,7 @@ def test_cli_writes_json_and_reports_errors(tiny_dir, tmp_path, capsys):
     assert by["ss γ=2"]["roofline_ms"] >= by["verify 3"]["roofline_ms"] > 0  # same nodes, more rows
     assert (tmp_path / "pass-cost.svg").read_text().startswith("<svg") and (tmp_path / "pass-cost.html").is_file()
     for argv, message in ((["--verify-rows", "two"], "--verify-rows must be comma-separated integers"),
-                          (["--precisions", "fp8"], "--precisions must list"),
+                          (["--precisions", "fp8"], "--precisions: unknown name 'fp8'"),
                           (["--streams", str(tmp_path)], "is not a stream directory")):
         assert main(["pass-cost", "--base", tiny_dir, "--no-progress", *argv]) == 2
         assert message in capsys.readouterr().err

@@ -151,11 +151,11 @@ def test_the_cli_names_faster_precisions_on_one_stderr_line(tmp_path, capsys):
         hint = [line for line in err.splitlines() if line.startswith("note: auto ran fp32")]
         four = "int4-a8" if int4_a8.available() else "int4"
         assert len(hint) == 1, err
-        assert "--dtype bf16 (plain decoding at bf16)" in hint[0]
-        assert f"--quantize {four} (plain decoding at {four})" in hint[0]
+        assert "--precision bf16 (plain decoding at bf16)" in hint[0]
+        assert f"--precision {four} (plain decoding at {four})" in hint[0]
         assert "equals transformers greedy generate at fp32" in hint[0]
         assert "output equals transformers greedy generate at fp32" in err  # the summary line
-        for flags in (["--dtype", "fp32"], ["--dtype", "bf16"], ["--quantize", four]):  # asked for: no hint
+        for flags in (["--precision", "fp32"], ["--precision", "bf16"], ["--precision", four]):  # asked for: no hint
             assert main(args + flags) == 0
             assert "note: auto ran" not in capsys.readouterr().err
 

@@ -44,7 +44,7 @@ def test_speed_rows_check_each_method_against_its_reference():
     assert "| 1 | ss int4 |" in table and "× transformers fp32" in table
 
 
-@pytest.mark.parametrize("flags, message", [(["--methods", "ar,vllm"], "unknown methods"),
+@pytest.mark.parametrize("flags, message", [(["--methods", "ar,vllm"], "--methods: unknown name 'vllm'"),
                                             (["--threads", "0"], "--threads"), (["--threads", "a"], "--threads"),
                                             (["--n", "0"], "--n")])
 def test_bad_speed_settings_are_one_clear_line(flags, message, capsys):

@@ -1,6 +1,6 @@
 """Command-line entry point: `python -m specstream_core COMMAND ...`.
 
-Each command lives in `specstream_core/commands/<name>.py` and exposes
+Each command lives in `specstream_core/cli/commands/<name>.py` and exposes
 `add_arguments(parser)` and `run(args) -> int`. Errors the user can fix are raised as
 `SpecstreamError` and printed as one line on stderr (exit status 2).
 """
@@ -68,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
+        from specstream_core.model import hub_access
+
+        hub_access.check(getattr(args, "base", None))  # a hub id it cannot fetch: one line now, not after retries
         return int(args._run(args) or 0)
     except SpecstreamError as exc:
         print(f"error: {exc}", file=sys.stderr)

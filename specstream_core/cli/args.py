@@ -16,8 +16,22 @@ from specstream_core.errors import SpecstreamError
 from specstream_core.io.jsonl import read_objects
 from specstream_core.model import defaults
 from specstream_core.model.stream_config import check_gamma
-from specstream_core.model.precisions import QUANTIZE_CHOICES, precision_from_flags
+from specstream_core.model.precisions import PRECISIONS, QUANTIZE_CHOICES, precision_from_flags
+from specstream_core.cli.vocab import Deprecated, add_tree_topk
 from specstream_core.training.config import RunConfig
+
+
+def _old_quantize(value: str) -> str | None:
+    """--quantize's precision (None for `none`: the --precision/--dtype given, as before)."""
+    if value not in QUANTIZE_CHOICES:
+        raise ValueError(f"unknown name {value!r}; valid: {', '.join(QUANTIZE_CHOICES)}")
+    return None if value == "none" else precision_from_flags(value, "auto")
+
+
+def _old_dtype(value: str) -> str:
+    if value not in ("auto", "fp32", "bf16", "fp16"):
+        raise ValueError(f"unknown name {value!r}; valid: auto, fp32, bf16, fp16")
+    return value
 
 
 def add_model_arguments(p) -> None:
@@ -27,13 +41,16 @@ def add_model_arguments(p) -> None:
     p.add_argument("--streams", help="stream-adapter directory (default with --base: fresh streams)")
     p.add_argument("--gamma", type=int, default=4, help="number of fresh streams (ignored with --streams)")
     p.add_argument("--n-stream-layers", type=int, default=None, help="Ns for fresh streams (default: N/4)")
-    p.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none")
-    p.add_argument("--dtype", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
-                   help="weights of the Linears: auto (default: on the row-invariant CPU kernel int4-a8 for a "
+    p.add_argument("--precision", choices=PRECISIONS, default="auto",
+                   help="what the Linears compute in: auto (on the row-invariant CPU kernel int4-a8 for a "
                         "GGUF-converted base such as the default model, its fastest measured (its file's 4-bit groups "
-                        "against 8-bit activations, as llama.cpp computes; --quantize int4 keeps fp32 activations and "
-                        "is the fp32 model exactly); for any other base the checkpoint's own dtype, so greedy output "
-                        "equals transformers' greedy generate; `generate` names the faster choices), fp32, bf16 or fp16 (CUDA only)")
+                        "against 8-bit activations, as llama.cpp computes; int4 keeps fp32 activations and is the fp32 "
+                        "model exactly); for any other base the checkpoint's own dtype, so greedy output equals "
+                        "transformers' greedy generate; `generate` names the faster choices), fp32, bf16, fp16 (CUDA "
+                        "only), nf4, int8, int4 or int4-a8; the same names as the benchmarks' --precisions")
+    # the old flags (--quantize none|nf4|int8|int4|int4-a8, --dtype auto|fp32|bf16|fp16) still work
+    p.add_argument("--quantize", dest="precision", action=Deprecated, new="--precision", convert=_old_quantize)
+    p.add_argument("--dtype", dest="precision", action=Deprecated, new="--precision", convert=_old_dtype)
     p.add_argument("--stream-weights", choices=("auto", "same", "int4-a8"), default="auto",
                    help="what the multi-stream layers' stream rows (drafts only) are computed with: auto (default: 4-bit "
                         "copies where a pass has 8 or more stream rows on fp32 or bf16 Linears of the row-invariant "
@@ -51,9 +68,9 @@ def add_decode_arguments(p) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--sample-top-k", type=int, default=0, help="sampling: keep the k most likely tokens (0 = off)")
     p.add_argument("--top-p", type=float, default=1.0, help="sampling: nucleus mass (1 = off)")
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--topk", default=None,
-                   help="draft-tree candidates per depth, e.g. 4,3,2,1 (default: what the stream set records as fastest)")
+    p.add_argument("--seed", type=int, default=None, help="sampling: the random seed (default: a fresh one each run)")
+    add_tree_topk(p, "draft-tree candidates per depth, e.g. 4,3,2,1 (default: what the stream set records as "
+                     "fastest)")
     p.add_argument("--prune-threshold", type=float, default=None,
                    help="drop tree branches below this transition probability (default: the stream set's)")
     p.add_argument("--node-budget", type=int, default=None, help="most tree nodes per step (default: the stream set's)")
@@ -98,7 +115,7 @@ def load_engine(args, quiet: bool = False):
     from specstream_core.decoding.engine import Engine
 
     base, streams = defaults.resolve(args.base, args.streams)
-    precision = precision_from_flags(args.quantize, args.dtype)
+    precision = args.precision
     with warnings.catch_warnings():
         if quiet:
             warnings.simplefilter("ignore")

@@ -18,7 +18,10 @@ from specstream_core.bench.ablations import ABLATIONS, ablation_methods, tree_no
 from specstream_core.bench.report import update_doc
 from specstream_core.bench.suites import suite_categories, suite_examples, suite_scorer
 from specstream_core.cli.bench_settings import (ABLATION_CATEGORIES, ABLATION_N, ALL_METHODS, DEFAULT_MAX_NEW,  # noqa: F401
-                                                DEFAULT_N, DRAFT_DIR, MEDUSA_DIR, QUICK, SUITES)
+                                                DEFAULT_N, DRAFT_DIR, MEDUSA_DIR, OLD_METHODS, PRECISIONS, QUICK,
+                                                ROW_LABELS, SUITES)
+from specstream_core.cli import vocab
+
 
 def run(args) -> int:
     import torch
@@ -76,10 +79,7 @@ def _default_precision(args) -> str:
 def plan(args) -> dict:
     """Resolve sizes, methods, precisions and ablations from the flags (quick mode fills defaults)."""
     CATEGORIES = suite_categories(args.suite)
-    methods = _csv(args.methods)
-    unknown = [m for m in methods if m not in ALL_METHODS]
-    if unknown:
-        raise SpecstreamError(f"unknown methods {unknown}; choose from {', '.join(ALL_METHODS)}")
+    methods = [ROW_LABELS.get(m, m) for m in vocab.names(args.methods, "--methods", ALL_METHODS, OLD_METHODS)]
     if "ar" not in methods:
         methods.insert(0, "ar")
     categories = _csv(args.categories) or list(CATEGORIES)
@@ -91,17 +91,12 @@ def plan(args) -> dict:
     n = args.n if args.n is not None else (QUICK["n"] if args.quick else DEFAULT_N)
     max_new = args.max_new_tokens if args.max_new_tokens is not None else (QUICK["max_new"] if args.quick else DEFAULT_MAX_NEW)
     if args.precisions is not None:
-        precisions = _csv(args.precisions)
-    elif args.quantize is not None:
-        precisions = ["nf4" if args.quantize == "nf4" else "fp32"]
+        precisions = vocab.precisions(args.precisions, "--precisions", PRECISIONS)
     else:
         # the default precision first (int4-a8 on the default model, the checkpoint's own dtype elsewhere:
         # `resolve_precision`), then fp32 and nf4
         precisions = (_csv(QUICK["precisions"]) if args.quick
                       else list(dict.fromkeys([_default_precision(args), "fp32", "nf4"])))
-    bad = [p for p in precisions if p not in ("fp32", "nf4", "int4", "int4-a8", "bf16")]
-    if bad or not precisions:
-        raise SpecstreamError(f"--precisions must list some of fp32, nf4, int4, int4-a8, bf16, got {args.precisions!r}")
     if args.ablations is not None:
         ablations = [] if args.ablations.strip() == "none" else _csv(args.ablations)
     else:
@@ -113,7 +108,9 @@ def plan(args) -> dict:
         ablations.remove("ns")  # only with stream sets of different Ns
     if n < 1 or max_new < 1:
         raise SpecstreamError("--n and --max-new-tokens must be >= 1")
-    baseline = args.baseline if args.baseline in methods else "ar"
+    baseline = vocab.names(args.baseline, "--baseline", ALL_METHODS, OLD_METHODS)[0]
+    baseline = ROW_LABELS.get(baseline, baseline)
+    baseline = baseline if baseline in methods else "ar"
     return {"methods": methods, "categories": categories, "n": n, "max_new": max_new, "precisions": precisions,
             "ablations": ablations, "baseline": baseline}
 

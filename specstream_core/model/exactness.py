@@ -80,8 +80,8 @@ def faster_options(engine) -> list[tuple[str, str]]:
     if not backends.on_kernel(engine.model) or engine.precision in INT4:
         return []
     known = {**facts(engine), "kernel": True}
-    options = [("--dtype", "bf16")] if engine.precision == "fp32" else []
-    options.append(("--quantize", "int4-a8" if backends.a8_available() else "int4"))
+    options = [("--precision", "bf16")] if engine.precision == "fp32" else []
+    options.append(("--precision", "int4-a8" if backends.a8_available() else "int4"))
     return [(f"{flag} {p}", label(p, **known)) for flag, p in options]
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from specstream_core.model.lora import apply_shared_lora
-from specstream_core.model import compat, default_model, devices
+from specstream_core.model import compat, default_model, devices, hub_access
 from specstream_core.kernels.linears import int4, int4_a8, rowinv
 from specstream_core.errors import SpecstreamError
 from safetensors import SafetensorError, safe_open
@@ -163,6 +163,8 @@ def load_config(base: str):
         raise SpecstreamError("no base model given")
     if not _is_local(base) and (base.startswith((".", "/", "~")) or os.sep in base.strip("/").split("/", 1)[-1]):
         raise SpecstreamError(f"model directory not found: {base}")
+    if not _is_local(base):
+        hub_access.check(base)  # offline or no network: one line now, not half a minute of retries
     try:
         config = AutoConfig.from_pretrained(base)
     except (OSError, ValueError) as exc:

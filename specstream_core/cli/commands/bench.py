@@ -7,7 +7,8 @@ ablation.
 Methods on the same base model, same prompts and lengths, greedy: ar (our plain loop), hf-greedy,
 hf-pld (transformers prompt lookup), hf-assisted (transformers assisted generation with the small
 draft in assets/smollm2/draft), pld (our prompt-lookup drafter through our tree verifier), medusa
-(Medusa-style heads in assets/smollm2/medusa through our tree verifier), ss-lossless and ss-shared.
+(Medusa-style heads in assets/smollm2/medusa through our tree verifier), ss (the lossless streams; rows
+labelled ss-lossless) and ss-shared; each at the precisions --precisions lists.
 Ablations (at the first precision listed, lossless streams, a subset of categories): draft depth γ (first g
 streams), per-depth top-k, Ns (with --ablation-streams), the pruning threshold and prompt lookup grafted onto the tree
 (`bench/ablations.py`).
@@ -21,8 +22,15 @@ import os
 from specstream_core.bench.names import ABLATIONS, DOC_BEGIN, DOC_END
 from specstream_core.cli import bench_ab
 from specstream_core.cli.bench_settings import (ABLATION_CATEGORIES, ABLATION_N, ALL_METHODS, DEFAULT_MAX_NEW,
-                                                DEFAULT_N, DRAFT_DIR, MEDUSA_DIR, SUITES)
+                                                DEFAULT_N, DRAFT_DIR, MEDUSA_DIR, PRECISIONS, SUITES)
+from specstream_core.cli.vocab import Deprecated, add_tree_topk
 from specstream_core.model import defaults
+
+
+def _old_quantize(value: str) -> str:
+    if value not in ("none", "nf4"):
+        raise ValueError(f"unknown name {value!r}; valid: none, nf4")
+    return "nf4" if value == "nf4" else "fp32"
 
 
 def add_arguments(p) -> None:
@@ -35,12 +43,13 @@ def add_arguments(p) -> None:
     p.add_argument("--raw", action="store_true", help="do not wrap prompts in the model's chat template")
     p.add_argument("--draft", help=f"draft model for hf-assisted (default: {os.path.relpath(DRAFT_DIR, defaults.ROOT)})")
     p.add_argument("--medusa", help=f"Medusa heads directory (default: {os.path.relpath(MEDUSA_DIR, defaults.ROOT)})")
-    p.add_argument("--methods", default=",".join(ALL_METHODS), help=f"comma-separated subset of {', '.join(ALL_METHODS)}")
+    p.add_argument("--methods", default=",".join(ALL_METHODS), help=f"comma-separated subset of {', '.join(ALL_METHODS)} "
+                   "(ss: the --streams set, its rows labelled ss-lossless)")
     p.add_argument("--baseline", default="hf-greedy", help="method the speedup column is relative to")
     p.add_argument("--categories", default="", help="comma-separated task categories (default: all)")
     p.add_argument("--n", type=int, default=None, help=f"eval prompts per category (default {DEFAULT_N})")
     p.add_argument("--max-new-tokens", type=int, default=None, help=f"default {DEFAULT_MAX_NEW}")
-    p.add_argument("--topk", default="", help="draft tree per depth (default: the streams' recommended)")
+    add_tree_topk(p, "draft tree per depth (default: the streams' recommended)")
     p.add_argument("--prune-threshold", type=float, default=None)
     p.add_argument("--node-budget", type=int, default=None)
     p.add_argument("--lookup", type=int, default=None,
@@ -48,11 +57,11 @@ def add_arguments(p) -> None:
     p.add_argument("--ngrams", action=argparse.BooleanOptionalAction, default=None,
                    help="copy from the stream set's n-gram store where the context has no longer match "
                         "(default: the streams' recommended)")
-    p.add_argument("--precisions", default=None, help="comma-separated: fp32,nf4,int4,int4-a8,bf16 (default: the default precision "
-                                                           "(int4-a8 on the default model, bf16 on the CPU kernel for "
-                                                           "others), fp32, nf4; --quick: fp32); ablations run on the "
-                                                           "first")
-    p.add_argument("--quantize", choices=("none", "nf4"), default=None, help="shorthand for --precisions fp32 / nf4")
+    p.add_argument("--precisions", default=None, help=f"comma-separated subset of {', '.join(PRECISIONS)} (default: "
+                   "the default precision (int4-a8 on the default model, bf16 on the CPU kernel for others), fp32, "
+                   "nf4; --quick: fp32); ablations run on the first")
+    # the old shorthand --quantize none|nf4 (--precisions fp32 / nf4) still works
+    p.add_argument("--quantize", dest="precisions", action=Deprecated, new="--precisions", convert=_old_quantize)
     p.add_argument("--ablations", default=None,
                    help=f"comma-separated subset of {', '.join(ABLATIONS)}, or 'none' (default: all that apply)")
     p.add_argument("--ablation-streams", default="", help="comma-separated stream directories with different Ns "

@@ -11,7 +11,9 @@ import warnings
 from specstream_core.model import defaults
 from specstream_core.decoding.config import DRAFT_FALLBACK, DecodeConfig, decode_fields, parse_topk
 from specstream_core.errors import SpecstreamError
+from specstream_core.cli import vocab
 from specstream_core.cli.args import recommended
+from specstream_core.cli.vocab import add_tree_topk
 
 
 def add_arguments(p) -> None:
@@ -23,8 +25,8 @@ def add_arguments(p) -> None:
     p.add_argument("--prompts", type=int, default=32, help="eval prompts, mixed across categories")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=3, help="timed repeats per method and batch size (median)")
-    p.add_argument("--topk", default="", help="draft tree(s) per depth for ss-batch, ';' between trees, e.g. '1,1,1,1;1' "
-                                            "(default: the streams' recommended)")
+    add_tree_topk(p, "draft tree(s) per depth for ss-batch, ';' between trees, e.g. '1,1,1,1;1' (default: the "
+                     "streams' recommended)")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     p.add_argument("--shared-n", type=int, default=8, help="samples of one prompt for the shared-prefix comparison (0 = skip)")
     p.add_argument("--quick", action="store_true", help="8 prompts, batch sizes 1,8, 32 tokens, 1 repeat, shared n=4")
@@ -48,10 +50,7 @@ def _settings(args):
     from specstream_core.bench.batch_bench import METHODS
 
     batch_sizes = _int_list(args.batch_sizes, "--batch-sizes")
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown:
-        raise SpecstreamError(f"unknown methods {unknown}; choose from {', '.join(METHODS)}")
+    methods = vocab.names(args.methods, "--methods", tuple(METHODS))
     if "ar-seq" not in methods:
         methods.insert(0, "ar-seq")
     n_prompts, max_new, repeats, shared_n = args.prompts, args.max_new_tokens, args.repeats, args.shared_n

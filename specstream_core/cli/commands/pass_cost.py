@@ -17,6 +17,7 @@ import platform
 import warnings
 
 from specstream_core.cli.args import write_text
+from specstream_core.model.precisions import PRECISIONS
 from specstream_core.model import defaults
 from specstream_core.errors import SpecstreamError
 from specstream_core.model.stream_config import check_gamma
@@ -28,7 +29,7 @@ def add_arguments(p) -> None:
                    "default model's lossless streams; with --base: fresh streams)")
     p.add_argument("--gamma", type=int, default=4, help="streams of fresh (untrained) stream parameters")
     p.add_argument("--n-stream-layers", type=int, default=None, help="multi-stream layers of fresh streams")
-    p.add_argument("--precisions", default="fp32", help="comma-separated subset of fp32, bf16, nf4, int8, int4, int4-a8")
+    p.add_argument("--precisions", default="fp32", help=f"comma-separated subset of {', '.join(PRECISIONS)}")
     p.add_argument("--stream-weights", default="auto", help="comma-separated: what the multi-stream layers' stream rows "
                    "are computed with, each measured in turn (auto, same, int4-a8: kernels/draft_weights.py)")
     p.add_argument("--device", default="cpu")
@@ -45,16 +46,13 @@ def add_arguments(p) -> None:
 def _plan(args) -> tuple[tuple[int, ...], list[str], list[str | None]]:
     from specstream_core.kernels import draft_weights
 
-    from specstream_core.model.loading import PRECISIONS
+    from specstream_core.cli import vocab
 
     try:
         verify_rows = tuple(int(x) for x in args.verify_rows.split(",") if x.strip())
     except ValueError:
         raise SpecstreamError(f"--verify-rows must be comma-separated integers, got {args.verify_rows!r}") from None
-    precisions = [x.strip() for x in args.precisions.split(",") if x.strip()]
-    bad = [x for x in precisions if x not in PRECISIONS]
-    if bad or not precisions:
-        raise SpecstreamError(f"--precisions must list some of {', '.join(PRECISIONS)}, got {args.precisions!r}")
+    precisions = vocab.precisions(args.precisions, valid=PRECISIONS)
     check_gamma(args.gamma, "--gamma", most=16)  # a cost model: wider than any stream set
     if not 1 <= args.repeats <= 10000:
         raise SpecstreamError(f"--repeats must be between 1 and 10000, got {args.repeats}")

@@ -3,6 +3,7 @@ at 1 and 2 threads, methods alternating per prompt (specstream_core/bench/speed.
 
     python -m specstream_core speed                                   # the default model, 1 and 2 threads
     python -m specstream_core speed --threads 1 --n 2 --json speed.json --markdown speed.md
+    python -m specstream_core speed --methods hf-greedy,ar,ss --precisions fp32,int4-a8   # a method, apart its precision
 
 llama.cpp joins when `llama-cpp-python` is installed (`pip install -r requirements-bench.txt`; it
 builds from source, ~25 min on one core) and the base was converted from a GGUF file (the default model).
@@ -19,11 +20,14 @@ from specstream_core.model import defaults
 
 
 def add_arguments(p) -> None:
-    from specstream_core.bench.speed_methods import METHODS
+    from specstream_core.bench.speed_methods import NAMES, PRECISIONS
 
     p.add_argument("--base", help="base model directory or hub id (default: SmolLM2-135M-Instruct)")
     p.add_argument("--streams", help="stream directory (default: the default model's lossless streams)")
-    p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {', '.join(METHODS)}")
+    p.add_argument("--methods", default=",".join(NAMES), help=f"comma-separated subset of {', '.join(NAMES)}, each "
+                   "at every precision of --precisions where it runs (hf-greedy-kernel: int4 and int4-a8 only; "
+                   "llama.cpp: its GGUF file's own)")
+    p.add_argument("--precisions", default=None, help=f"comma-separated subset of {', '.join(PRECISIONS)} (default: all)")
     p.add_argument("--threads", default="1,2", help="torch (and llama.cpp) threads, comma-separated")
     p.add_argument("--n", type=int, default=2, help="eval prompts per category of the chat corpus")
     p.add_argument("--max-new-tokens", type=int, default=64)
@@ -33,12 +37,20 @@ def add_arguments(p) -> None:
 
 
 def _plan(args) -> tuple[list[str], list[int]]:
-    from specstream_core.bench.speed_methods import METHODS
+    from specstream_core.bench.speed_methods import METHODS, NAMES, OLD, PRECISIONS, select
+    from specstream_core.cli import vocab
 
-    names = [m.strip() for m in args.methods.split(",") if m.strip()]
-    bad = [m for m in names if m not in METHODS]
-    if bad:
-        raise SpecstreamError(f"unknown methods {bad}; choose from {', '.join(METHODS)}")
+    tokens = [" ".join(t.split()) for t in args.methods.split(",") if t.strip()]
+    old = [t for t in tokens if t in OLD]  # "ar int4-a8": still works, and says what it is now
+    for t in old:
+        vocab.note(f"--methods {t!r} is now --methods {OLD[t][0]} --precisions {OLD[t][1]} (the old spelling still works)")
+    new = [t for t in tokens if t not in OLD]
+    methods = vocab.names(",".join(new), "--methods", NAMES) if new or not old else []
+    # without --precisions: every precision, or fp32 beside old spellings (where a bare name meant fp32)
+    asked = args.precisions or ("fp32" if old else ",".join(PRECISIONS))
+    names = select(methods, vocab.precisions(asked, "--precisions", PRECISIONS)) + old
+    if not names:
+        raise SpecstreamError(f"--methods {args.methods!r} runs at none of --precisions {asked!r}")
     wanted = set(names) | {"hf-greedy", "ar"}
     while True:  # every method's reference runs too (ss int4 needs ar int4, which needs hf-greedy int4)
         more = {METHODS[m][1] for m in wanted} - wanted
