@@ -157,14 +157,14 @@ def _is_local(base: str) -> bool:
 
 
 def load_config(base: str):
-    from transformers import AutoConfig
-
     if not base:
         raise SpecstreamError("no base model given")
     if not _is_local(base) and (base.startswith((".", "/", "~")) or os.sep in base.strip("/").split("/", 1)[-1]):
         raise SpecstreamError(f"model directory not found: {base}")
     if not _is_local(base):
         hub_access.check(base)  # offline or no network: one line now, not half a minute of retries
+    from transformers import AutoConfig
+
     try:
         config = AutoConfig.from_pretrained(base)
     except (OSError, ValueError) as exc:
