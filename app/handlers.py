@@ -29,7 +29,7 @@ from .explain import explain_step, most_telling_step
 from .models import EngineCache, ModelSpec, recommended_for
 from .presets import trace_path
 from .race import RaceView, SideView, race, view_from_trace
-from .render import message, model_info, render_badge, render_meters, render_speedup, render_text
+from .render import message, mode_help, model_info, render_badge, render_meters, render_speedup, render_text
 
 log = logging.getLogger("specstream.lab")
 
@@ -246,6 +246,13 @@ def on_preset(lab: Lab, label):
     return {lab.c.prompt: (lab.presets or {}).get(label, ""), **replay_recorded(lab, label)}
 
 
+def on_prompt(lab: Lab, text):
+    """The visitor edited the prompt: the preset dropdown names the preset only while the prompt is its
+    text, else it is cleared (a custom prompt)."""
+    label = next((k for k, v in (lab.presets or {}).items() if v == text), None)
+    return {lab.c.preset_dd: gr.update(value=label)}
+
+
 def draft_settings(lab: Lab, spec, mode) -> dict:
     rec = recommended_for(spec, mode)  # the stream set's fastest measured tree: the lab's default
     c = lab.c
@@ -256,7 +263,8 @@ def draft_settings(lab: Lab, spec, mode) -> dict:
 def on_model(lab: Lab, name):
     spec = lab.specs.get(name) if isinstance(name, str) else None
     modes = spec.modes if spec else ["lossless"]
-    return {lab.c.mode_radio: gr.Radio(choices=modes, value=modes[0]), lab.c.info: model_info(spec, modes[0]),
+    radio = gr.Radio(choices=modes, value=modes[0], info=mode_help(modes), visible=len(modes) > 1)
+    return {lab.c.mode_radio: radio, lab.c.info: model_info(spec, modes[0]),
             **draft_settings(lab, spec, modes[0])}
 
 

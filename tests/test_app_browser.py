@@ -98,8 +98,8 @@ def browser():
 class Page:
     """A page with its console errors recorded."""
 
-    def __init__(self, browser, url):
-        self.context = browser.new_context(accept_downloads=True, viewport={"width": 1400, "height": 1000})
+    def __init__(self, browser, url, width: int = 1400, height: int = 1000):
+        self.context = browser.new_context(accept_downloads=True, viewport={"width": width, "height": height})
         self.page = self.context.new_page()
         self.errors = []
         self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
@@ -184,6 +184,57 @@ def test_race_views_download_and_replay(server, browser, tmp_path):
     assert not a.errors and not b.errors, a.errors + b.errors
     a.close()
     b.close()
+
+
+FIRST_SCREEN = """s => { const r = document.querySelector(s).getBoundingClientRect();
+    return {top: r.top, left: r.left, bottom: r.bottom, right: r.right, height: r.height, scrollY: window.scrollY,
+            width: window.innerWidth, innerHeight: window.innerHeight}; }"""
+
+
+def _in_first_screen(page, selector: str) -> dict:
+    box = page.evaluate(FIRST_SCREEN, selector)
+    assert box["scrollY"] == 0 and box["height"] > 0, box
+    assert box["top"] >= 0 and box["left"] >= 0, box
+    assert box["bottom"] <= box["innerHeight"] and box["right"] <= box["width"], box
+    return box
+
+
+def _contrast(rgb: str, background: str = "rgb(255, 255, 255)") -> float:
+    """WCAG contrast ratio of two CSS rgb() colours."""
+    def luminance(css):
+        parts = [int(float(v)) / 255 for v in css[css.index("(") + 1:css.index(")")].split(",")[:3]]
+        lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in parts]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+    hi, lo = sorted([luminance(rgb), luminance(background)], reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+@pytest.mark.parametrize("width,height", [(1280, 720), (1920, 1080)])
+def test_the_result_is_in_the_first_screen(server, browser, width, height):
+    """On opening and after a race, the speedup, the output check, τ and each side's tokens/s are in view
+    without scrolling; the settings are folded away; a custom prompt clears the preset; notes are readable."""
+    p = Page(browser, server, width, height)
+    page = p.page
+    _in_first_screen(page, "#result")
+    assert page.is_visible("#settings") and not page.is_visible("#topk")  # closed until opened
+    assert not page.is_visible("#mode")  # one stream mode: nothing to choose
+    assert page.input_value("#preset input")  # the first preset's prompt
+    p.run("The history of the city begins")
+    page.wait_for_function("() => document.querySelector('#preset input').value === ''", timeout=10_000)
+    box = _in_first_screen(page, "#result")
+    result = page.inner_text("#result")
+    assert "×" in result and "speedup" in result and "identical" in result, result
+    assert "τ" in result and "tokens/s" in result and "speculative (SS)" in result, result
+    for selector in ("#speedup .lab-big", "#equal-badge .lab-badge", "#meters table"):
+        _in_first_screen(page, selector)
+    style = page.evaluate("() => { const s = getComputedStyle(document.querySelector('#meters .lab-note'));"
+                          " return [parseFloat(s.fontSize), s.color]; }")
+    assert style[0] >= 14 and _contrast(style[1]) >= 7, style
+    page.click("#settings button, #settings .label-wrap")
+    page.wait_for_selector("#topk", state="visible", timeout=10_000)
+    assert not p.errors, p.errors
+    assert box["bottom"] <= height
+    p.close()
 
 
 @pytest.mark.parametrize("name,content,needle", [
