@@ -211,6 +211,29 @@ def on_step(lab: Lab, blob, index, layer, head):
         return {lab.c.msg: message(f"internal error ({type(exc).__name__}); see the server log")}
 
 
+def on_step_by(lab: Lab, blob, index, layer, head, delta: int):
+    """The previous or next pass (the presenter view's ← and →), kept within the trace's passes."""
+    if blob is None:
+        return {}
+    try:
+        trace = Trace.unpack(blob)
+        new = min(max(_index(index) + delta, 0), len(trace["steps"]) - 1)
+        return _keyed(lab, {**views_of_step(trace, new, layer, head), "step": gr.update(value=new)})
+    except SpecstreamError as exc:
+        return {lab.c.msg: message(str(exc))}
+    except Exception as exc:
+        log.exception("step view failed")
+        return {lab.c.msg: message(f"internal error ({type(exc).__name__}); see the server log")}
+
+
+def on_prev(lab: Lab, blob, index, layer, head):
+    return on_step_by(lab, blob, index, layer, head, -1)
+
+
+def on_next(lab: Lab, blob, index, layer, head):
+    return on_step_by(lab, blob, index, layer, head, 1)
+
+
 def on_attention(lab: Lab, blob, index, layer, head):
     if blob is None:
         return {}

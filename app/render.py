@@ -37,7 +37,39 @@ CSS = """
 .lab-error { background: #fdecea; color: #8a1c12; padding: 8px 12px; border-radius: 8px; font-weight: 600; }
 .lab-info { background: #eef6ff; color: #1f3f68; padding: 8px 12px; border-radius: 8px; }
 .legend span { padding: 1px 6px; border-radius: 3px; margin-right: 6px; }
+/* the presenter view; !important: Gradio repeats every rule above under its container's classes, which
+   outrank a body class */
+body.lab-presenter, body.lab-presenter .gradio-container { background: #fff !important; color: #000 !important; }
+body.lab-presenter .lab-text { font-size: 24px !important; line-height: 1.6 !important; max-height: 60vh !important;
+  color: #000 !important; border: 2px solid #000 !important; }
+body.lab-presenter .lab-text .tok { color: #000 !important; }
+body.lab-presenter .lab-big { font-size: 60px !important; color: #002e6e !important; }
+body.lab-presenter .lab-speedup, body.lab-presenter .lab-badge { font-size: 28px !important; }
+body.lab-presenter .lab-note { font-size: 20px !important; color: #000 !important; }
+body.lab-presenter .lab-meters { font-size: 18px !important; color: #000 !important; }
+body.lab-presenter .lab-meters th, body.lab-presenter .lab-meters td { border-bottom: 2px solid #000 !important; }
+body.lab-presenter .prose { font-size: 20px !important; color: #000 !important; }
+body.lab-presenter .lab-badge.equal { background: #d4f5cc !important; color: #0b4a06 !important; }
 """
+
+# the presenter view: ← and → step through passes (the pass buttons), unless a text field has the focus
+PRESENTER_JS = """<script>
+document.addEventListener('keydown', (e) => {
+  if (!document.body.classList.contains('lab-presenter') || e.altKey || e.ctrlKey || e.metaKey) return;
+  const t = e.target;
+  if (t && (t.tagName === 'INPUT' || t.tagName === 'TEXTAREA' || t.isContentEditable)) return;
+  const id = e.key === 'ArrowRight' ? 'pass-next' : e.key === 'ArrowLeft' ? 'pass-prev' : null;
+  const el = id && document.getElementById(id);
+  if (!el) return;
+  e.preventDefault();
+  (el.tagName === 'BUTTON' ? el : el.querySelector('button')).click();
+});
+</script>"""
+
+# the checkbox's value <- ?presenter=1 on opening; the page's class <- the checkbox
+PRESENTER_FROM_URL = ("() => { const on = new URLSearchParams(window.location.search).get('presenter') === '1';"
+                      " document.body.classList.toggle('lab-presenter', on); return on; }")
+PRESENTER_TOGGLE = "(on) => { document.body.classList.toggle('lab-presenter', !!on); }"
 
 INTRO = """# Speculative Streaming lab
 One model drafts **and** verifies: γ speculative streams in its top layers propose the next tokens while the same

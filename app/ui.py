@@ -26,7 +26,8 @@ from .limits import LAB_MAX_LOOKUP, LAB_MAX_NEW_TOKENS, MAX_PROMPT_CHARS, MAX_UP
 from .models import EngineCache, ModelSpec, available_specs, recommended_for
 from .presets import presets
 from .race import RaceView, SideView
-from .render import CSS, INTRO, LEGEND, message, mode_help, model_info, render_meters, render_text
+from .render import (CSS, INTRO, LEGEND, PRESENTER_FROM_URL, PRESENTER_JS, PRESENTER_TOGGLE, message, mode_help,
+                     model_info, render_meters, render_text)
 
 log = logging.getLogger("specstream.lab")
 
@@ -65,6 +66,8 @@ def _inputs(specs: dict[str, ModelSpec], preset_map: dict[str, str]) -> dict:
                                     scale=2)
             msg = gr.HTML(message("" if names else "No model is configured on this host; upload a trace "
                                   "below to replay a recorded run.", "info"), elem_id="lab-message")
+            presenter = gr.Checkbox(False, label="Presenter view: large type, high contrast; ← and → step "
+                                    "through the passes (or open the page with ?presenter=1)", elem_id="presenter")
         with gr.Column(scale=4, min_width=360, elem_id="result"):
             speed = gr.HTML('<div class="lab-speedup pending">speedup appears here</div>', elem_id="speedup")
             badge = gr.HTML('<div class="lab-badge pending">output check appears here</div>', elem_id="equal-badge")
@@ -114,7 +117,11 @@ def _views(specs: dict[str, ModelSpec]) -> dict:
             gr.HTML(LEGEND)
 
     gr.Markdown("## Draft tree of one forward pass")
-    step = gr.Slider(0, 1, value=0, step=1, label="Forward pass", elem_id="step-slider", interactive=False)
+    with gr.Row(equal_height=True):
+        prev_btn = gr.Button("◀ previous pass", elem_id="pass-prev", size="sm", scale=1, min_width=120)
+        step = gr.Slider(0, 1, value=0, step=1, label="Forward pass", elem_id="step-slider", interactive=False,
+                         scale=6)
+        next_btn = gr.Button("next pass ▶", elem_id="pass-next", size="sm", scale=1, min_width=120)
     tree_plot = gr.Plot(label="Draft tree", elem_id="tree-plot")
     gr.Markdown("## Acceptance")
     accept_plot = gr.Plot(label="Acceptance", elem_id="accept-plot")
@@ -168,6 +175,10 @@ def _wire(lab: Lab) -> None:
                     concurrency_limit=limits.UPLOAD_CONCURRENCY, concurrency_id="upload")
     step_inputs = [c.trace_state, c.step, c.layer_dd, c.head_dd]
     c.step.input(_bind(handlers.on_step, lab), step_inputs, [*step_views, c.msg], trigger_mode="always_last")
+    for button, fn in ((c.prev_btn, handlers.on_prev), (c.next_btn, handlers.on_next)):
+        button.click(_bind(fn, lab), step_inputs, [*step_views, c.step, c.msg], trigger_mode="always_last")
+    c.presenter.change(None, [c.presenter], None, js=PRESENTER_TOGGLE)
+    lab.demo.load(None, None, [c.presenter], js=PRESENTER_FROM_URL)
     c.layer_dd.input(_bind(handlers.on_attention, lab), step_inputs, [c.attn_plot, c.msg])
     c.head_dd.input(_bind(handlers.on_attention, lab), step_inputs, [c.attn_plot, c.msg])
     c.preset_dd.input(_bind(handlers.on_preset, lab), [c.preset_dd], [c.prompt, *outputs_all],
@@ -267,4 +278,4 @@ def launch(demo: gr.Blocks | None = None, **kwargs):
     # never close theirs
     kwargs.setdefault("state_session_capacity", limits.MAX_SESSIONS)
     kwargs.setdefault("footer_links", [])
-    return demo.launch(css=CSS, theme=gr.themes.Soft(), **kwargs)
+    return demo.launch(css=CSS, theme=gr.themes.Soft(), head=PRESENTER_JS, **kwargs)

@@ -109,6 +109,11 @@ class Page:
         self.page.fill("#max-new input[type=number]", str(MAX_NEW))
         self.page.press("#max-new input[type=number]", "Enter")
 
+    def open_settings(self):
+        """The draft and sampling settings fold away in an accordion, closed on opening."""
+        self.page.click("#settings button, #settings .label-wrap")
+        self.page.wait_for_selector("#topk", state="visible", timeout=10_000)
+
     def text(self, elem_id: str) -> str:
         return self.page.inner_text(f"#{elem_id} .lab-text").strip()
 
@@ -230,10 +235,43 @@ def test_the_result_is_in_the_first_screen(server, browser, width, height):
     style = page.evaluate("() => { const s = getComputedStyle(document.querySelector('#meters .lab-note'));"
                           " return [parseFloat(s.fontSize), s.color]; }")
     assert style[0] >= 14 and _contrast(style[1]) >= 7, style
-    page.click("#settings button, #settings .label-wrap")
-    page.wait_for_selector("#topk", state="visible", timeout=10_000)
+    p.open_settings()
     assert not p.errors, p.errors
     assert box["bottom"] <= height
+    p.close()
+
+
+def test_presenter_view_steps_with_the_keyboard(server, browser):
+    """?presenter=1 opens the presenter view (large type, high contrast); ← and → step through the passes."""
+    p = Page(browser, server + "?presenter=1", 1280, 720)
+    page = p.page
+    page.wait_for_function("() => document.body.classList.contains('lab-presenter')", timeout=10_000)
+    assert page.is_checked("#presenter input")
+    p.run()
+    big = page.evaluate("() => parseFloat(getComputedStyle(document.querySelector('#speedup .lab-big')).fontSize)")
+    text = page.evaluate("() => parseFloat(getComputedStyle(document.querySelector('#ss-output .lab-text')).fontSize)")
+    assert big >= 56 and text >= 22, (big, text)
+    slider = "#step-slider input[type=number]"
+    page.wait_for_selector(f"{slider}:not([disabled])", timeout=20_000)
+    last = int(float(page.get_attribute("#step-slider input[type=range]", "max")))
+    start = int(float(page.input_value(slider)))
+    p.plot_points("tree-plot")
+    page.evaluate("() => document.activeElement && document.activeElement.blur()")
+    for key, want in (("ArrowRight", min(start + 1, last)), ("ArrowLeft", max(min(start + 1, last) - 1, 0)),
+                      ("ArrowLeft", max(min(start + 1, last) - 2, 0))):
+        page.keyboard.press(key)
+        page.wait_for_function(
+            "([s, w]) => { const d = document.querySelector('#tree-plot .js-plotly-plot');"
+            " return Number(document.querySelector(s).value) === w && d && d.layout"
+            " && new RegExp('pass ' + w + '[^0-9]').test(d.layout.title.text); }", arg=[slider, want], timeout=20_000)
+    page.uncheck("#presenter input")  # off: the class goes, and the arrows step no more
+    page.wait_for_function("() => !document.body.classList.contains('lab-presenter')", timeout=10_000)
+    shown = page.input_value(slider)
+    page.evaluate("() => document.activeElement && document.activeElement.blur()")
+    page.keyboard.press("ArrowRight" if int(float(shown)) < last else "ArrowLeft")
+    page.wait_for_timeout(1500)
+    assert page.input_value(slider) == shown
+    assert not p.errors, p.errors
     p.close()
 
 
@@ -261,6 +299,7 @@ def test_bad_settings_show_a_message(server, browser):
     p.page.wait_for_selector("#lab-message .lab-error", timeout=30_000)
     assert "empty" in p.page.inner_text("#lab-message")
     p.page.fill("#prompt textarea", "hello")
+    p.open_settings()
     p.page.fill("#topk textarea, #topk input", "4,x")
     p.page.click("#run button, button#run")
     p.page.wait_for_function("() => document.querySelector('#lab-message').innerText.includes('topk')",

@@ -476,3 +476,20 @@ def test_sampling_race_runs_and_explains(engine_and_lock):
     other = engine.generate(PROMPT, replace(cfg, mode="ar", seed=4, trace=False))
     assert other.text != final.ar.text
     assert acceptance_figure(final.trace).data and tree_figure(final.trace, len(final.trace["steps"]) - 1).data
+
+
+def test_pass_buttons_step_a_replayed_trace_within_its_passes(trace, replay_demo):
+    """The presenter view's ← and → (the previous / next pass buttons) on a trace with no model loaded: one pass
+    each way, never past the first or the last."""
+    from specstream_core.decoding.trace import validate
+    from helpers import component, handler
+
+    blob, last = validate(trace).pack(), len(trace["steps"]) - 1
+    on_prev, on_next = handler(replay_demo, "on_prev"), handler(replay_demo, "on_next")
+    step, tree = component(replay_demo, "step-slider"), component(replay_demo, "tree-plot")
+    moved = on_next(blob, 1, None, None)
+    assert moved[step]["value"] == 2 and "pass 2<" in moved[tree].layout.title.text
+    assert on_prev(blob, 1, None, None)[step]["value"] == 0
+    assert on_prev(blob, 0, None, None)[step]["value"] == 0
+    assert on_next(blob, last, None, None)[step]["value"] == last
+    assert on_next(None, 1, None, None) == {}
