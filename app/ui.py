@@ -80,7 +80,7 @@ def _inputs(specs: dict[str, ModelSpec], preset_map: dict[str, str]) -> dict:
 def _settings(first: ModelSpec | None) -> dict:
     """The draft and sampling settings, in an accordion closed by default."""
     modes = first.modes if first else ["lossless"]
-    with gr.Accordion("Settings — stream mode, draft tree, pruning, prompt lookup, sampling", open=False,
+    with gr.Accordion("Settings — draft tree, pruning, prompt lookup, sampling", open=False,
                       elem_id="settings"):
         # one mode offered: nothing to choose, so the radio stays hidden (the model line names the mode)
         mode_radio = gr.Radio(modes, value=modes[0], label="Stream mode", info=mode_help(modes),
