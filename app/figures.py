@@ -187,9 +187,10 @@ def acceptance_figure(trace: dict) -> go.Figure:
     st = acceptance_stats(trace)
     if not trace["steps"]:
         return _empty("Acceptance", "no steps recorded")
+    first, time_title = time_passes(trace, st)
     fig = make_subplots(rows=2, cols=2, vertical_spacing=0.2, horizontal_spacing=0.1, subplot_titles=(
         "Tokens per verification pass (accepted drafts + bonus)", "Per-depth acceptance rate",
-        "τ (mean tokens per forward pass) over the run", "Time per pass: draft / verify / accept (ms)"))
+        "τ (mean tokens per forward pass) over the run", time_title))
     lengths = st["lengths"]
     if lengths:
         top = max(lengths)
@@ -206,7 +207,7 @@ def acceptance_figure(trace: dict) -> go.Figure:
                              hovertemplate="after pass %{x}: τ = %{y:.2f}<extra></extra>"), 2, 1)
     fig.add_hline(y=1.0, line=dict(color="#999", dash="dot"), row=2, col=1)
     for key, colour in TIME_COLOURS.items():
-        fig.add_trace(go.Bar(x=xs, y=st["times"][key], name=key, marker_color=colour,
+        fig.add_trace(go.Bar(x=xs[first:], y=st["times"][key][first:], name=key, marker_color=colour,
                              hovertemplate=f"pass %{{x}}: {key} %{{y:.2f}} ms<extra></extra>"), 2, 2)
     fig.update_layout(barmode="stack", template=TEMPLATE, font=FONT, height=620,
                       margin=dict(l=50, r=30, t=60, b=40),
@@ -215,6 +216,17 @@ def acceptance_figure(trace: dict) -> go.Figure:
     fig.update_xaxes(title_text="pass", row=2, col=1)
     fig.update_xaxes(title_text="pass", row=2, col=2)
     return fig
+
+
+def time_passes(trace: dict, st: dict) -> tuple[int, str]:
+    """(first pass the time chart shows, its title). A speculative run's pass 0 is the prefill: it runs the
+    whole prompt and takes many times a verification pass, which would squash every other bar; it is left
+    out, its time named in the title."""
+    title = "Time per pass: draft / verify / accept (ms)"
+    if not is_speculative(trace) or len(trace["steps"]) < 2:
+        return 0, title
+    prefill = sum(st["times"][k][0] for k in TIME_COLOURS)
+    return 1, f"{title}<br><sup>pass 0, the prefill ({prefill:.1f} ms), left out</sup>"
 
 
 # ---- stream attention ---------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from .explain import explain_step, most_telling_step
 from .models import EngineCache, ModelSpec, recommended_for
 from .presets import trace_path
 from .race import RaceView, SideView, race, view_from_trace
-from .render import message, model_info, render_badge, render_meters, render_speedup, render_text
+from .render import message, mode_help, model_info, render_badge, render_meters, render_speedup, render_text
 
 log = logging.getLogger("specstream.lab")
 
@@ -211,6 +211,29 @@ def on_step(lab: Lab, blob, index, layer, head):
         return {lab.c.msg: message(f"internal error ({type(exc).__name__}); see the server log")}
 
 
+def on_step_by(lab: Lab, blob, index, layer, head, delta: int):
+    """The previous or next pass (the presenter view's ← and →), kept within the trace's passes."""
+    if blob is None:
+        return {}
+    try:
+        trace = Trace.unpack(blob)
+        new = min(max(_index(index) + delta, 0), len(trace["steps"]) - 1)
+        return _keyed(lab, {**views_of_step(trace, new, layer, head), "step": gr.update(value=new)})
+    except SpecstreamError as exc:
+        return {lab.c.msg: message(str(exc))}
+    except Exception as exc:
+        log.exception("step view failed")
+        return {lab.c.msg: message(f"internal error ({type(exc).__name__}); see the server log")}
+
+
+def on_prev(lab: Lab, blob, index, layer, head):
+    return on_step_by(lab, blob, index, layer, head, -1)
+
+
+def on_next(lab: Lab, blob, index, layer, head):
+    return on_step_by(lab, blob, index, layer, head, 1)
+
+
 def on_attention(lab: Lab, blob, index, layer, head):
     if blob is None:
         return {}
@@ -246,6 +269,13 @@ def on_preset(lab: Lab, label):
     return {lab.c.prompt: (lab.presets or {}).get(label, ""), **replay_recorded(lab, label)}
 
 
+def on_prompt(lab: Lab, text):
+    """The visitor edited the prompt: the preset dropdown names the preset only while the prompt is its
+    text, else it is cleared (a custom prompt)."""
+    label = next((k for k, v in (lab.presets or {}).items() if v == text), None)
+    return {lab.c.preset_dd: gr.update(value=label)}
+
+
 def draft_settings(lab: Lab, spec, mode) -> dict:
     rec = recommended_for(spec, mode)  # the stream set's fastest measured tree: the lab's default
     c = lab.c
@@ -256,7 +286,8 @@ def draft_settings(lab: Lab, spec, mode) -> dict:
 def on_model(lab: Lab, name):
     spec = lab.specs.get(name) if isinstance(name, str) else None
     modes = spec.modes if spec else ["lossless"]
-    return {lab.c.mode_radio: gr.Radio(choices=modes, value=modes[0]), lab.c.info: model_info(spec, modes[0]),
+    radio = gr.Radio(choices=modes, value=modes[0], info=mode_help(modes), visible=len(modes) > 1)
+    return {lab.c.mode_radio: radio, lab.c.info: model_info(spec, modes[0]),
             **draft_settings(lab, spec, modes[0])}
 
 

@@ -193,12 +193,16 @@ def _difference(engine, prompt, sides: dict, lock) -> dict | None:
 
 def _graft_attention(engine, prompt, cfg: DecodeConfig, lock, trace: dict) -> None:
     """Put the attention maps of cfg.attention_layers into the race's speculative trace, from a second,
-    untimed run of the same decoding that captures them. Capturing hooks the layers, which takes them off
-    their fast path (~20 % slower on the default model): done in the race it made speculative decoding look
-    slower than it is. A greedy or seeded run repeats its steps exactly; a step that differs gets no maps."""
+    untimed run of the same decoding. Capturing hooks the layers, which takes them off their fast path: in
+    the race it would make speculative decoding look slower than it is, and in a pass it rounds differently,
+    enough to change later drafts (a rerun capturing in its passes left the race's drafts at the 7th of 42
+    passes of a story prompt on the default model). So the rerun captures apart (`Decoding.capture_apart`): each pass
+    runs as in the race, the maps come from a capturing pass of its own just before it. A greedy or seeded
+    run then repeats the race's steps exactly; a step that differs all the same gets no maps."""
     if not cfg.attention_layers:
         return
     again = engine.start(prompt, cfg)
+    again.capture_apart = True
     while not again.done:
         with lock:
             again.step()
@@ -206,7 +210,8 @@ def _graft_attention(engine, prompt, cfg: DecodeConfig, lock, trace: dict) -> No
     if len(steps) != len(trace["steps"]):
         return
     for mine, theirs in zip(trace["steps"], steps):
-        if (mine["emitted"], mine["accepted"]) == (theirs["emitted"], theirs["accepted"]):
+        if ((mine["emitted"], mine["accepted"]) == (theirs["emitted"], theirs["accepted"])
+                and (theirs["attention"] or {}).get("layers")):
             mine["attention"] = theirs["attention"]
 
 

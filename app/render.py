@@ -21,28 +21,60 @@ CSS = """
 .lab-text { white-space: pre-wrap; font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 14px;
   line-height: 1.7; min-height: 7em; max-height: 22em; overflow-y: auto; padding: 10px 12px;
   border: 1px solid var(--border-color-primary); border-radius: 8px; background: var(--background-fill-primary); }
-.lab-empty { color: #999; }
+.lab-empty { color: #555; }
 .lab-text .tok { border-radius: 3px; color: #111; }
 .lab-meters { width: 100%; border-collapse: collapse; font-size: 14px; }
 .lab-meters th, .lab-meters td { padding: 4px 10px; text-align: right; border: none !important;
   border-bottom: 1px solid #e5e5e5 !important; }
 .lab-meters th:first-child { text-align: left; }
-.lab-note { font-size: 12px; color: #777; margin-top: 4px; }
-.lab-speedup, .lab-badge { padding: 10px 14px; border-radius: 10px; font-size: 18px; min-height: 3.2em; }
+.lab-note { font-size: 14px; line-height: 1.45; color: #3c3c3c; margin-top: 4px; }
+.lab-speedup, .lab-badge { padding: 8px 14px; border-radius: 10px; font-size: 18px; min-height: 2.4em; }
 .lab-speedup { background: #eef6ff; }
 .lab-big { font-size: 34px; font-weight: 700; color: #1f5fa8; }
 .lab-badge.equal { background: #e7f7e4; color: #1d6b18; font-weight: 600; }
 .lab-badge.differ { background: #fff1e0; color: #8a4b00; font-weight: 600; }
-.pending { color: #888; background: #f6f6f6; }
+.pending { color: #4a4a4a; background: #f3f3f3; }
 .lab-error { background: #fdecea; color: #8a1c12; padding: 8px 12px; border-radius: 8px; font-weight: 600; }
 .lab-info { background: #eef6ff; color: #1f3f68; padding: 8px 12px; border-radius: 8px; }
 .legend span { padding: 1px 6px; border-radius: 3px; margin-right: 6px; }
+/* the presenter view; !important: Gradio repeats every rule above under its container's classes, which
+   outrank a body class */
+body.lab-presenter, body.lab-presenter .gradio-container { background: #fff !important; color: #000 !important; }
+body.lab-presenter .lab-text { font-size: 24px !important; line-height: 1.6 !important; max-height: 60vh !important;
+  color: #000 !important; border: 2px solid #000 !important; }
+body.lab-presenter .lab-text .tok { color: #000 !important; }
+body.lab-presenter .lab-big { font-size: 60px !important; color: #002e6e !important; }
+body.lab-presenter .lab-speedup, body.lab-presenter .lab-badge { font-size: 28px !important; }
+body.lab-presenter .lab-note { font-size: 20px !important; color: #000 !important; }
+body.lab-presenter .lab-meters { font-size: 18px !important; color: #000 !important; }
+body.lab-presenter .lab-meters th, body.lab-presenter .lab-meters td { border-bottom: 2px solid #000 !important; }
+body.lab-presenter .prose { font-size: 20px !important; color: #000 !important; }
+body.lab-presenter .lab-badge.equal { background: #d4f5cc !important; color: #0b4a06 !important; }
 """
+
+# the presenter view: ← and → step through passes (the pass buttons), unless a text field has the focus
+PRESENTER_JS = """<script>
+document.addEventListener('keydown', (e) => {
+  if (!document.body.classList.contains('lab-presenter') || e.altKey || e.ctrlKey || e.metaKey) return;
+  const t = e.target;
+  if (t && (t.tagName === 'INPUT' || t.tagName === 'TEXTAREA' || t.isContentEditable)) return;
+  const id = e.key === 'ArrowRight' ? 'pass-next' : e.key === 'ArrowLeft' ? 'pass-prev' : null;
+  const el = id && document.getElementById(id);
+  if (!el) return;
+  e.preventDefault();
+  (el.tagName === 'BUTTON' ? el : el.querySelector('button')).click();
+});
+</script>"""
+
+# the checkbox's value <- ?presenter=1 on opening; the page's class <- the checkbox
+PRESENTER_FROM_URL = ("() => { const on = new URLSearchParams(window.location.search).get('presenter') === '1';"
+                      " document.body.classList.toggle('lab-presenter', on); return on; }")
+PRESENTER_TOGGLE = "(on) => { document.body.classList.toggle('lab-presenter', !!on); }"
 
 INTRO = """# Speculative Streaming lab
 One model drafts **and** verifies: γ speculative streams in its top layers propose the next tokens while the same
-forward pass verifies the previous proposal. Press **Run**: plain decoding (AR) and speculative streaming (SS) race
-on the same device, interleaved pass by pass, each timed on its own.
+forward pass verifies the previous proposal. **Run the race**: plain decoding (AR) against speculative streaming
+(SS), interleaved pass by pass on the same device, each timed on its own.
 """
 
 LEGEND = ('<div class="legend lab-note">Speculative output: each background colour is one forward pass; '
@@ -52,6 +84,13 @@ LEGEND = ('<div class="legend lab-note">Speculative output: each background colo
 
 def message(text: str, kind: str = "error") -> str:
     return f'<div class="lab-{kind}">{html.escape(text)}</div>' if text else ""
+
+
+def mode_help(modes: list[str]) -> str:
+    """The stream mode radio's help: what each offered mode means, and only those."""
+    meaning = {"lossless": "base weights frozen, the output is the base model's own",
+               "shared": "a LoRA shared by main and streams: a new model, its output differs from the base's"}
+    return "; ".join(f"{m}: {meaning.get(m, m)}" for m in modes)
 
 
 def shown_precision(spec: ModelSpec) -> str:

@@ -26,7 +26,8 @@ from .limits import LAB_MAX_LOOKUP, LAB_MAX_NEW_TOKENS, MAX_PROMPT_CHARS, MAX_UP
 from .models import EngineCache, ModelSpec, available_specs, recommended_for
 from .presets import presets
 from .race import RaceView, SideView
-from .render import CSS, INTRO, LEGEND, message, model_info, render_meters, render_text
+from .render import (CSS, INTRO, LEGEND, PRESENTER_FROM_URL, PRESENTER_JS, PRESENTER_TOGGLE, message, mode_help,
+                     model_info, render_meters, render_text)
 
 log = logging.getLogger("specstream.lab")
 
@@ -39,56 +40,73 @@ def _preload(cache: EngineCache, name: str, mode: str) -> None:
 
 
 def _inputs(specs: dict[str, ModelSpec], preset_map: dict[str, str]) -> dict:
-    """The prompt and settings column (inside the open Blocks)."""
+    """The first screen (inside the open Blocks): the prompt on the left, the race's result on the right
+    (speedup, output check, τ and tokens/s: in view without scrolling at 1280×720), the settings folded
+    away below."""
     names = list(specs)
     first = specs[names[0]] if names else None
     preset_names = list(preset_map)
     # this session's trace (live run or upload), validated and packed; gone TRACE_TTL_S after its
     # last update, or when the tab closes (on_close)
     trace_state = gr.State(None, time_to_live=TRACE_TTL_S)
-    gr.Markdown(INTRO)
-    with gr.Row():
-        with gr.Column(scale=3):
+    gr.Markdown(INTRO, elem_id="intro")
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=5, min_width=360):
             with gr.Row():
                 model_dd = gr.Dropdown(names, value=names[0] if names else None, label="Model",
                                        elem_id="model", interactive=bool(names))
-                mode_radio = gr.Radio(first.modes if first else ["lossless"],
-                                      value=(first.modes[0] if first else "lossless"), label="Stream mode",
-                                      info="lossless: base weights frozen (output = base model's); "
-                                           "shared: LoRA shared by main and streams (a new model)",
-                                      elem_id="mode")
-            preset_dd = gr.Dropdown(preset_names, value=preset_names[0] if preset_names else None,
-                                    label="Task preset", elem_id="preset")
-            prompt = gr.Textbox(preset_map.get(preset_names[0], "") if preset_names else "", lines=6,
+                preset_dd = gr.Dropdown(preset_names, value=preset_names[0] if preset_names else None,
+                                        label="Task preset", elem_id="preset")
+            prompt = gr.Textbox(preset_map.get(preset_names[0], "") if preset_names else "", lines=3,
                                 max_lines=14, label="Prompt", elem_id="prompt", max_length=MAX_PROMPT_CHARS)
-            run_btn = gr.Button("Run the race", variant="primary", elem_id="run", interactive=bool(names))
+            with gr.Row(equal_height=True):
+                max_new = gr.Slider(1, LAB_MAX_NEW_TOKENS, value=min(64, LAB_MAX_NEW_TOKENS), step=1,
+                                    label="Max new tokens", elem_id="max-new", scale=3)
+                run_btn = gr.Button("Run the race", variant="primary", elem_id="run", interactive=bool(names),
+                                    scale=2)
             msg = gr.HTML(message("" if names else "No model is configured on this host; upload a trace "
                                   "below to replay a recorded run.", "info"), elem_id="lab-message")
-        with gr.Column(scale=2):
-            with gr.Accordion("Settings", open=True):
-                info = gr.Markdown(model_info(first, first.modes[0] if first else "lossless"),
-                                   elem_id="model-info")
-                first_rec = recommended_for(first, first.modes[0] if first else "lossless")
-                topk = gr.Textbox(",".join(map(str, first_rec["topk"])), elem_id="topk",
-                                  label="Per-depth top-k (stream 1, 2, …); the default is the stream set's "
-                                        "fastest measured tree")
-                prune = gr.Slider(0.0, 0.5, value=float(first_rec["prune_threshold"]), step=0.01,
-                                  label="Pruning threshold (0 = off)", elem_id="prune")
-                budget = gr.Slider(1, 128, value=int(first_rec["node_budget"]), step=1, label="Node budget",
-                                   elem_id="budget")
-                lookup = gr.Slider(0, LAB_MAX_LOOKUP, value=int(first_rec["lookup"]), step=1, elem_id="lookup",
-                                   label="Prompt-lookup tokens grafted onto the tree (0 = streams only)")
-                temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05,
-                                        label="Temperature (0 = greedy, lossless check)", elem_id="temperature")
-                seed = gr.Number(0, precision=0, label="Seed", elem_id="seed")
-                max_new = gr.Slider(1, LAB_MAX_NEW_TOKENS, value=min(64, LAB_MAX_NEW_TOKENS), step=1,
-                                    label="Max new tokens", elem_id="max-new")
+            presenter = gr.Checkbox(False, label="Presenter view: large type, high contrast; ← and → step "
+                                    "through the passes (or open the page with ?presenter=1)", elem_id="presenter")
+        with gr.Column(scale=4, min_width=360, elem_id="result"):
+            speed = gr.HTML('<div class="lab-speedup pending">speedup appears here</div>', elem_id="speedup")
+            badge = gr.HTML('<div class="lab-badge pending">output check appears here</div>', elem_id="equal-badge")
+            meters = gr.HTML(render_meters(RaceView(SideView(), SideView())), elem_id="meters")
+    settings = _settings(first)
+    del settings["first"]
+    return {**{k: v for k, v in locals().items() if k != "settings"}, **settings}
+
+
+def _settings(first: ModelSpec | None) -> dict:
+    """The draft and sampling settings, in an accordion closed by default."""
+    modes = first.modes if first else ["lossless"]
+    with gr.Accordion("Settings — draft tree, pruning, prompt lookup, sampling", open=False,
+                      elem_id="settings"):
+        # one mode offered: nothing to choose, so the radio stays hidden (the model line names the mode)
+        mode_radio = gr.Radio(modes, value=modes[0], label="Stream mode", info=mode_help(modes),
+                              elem_id="mode", visible=len(modes) > 1)
+        info = gr.Markdown(model_info(first, modes[0]), elem_id="model-info")
+        first_rec = recommended_for(first, modes[0])
+        with gr.Row():
+            topk = gr.Textbox(",".join(map(str, first_rec["topk"])), elem_id="topk",
+                              label="Per-depth top-k (stream 1, 2, …); the default is the stream set's "
+                                    "fastest measured tree")
+            budget = gr.Slider(1, 128, value=int(first_rec["node_budget"]), step=1, label="Node budget",
+                               elem_id="budget")
+        with gr.Row():
+            prune = gr.Slider(0.0, 0.5, value=float(first_rec["prune_threshold"]), step=0.01,
+                              label="Pruning threshold (0 = off)", elem_id="prune")
+            lookup = gr.Slider(0, LAB_MAX_LOOKUP, value=int(first_rec["lookup"]), step=1, elem_id="lookup",
+                               label="Prompt-lookup tokens grafted onto the tree (0 = streams only)")
+        with gr.Row():
+            temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05,
+                                    label="Temperature (0 = greedy, lossless check)", elem_id="temperature")
+            seed = gr.Number(0, precision=0, label="Seed", elem_id="seed")
     return locals()
 
 
 def _views(specs: dict[str, ModelSpec]) -> dict:
-    """The race, the per-pass views, traces and benchmarks (inside the open Blocks)."""
-    meters = gr.HTML(render_meters(RaceView(SideView(), SideView())), elem_id="meters")
+    """The race's texts, the per-pass views, traces and benchmarks (inside the open Blocks)."""
     with gr.Row():
         with gr.Column():
             gr.Markdown("### Plain decoding (AR)")
@@ -97,12 +115,13 @@ def _views(specs: dict[str, ModelSpec]) -> dict:
             gr.Markdown("### Speculative streaming (SS)")
             ss_out = gr.HTML(render_text(SideView(), True, "press Run"), elem_id="ss-output")
             gr.HTML(LEGEND)
-    with gr.Row(equal_height=True):
-        speed = gr.HTML('<div class="lab-speedup pending">speedup appears here</div>', elem_id="speedup")
-        badge = gr.HTML('<div class="lab-badge pending">output check appears here</div>', elem_id="equal-badge")
 
     gr.Markdown("## Draft tree of one forward pass")
-    step = gr.Slider(0, 1, value=0, step=1, label="Forward pass", elem_id="step-slider", interactive=False)
+    with gr.Row(equal_height=True):
+        prev_btn = gr.Button("◀ previous pass", elem_id="pass-prev", size="sm", scale=1, min_width=120)
+        step = gr.Slider(0, 1, value=0, step=1, label="Forward pass", elem_id="step-slider", interactive=False,
+                         scale=6)
+        next_btn = gr.Button("next pass ▶", elem_id="pass-next", size="sm", scale=1, min_width=120)
     tree_plot = gr.Plot(label="Draft tree", elem_id="tree-plot")
     gr.Markdown("## Acceptance")
     accept_plot = gr.Plot(label="Acceptance", elem_id="accept-plot")
@@ -156,10 +175,16 @@ def _wire(lab: Lab) -> None:
                     concurrency_limit=limits.UPLOAD_CONCURRENCY, concurrency_id="upload")
     step_inputs = [c.trace_state, c.step, c.layer_dd, c.head_dd]
     c.step.input(_bind(handlers.on_step, lab), step_inputs, [*step_views, c.msg], trigger_mode="always_last")
+    for button, fn in ((c.prev_btn, handlers.on_prev), (c.next_btn, handlers.on_next)):
+        button.click(_bind(fn, lab), step_inputs, [*step_views, c.step, c.msg], trigger_mode="always_last")
+    c.presenter.change(None, [c.presenter], None, js=PRESENTER_TOGGLE)
+    lab.demo.load(None, None, [c.presenter], js=PRESENTER_FROM_URL)
     c.layer_dd.input(_bind(handlers.on_attention, lab), step_inputs, [c.attn_plot, c.msg])
     c.head_dd.input(_bind(handlers.on_attention, lab), step_inputs, [c.attn_plot, c.msg])
     c.preset_dd.input(_bind(handlers.on_preset, lab), [c.preset_dd], [c.prompt, *outputs_all],
                       concurrency_limit=limits.UPLOAD_CONCURRENCY, concurrency_id="upload")
+    c.prompt.change(_bind(handlers.on_prompt, lab), [c.prompt], [c.preset_dd], trigger_mode="always_last",
+                    queue=False, show_progress="hidden")
     lab.demo.load(_bind(handlers.replay_recorded, lab), [c.preset_dd], outputs_all,
                   concurrency_limit=limits.UPLOAD_CONCURRENCY, concurrency_id="upload")
     drafts = [c.topk, c.prune, c.budget, c.lookup]
@@ -253,4 +278,4 @@ def launch(demo: gr.Blocks | None = None, **kwargs):
     # never close theirs
     kwargs.setdefault("state_session_capacity", limits.MAX_SESSIONS)
     kwargs.setdefault("footer_links", [])
-    return demo.launch(css=CSS, theme=gr.themes.Soft(), **kwargs)
+    return demo.launch(css=CSS, theme=gr.themes.Soft(), head=PRESENTER_JS, **kwargs)

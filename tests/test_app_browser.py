@@ -98,8 +98,8 @@ def browser():
 class Page:
     """A page with its console errors recorded."""
 
-    def __init__(self, browser, url):
-        self.context = browser.new_context(accept_downloads=True, viewport={"width": 1400, "height": 1000})
+    def __init__(self, browser, url, width: int = 1400, height: int = 1000):
+        self.context = browser.new_context(accept_downloads=True, viewport={"width": width, "height": height})
         self.page = self.context.new_page()
         self.errors = []
         self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
@@ -108,6 +108,11 @@ class Page:
         self.page.wait_for_selector("#run")
         self.page.fill("#max-new input[type=number]", str(MAX_NEW))
         self.page.press("#max-new input[type=number]", "Enter")
+
+    def open_settings(self):
+        """The draft and sampling settings fold away in an accordion, closed on opening."""
+        self.page.click("#settings button, #settings .label-wrap")
+        self.page.wait_for_selector("#topk", state="visible", timeout=10_000)
 
     def text(self, elem_id: str) -> str:
         return self.page.inner_text(f"#{elem_id} .lab-text").strip()
@@ -186,6 +191,90 @@ def test_race_views_download_and_replay(server, browser, tmp_path):
     b.close()
 
 
+FIRST_SCREEN = """s => { const r = document.querySelector(s).getBoundingClientRect();
+    return {top: r.top, left: r.left, bottom: r.bottom, right: r.right, height: r.height, scrollY: window.scrollY,
+            width: window.innerWidth, innerHeight: window.innerHeight}; }"""
+
+
+def _in_first_screen(page, selector: str) -> dict:
+    box = page.evaluate(FIRST_SCREEN, selector)
+    assert box["scrollY"] == 0 and box["height"] > 0, box
+    assert box["top"] >= 0 and box["left"] >= 0, box
+    assert box["bottom"] <= box["innerHeight"] and box["right"] <= box["width"], box
+    return box
+
+
+def _contrast(rgb: str, background: str = "rgb(255, 255, 255)") -> float:
+    """WCAG contrast ratio of two CSS rgb() colours."""
+    def luminance(css):
+        parts = [int(float(v)) / 255 for v in css[css.index("(") + 1:css.index(")")].split(",")[:3]]
+        lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in parts]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+    hi, lo = sorted([luminance(rgb), luminance(background)], reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+@pytest.mark.parametrize("width,height", [(1280, 720), (1920, 1080)])
+def test_the_result_is_in_the_first_screen(server, browser, width, height):
+    """On opening and after a race, the speedup, the output check, τ and each side's tokens/s are in view
+    without scrolling; the settings are folded away; a custom prompt clears the preset; notes are readable."""
+    p = Page(browser, server, width, height)
+    page = p.page
+    _in_first_screen(page, "#result")
+    assert page.is_visible("#settings") and not page.is_visible("#topk")  # closed until opened
+    assert not page.is_visible("#mode")  # one stream mode: nothing to choose
+    assert page.input_value("#preset input")  # the first preset's prompt
+    p.run("The history of the city begins")
+    page.wait_for_function("() => document.querySelector('#preset input').value === ''", timeout=10_000)
+    box = _in_first_screen(page, "#result")
+    result = page.inner_text("#result")
+    assert "×" in result and "speedup" in result and "identical" in result, result
+    assert "τ" in result and "tokens/s" in result and "speculative (SS)" in result, result
+    for selector in ("#speedup .lab-big", "#equal-badge .lab-badge", "#meters table"):
+        _in_first_screen(page, selector)
+    style = page.evaluate("() => { const s = getComputedStyle(document.querySelector('#meters .lab-note'));"
+                          " return [parseFloat(s.fontSize), s.color]; }")
+    assert style[0] >= 14 and _contrast(style[1]) >= 7, style
+    p.open_settings()
+    assert not p.errors, p.errors
+    assert box["bottom"] <= height
+    p.close()
+
+
+def test_presenter_view_steps_with_the_keyboard(server, browser):
+    """?presenter=1 opens the presenter view (large type, high contrast); ← and → step through the passes."""
+    p = Page(browser, server + "?presenter=1", 1280, 720)
+    page = p.page
+    page.wait_for_function("() => document.body.classList.contains('lab-presenter')", timeout=10_000)
+    assert page.is_checked("#presenter input")
+    p.run()
+    big = page.evaluate("() => parseFloat(getComputedStyle(document.querySelector('#speedup .lab-big')).fontSize)")
+    text = page.evaluate("() => parseFloat(getComputedStyle(document.querySelector('#ss-output .lab-text')).fontSize)")
+    assert big >= 56 and text >= 22, (big, text)
+    slider = "#step-slider input[type=number]"
+    page.wait_for_selector(f"{slider}:not([disabled])", timeout=20_000)
+    last = int(float(page.get_attribute("#step-slider input[type=range]", "max")))
+    start = int(float(page.input_value(slider)))
+    p.plot_points("tree-plot")
+    page.evaluate("() => document.activeElement && document.activeElement.blur()")
+    for key, want in (("ArrowRight", min(start + 1, last)), ("ArrowLeft", max(min(start + 1, last) - 1, 0)),
+                      ("ArrowLeft", max(min(start + 1, last) - 2, 0))):
+        page.keyboard.press(key)
+        page.wait_for_function(
+            "([s, w]) => { const d = document.querySelector('#tree-plot .js-plotly-plot');"
+            " return Number(document.querySelector(s).value) === w && d && d.layout"
+            " && new RegExp('pass ' + w + '[^0-9]').test(d.layout.title.text); }", arg=[slider, want], timeout=20_000)
+    page.uncheck("#presenter input")  # off: the class goes, and the arrows step no more
+    page.wait_for_function("() => !document.body.classList.contains('lab-presenter')", timeout=10_000)
+    shown = page.input_value(slider)
+    page.evaluate("() => document.activeElement && document.activeElement.blur()")
+    page.keyboard.press("ArrowRight" if int(float(shown)) < last else "ArrowLeft")
+    page.wait_for_timeout(1500)
+    assert page.input_value(slider) == shown
+    assert not p.errors, p.errors
+    p.close()
+
+
 @pytest.mark.parametrize("name,content,needle", [
     ("garbage.json", b"{this is not json", "invalid JSON"),
     ("old.json", json.dumps({"schema": "specstream-trace", "version": 0}).encode(), "version 0"),
@@ -210,6 +299,7 @@ def test_bad_settings_show_a_message(server, browser):
     p.page.wait_for_selector("#lab-message .lab-error", timeout=30_000)
     assert "empty" in p.page.inner_text("#lab-message")
     p.page.fill("#prompt textarea", "hello")
+    p.open_settings()
     p.page.fill("#topk textarea, #topk input", "4,x")
     p.page.click("#run button, button#run")
     p.page.wait_for_function("() => document.querySelector('#lab-message').innerText.includes('topk')",

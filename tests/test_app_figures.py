@@ -149,6 +149,55 @@ def test_acceptance_figure_numbers(trace):
     json.loads(fig.to_json())
 
 
+def test_time_chart_leaves_the_prefill_out(trace, engine_and_lock):
+    """Pass 0 of a speculative run is the prefill (the whole prompt in one pass): drawn with the rest it
+    squashes their scale, so the time chart starts at pass 1 and names pass 0's time in its title."""
+    from app.figures import TIME_COLOURS, acceptance_figure, acceptance_stats
+
+    fig = acceptance_figure(trace)
+    bars = [t for t in fig.data if t.name in TIME_COLOURS]
+    assert len(bars) == 3 and all(list(t.x) == list(range(1, len(trace["steps"]))) for t in bars)
+    prefill = sum(acceptance_stats(trace)["times"][k][0] for k in TIME_COLOURS)
+    titles = [a.text for a in fig.layout.annotations]
+    assert any(f"pass 0, the prefill ({prefill:.1f} ms), left out" in t for t in titles), titles
+    engine, _ = engine_and_lock  # a plain trace has no prefill apart: every pass is drawn
+    plain = engine.generate(PROMPT, DecodeConfig(mode="ar", max_new_tokens=6, trace=True)).trace
+    bars = [t for t in acceptance_figure(plain).data if t.name in TIME_COLOURS]
+    assert all(list(t.x) == list(range(len(plain["steps"]))) for t in bars)
+
+
+def test_stream_mode_is_offered_only_when_there_is_a_choice(lab_dir, tmp_path):
+    """One stream mode: the radio is hidden (nothing to choose) and its help names only that mode."""
+    from app.models import parse_specs
+    from app.render import mode_help
+    from app.ui import build_demo
+    from helpers import component
+
+    assert "shared" not in mode_help(["lossless"]) and "lossless" in mode_help(["lossless"])
+    assert "shared" in mode_help(["lossless", "shared"])
+    radio = component(build_demo(parse_specs(lab_models_env(lab_dir))), "mode")
+    assert radio.visible is False and radio.choices == [("lossless", "lossless")]
+    assert "shared" not in (radio.info or "")
+
+
+def test_a_custom_prompt_clears_the_preset(lab_dir):
+    from app.models import parse_specs
+    from app.ui import build_demo
+    from helpers import component, handler
+
+    demo = build_demo(parse_specs(lab_models_env(lab_dir)))
+    on_prompt, preset = handler(demo, "on_prompt"), component(demo, "preset")
+    label, text = next(iter(demo_presets().items()))
+    assert on_prompt(text + " and more")[preset]["value"] is None
+    assert on_prompt(text)[preset]["value"] == label  # typed back to the preset's text: named again
+
+
+def demo_presets() -> dict:
+    from app.presets import presets
+
+    return presets()
+
+
 def test_attention_figure_rows_are_streams(trace):
     from app.figures import attention_choices, attention_figure, attention_matrix
 
@@ -401,7 +450,7 @@ def test_demo_builds_with_stable_ids(lab_dir):
     demo = build_demo(parse_specs(lab_models_env(lab_dir)))
     ids = {getattr(b, "elem_id", None) for b in demo.blocks.values()}
     assert {"prompt", "run", "ar-output", "ss-output", "speedup", "equal-badge", "tree-plot", "accept-plot",
-            "attn-plot", "trace-download", "trace-upload"} <= ids
+            "attn-plot", "trace-download", "trace-upload", "result", "settings"} <= ids
     build_demo({})  # no model at all: replay-only lab still builds
 
 
@@ -427,3 +476,20 @@ def test_sampling_race_runs_and_explains(engine_and_lock):
     other = engine.generate(PROMPT, replace(cfg, mode="ar", seed=4, trace=False))
     assert other.text != final.ar.text
     assert acceptance_figure(final.trace).data and tree_figure(final.trace, len(final.trace["steps"]) - 1).data
+
+
+def test_pass_buttons_step_a_replayed_trace_within_its_passes(trace, replay_demo):
+    """The presenter view's ← and → (the previous / next pass buttons) on a trace with no model loaded: one pass
+    each way, never past the first or the last."""
+    from specstream_core.decoding.trace import validate
+    from helpers import component, handler
+
+    blob, last = validate(trace).pack(), len(trace["steps"]) - 1
+    on_prev, on_next = handler(replay_demo, "on_prev"), handler(replay_demo, "on_next")
+    step, tree = component(replay_demo, "step-slider"), component(replay_demo, "tree-plot")
+    moved = on_next(blob, 1, None, None)
+    assert moved[step]["value"] == 2 and "pass 2<" in moved[tree].layout.title.text
+    assert on_prev(blob, 1, None, None)[step]["value"] == 0
+    assert on_prev(blob, 0, None, None)[step]["value"] == 0
+    assert on_next(blob, last, None, None)[step]["value"] == last
+    assert on_next(None, 1, None, None) == {}

@@ -36,7 +36,7 @@ from specstream_core.decoding.drafters import Drafter, RowOutput
 from specstream_core.decoding.inputs import default_drafter, prepare_prompts, prompt_ids
 from specstream_core.decoding.prefill import pad_steps, prefill
 from specstream_core.decoding.state import Limits, Row
-from specstream_core.decoding.tracer import Pass, RowTrace, attention_maps, capture_layers
+from specstream_core.decoding.tracer import Pass, RowTrace, attention_maps, capture_layers, capturing_forward
 from specstream_core.decoding.tree import Tree, prune_by_threshold
 from specstream_core.decoding.verify import Verdict, sample_token, verify_greedy, verify_sampling, walk_greedy
 from specstream_core.errors import SpecstreamError
@@ -61,6 +61,7 @@ class Decoding:
         self.num_streams = min(len(cfg.tree_topk), self.streams.cfg.gamma) if self.streams is not None else 0
         self.capture = capture_layers(cfg, self.streams)
         self._check_capture()
+        self.capture_apart = False  # True: capture in a pass of its own (`capturing_forward`): no draft changes
         self.share_prefix = share_prefix and len(prompts) > 1
         equals = exactness.for_engine(engine, cfg)  # what the output equals, in each row's stats
         self.rows = [Row(i, list(p), torch.Generator().manual_seed((cfg.seed or 0) + i), d,
@@ -147,9 +148,9 @@ class Decoding:
         if (self.streams is not None and self.cfg.prune_threshold > 0 and self.streams.prune is not None
                 and any(len(t) > 1 for t in trees)):
             select = lambda h: self._select(trees, h)  # noqa: E731
-        return msa.forward(self.engine.model, ids, positions, visible, streams=self.streams, carriers=carriers,
-                           cache=self.cache, select=select, capture_layers=self.capture,
-                           window=self.engine.window, num_streams=self.num_streams or None)
+        return capturing_forward(self, self.engine.model, ids, positions, visible, streams=self.streams,
+                                 carriers=carriers, cache=self.cache, select=select, window=self.engine.window,
+                                 num_streams=self.num_streams or None)
 
     def _select(self, trees: list[Tree], h_birth: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
         """Pruning layer: early-exit transition probabilities p(child | parent) at layer N−Ns, every row

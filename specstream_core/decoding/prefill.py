@@ -12,10 +12,9 @@ import time
 import torch
 
 from specstream_core.decoding import processors
-from specstream_core.decoding.tracer import Pass, attention_maps
+from specstream_core.decoding.tracer import Pass, attention_maps, capturing_forward
 from specstream_core.decoding.tree import chain
 from specstream_core.decoding.verify import sample_token
-from specstream_core.model import msa
 from specstream_core.model.cache import SharedPrefixCache
 
 
@@ -55,9 +54,8 @@ def prefill(dec) -> list[Pass]:
     ids, positions, visible = pad_steps(items, [0] * len(prompts), device)
     last = torch.tensor([[len(p) - 1] for p in prompts], device=device)  # [P, 1]
     carriers = last if dec.streams is not None else None
-    out = msa.forward(engine.model, ids, positions, visible, streams=dec.streams, carriers=carriers,
-                      cache=dec.cache, capture_layers=dec.capture, window=engine.window,
-                      num_streams=dec.num_streams or None)
+    out = capturing_forward(dec, engine.model, ids, positions, visible, streams=dec.streams, carriers=carriers,
+                            cache=dec.cache, window=engine.window, num_streams=dec.num_streams or None)
     logits, scored = dec.backend.head_scores(out.main[torch.arange(len(prompts), device=device), last[:, 0]],
                                              out.streams)  # [P, V]; the last row's stream rows too, as a step's
     dec.cache.commit([(0, dec.num_layers, [torch.arange(len(p), device=device) for p in prompts])])

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+
 from specstream_core.decoding import trace as schema
 from specstream_core.decoding.tree import Tree
+from specstream_core.model import msa
 
 
 @dataclass
@@ -94,3 +97,18 @@ def capture_layers(cfg, streams) -> tuple[int, ...]:
     """Layers whose attention a pass records (trace only, stream layers only)."""
     return tuple(cfg.attention_layers) if (cfg.trace and streams is not None) else ()
 
+
+
+def capturing_forward(dec, *args, **kwargs) -> msa.ForwardOutput:
+    """`msa.forward` capturing the attention layers of `dec` (a `loop.Decoding`): in the pass itself, or, with
+    `dec.capture_apart`, in a pass of its own just before it (whose scratch K/V the real pass overwrites).
+    Capturing takes layers off their fast path, so in the pass it rounds differently and can change later drafts;
+    apart, every pass is the one a run without capture makes. A pass whose survivors differ from the capturing
+    pass's gets no maps."""
+    if not (dec.capture and dec.capture_apart):
+        return msa.forward(*args, capture_layers=dec.capture, **kwargs)
+    seen = msa.forward(*args, capture_layers=dec.capture, **kwargs)
+    out = msa.forward(*args, **kwargs)
+    same = out.keep is None if seen.keep is None else (out.keep is not None and torch.equal(seen.keep, out.keep))
+    out.attention = seen.attention if same else {}
+    return out
