@@ -93,3 +93,27 @@ def test_the_lean_engine_decodes_the_kept_models_tokens(lean, kept):
     plain = _decoded(lean, "ar")
     assert _decoded(lean, "ss") == plain
     assert _decoded(kept[0], "ar") == plain
+
+
+def test_an_fp32_engine_lets_its_copied_weights_pages_go(saved):
+    """fp32 on the kernel reads its blocked copies: the weights' pages of the mapped checkpoint are dropped once copied
+    (`CheckpointRows.release`) and read from the file again when the weight is read: the same values."""
+    from safetensors.torch import load_file
+
+    from specstream_core.kernels.linears import rowinv
+    from specstream_core.model.loading import CheckpointRows
+
+    base, _ = saved
+    engine = Engine.load(base, precision="fp32", fresh_streams=False)
+    if not rowinv.uses_kernel(engine.model):
+        pytest.skip("the row-invariant kernel does not run here")
+    reader = engine.model.__dict__[int4.WEIGHT_ROWS]
+    assert isinstance(reader, CheckpointRows)
+    stored = load_file(f"{base}/model.safetensors")
+    down = compat.decoder_layers(engine.model)[0].mlp.down_proj
+    assert down.blocked_weight() is not None and reader.release(down.weight)  # (again: it was, at its copy)
+    assert torch.equal(down.weight.detach(), stored["model.layers.0.mlp.down_proj.weight"])
+    plain = Engine.load(base, precision="fp32", kernel="torch", fresh_streams=False)
+    cfg = DecodeConfig(mode="ar", max_new_tokens=NEW, stop_on_eos=False)
+    for ids in prompts(3, seed=12, max_len=30):
+        assert engine.generate(ids, cfg).token_ids == plain.generate(ids, cfg).token_ids

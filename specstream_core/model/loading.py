@@ -236,6 +236,11 @@ def load_model(cfg: LoadConfig):
                 a8=cfg.precision == "int4-a8")
     elif rowinv.kernel_for(cfg.precision, cfg.device, cfg.kernel):
         rowinv.install(model, cfg.kernel, torch.bfloat16 if cfg.precision == "bf16" else torch.float32)
+        reader = model.__dict__.get(int4.WEIGHT_ROWS)
+        for layer in compat.decoder_layers(model) if reader is not None else ():  # fp32 Linears: kept as their copies
+            for module in layer.modules():
+                if isinstance(module, rowinv.RowInvariantLinear):
+                    rowinv.release_after_copy(module.weight, reader.release)
     return model
 
 
@@ -271,6 +276,24 @@ def return_large_blocks() -> bool:
         return False
 
 
+LIBC = ctypes.CDLL(None)
+MADV_DONTNEED = 4
+
+
+def _mapped_at(path: str, offset: int, start: int, size: int) -> bool:
+    """Whether bytes [start, start + size) of this process are `path`'s bytes from `offset` on, mapped privately."""
+    real = os.path.realpath(path)
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split(maxsplit=5)
+            if len(parts) < 6 or parts[5].strip() != real or not parts[1].endswith("p"):
+                continue
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            if lo <= start and start + size <= hi and start - lo + int(parts[2], 16) == offset:
+                return True
+    return False
+
+
 class CheckpointRows:
     """Rows of a loaded model's weights read from its safetensors files (`int8_head.weight_rows`).
 
@@ -296,7 +319,23 @@ class CheckpointRows:
         self.names = {}  # id(parameter) -> (a weak reference to it, its name in the files)
         for name, param in model.named_parameters(remove_duplicate=False):
             if name in self.entries and id(param) not in self.names:
-                self.names[id(param)] = (weakref.ref(param), name)
+                self.names[id(param)] = (weakref.ref(param), name, param._version)
+
+    def release(self, weight: torch.Tensor) -> bool:
+        """Let the pages of `weight` go (madvise MADV_DONTNEED) where it is, unchanged since loading, a view of its
+        file's private mapping at its place in the file: the system drops them and reads them from the file again
+        only if the weight is read again (the same bytes). For a weight the kernel has copied (`rowinv.release_after_copy`).
+        Returns whether it did."""
+        known = self.names.get(id(weight))
+        if known is None or known[0]() is not weight or known[2] != weight._version:
+            return False
+        path, offset, dtype, shape = self.entries[known[1]]
+        start, size = weight.data_ptr(), weight.numel() * weight.element_size()
+        if dtype != weight.dtype or shape != tuple(weight.shape) or not _mapped_at(path, offset, start, size):
+            return False
+        page = os.sysconf("SC_PAGE_SIZE")
+        first, last = -(-start // page) * page, (start + size) // page * page
+        return last <= first or LIBC.madvise(ctypes.c_void_p(first), ctypes.c_size_t(last - first), MADV_DONTNEED) == 0
 
     def __call__(self, weight: torch.Tensor, start: int, stop: int) -> torch.Tensor | None:
         """Rows [start, stop) of `weight` in its dtype as loaded, or None where it is not one of the files' tensors."""
