@@ -117,3 +117,15 @@ def test_an_fp32_engine_lets_its_copied_weights_pages_go(saved):
     cfg = DecodeConfig(mode="ar", max_new_tokens=NEW, stop_on_eos=False)
     for ids in prompts(3, seed=12, max_len=30):
         assert engine.generate(ids, cfg).token_ids == plain.generate(ids, cfg).token_ids
+
+
+def test_the_gguf_header_reads_as_ggufs_own_reader(tmp_path):
+    """`gguf_file.tensor_table` (the header alone, no object per metadata value) lists what gguf's reader does."""
+    gguf = pytest.importorskip("gguf")
+    from specstream_core.kernels.linears import gguf_file
+    from helpers import write_tiny_gguf
+    from tiny_models import tiny_model
+
+    path = write_tiny_gguf(tiny_model("llama", seed=2, hidden=64, layers=2), str(tmp_path / "tiny.gguf"))
+    theirs = [(t.name, t.tensor_type.name, int(t.data_offset), int(t.n_bytes)) for t in gguf.GGUFReader(path).tensors]
+    assert gguf_file.tensor_table(path) == theirs and len(theirs) == 7 * 2 + 1

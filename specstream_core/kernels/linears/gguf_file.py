@@ -5,14 +5,16 @@ or the tied token embedding) (q, scale) (`int8_head.from_q8_0`), rows in the mod
 rows permuted for its RoPE layout: `_row_order` undoes it). Each is checked against the model's own weight and
 used only where it is that weight exactly (`FileGroups.take`).
 
-The file's header is parsed once (gguf's reader: the tensors' names, types and offsets) and each tensor's bytes are
+The file's header is parsed once (`tensor_table`: the tensors' names, types and offsets) and each tensor's bytes are
 then read into a buffer of its own when its Linear is packed, and let go: loading holds one tensor of the file at a
 time, never the whole file mapped (SmolLM2's is 98 MB; its groups as loose tensors, 132 MB).
 """
 
 from __future__ import annotations
 
+import math
 import os
+import struct
 
 import numpy as np
 import torch
@@ -64,29 +66,86 @@ def _same(dequantized, groups: tuple, weight: torch.Tensor, model) -> bool:
                for r in range(0, weight.shape[0], CHECK_ROWS))
 
 
+# ---- the file's header -----------------------------------------------------------------------------
+BLOCKS = {3: ("Q4_1", 20), 8: ("Q8_0", 34)}  # GGML type id -> (name, bytes per block of 32); other types are skipped
+_SCALARS = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # GGUF value type -> bytes
+
+
+class _Header:
+    """Reads a GGUF header (little-endian, version 2 or 3) from the file's start, value by value."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def take(self, fmt: str):
+        size = struct.calcsize("<" + fmt)
+        data = self.f.read(size)
+        if len(data) != size:
+            raise ValueError("truncated GGUF header")
+        return struct.unpack("<" + fmt, data)
+
+    def string(self) -> bytes:
+        return self.f.read(self.take("Q")[0])
+
+    def skip_value(self, kind: int):
+        if kind == 8:
+            self.f.seek(self.take("Q")[0], 1)
+        elif kind == 9:
+            item, count = self.take("IQ")
+            if item in _SCALARS:
+                self.f.seek(_SCALARS[item] * count, 1)
+            else:
+                for _ in range(count):
+                    self.skip_value(item)
+        else:
+            self.f.seek(_SCALARS[kind], 1)
+
+
+def tensor_table(path: str) -> list[tuple[str, str, int, int]]:
+    """(name, type name, absolute offset, bytes) of the file's Q4_1 and Q8_0 tensors, from its header alone (gguf's own
+    reader builds an object per value of the metadata, the tokenizer's ~100,000 strings included: seconds)."""
+    alignment, infos = 32, []
+    with open(path, "rb") as f:
+        h = _Header(f)
+        magic, version = h.take("4sI")
+        if magic != b"GGUF" or version not in (2, 3):
+            raise ValueError(f"{path}: not a GGUF file of version 2 or 3")
+        n_tensors, n_values = h.take("QQ")
+        for _ in range(n_values):
+            key, kind = h.string(), h.take("I")[0]
+            if key == b"general.alignment" and kind == 4:
+                alignment = h.take("I")[0]
+            else:
+                h.skip_value(kind)
+        for _ in range(n_tensors):
+            name = h.string().decode()
+            dims = h.take("Q" * h.take("I")[0])
+            kind, offset = h.take("IQ")
+            infos.append((name, dims, kind, offset))
+        start = -(-f.tell() // alignment) * alignment
+    return [(name, BLOCKS[kind][0], start + offset, math.prod(dims) // GROUP * BLOCKS[kind][1])
+            for name, dims, kind, offset in infos if kind in BLOCKS]
+
+
 class FileGroups:
     """The Q4_1 and Q8_0 tensors of a llama GGUF file by the keys of `int4._linears` ("<layer>.<module path>",
     "lm_head"), read on demand (`take`)."""
 
     def __init__(self, path: str, config):
-        from gguf import GGUFReader
-
         self.path = path
         self.heads = {"attn_q": config.num_attention_heads, "attn_k": config.num_key_value_heads}
         self.tensors: dict[str, list[tuple]] = {}  # key -> [(kind, type name, offset, bytes)], file order
         if config.model_type != "llama":
             return
-        for tensor in GGUFReader(path).tensors:  # the header only: each tensor's bytes are read by `take`
-            parts = tensor.name.split(".")
-            if tensor.name in HEAD_NAMES and tensor.tensor_type.name == "Q8_0":
+        for name, type_name, offset, size in tensor_table(path):  # the header only: `take` reads each tensor's bytes
+            parts = name.split(".")
+            if name in HEAD_NAMES and type_name == "Q8_0":
                 key, kind = "lm_head", "head"
-            elif (tensor.tensor_type.name == "Q4_1" and len(parts) == 4 and parts[0] == "blk"
-                  and parts[2] in GGUF_NAMES):
+            elif type_name == "Q4_1" and len(parts) == 4 and parts[0] == "blk" and parts[2] in GGUF_NAMES:
                 key, kind = f"{parts[1]}.{GGUF_NAMES[parts[2]]}", parts[2]
             else:
                 continue
-            self.tensors.setdefault(key, []).append((kind, tensor.tensor_type.name, int(tensor.data_offset),
-                                                     int(tensor.n_bytes)))
+            self.tensors.setdefault(key, []).append((kind, type_name, offset, size))
 
     def keys(self):
         return self.tensors.keys()
