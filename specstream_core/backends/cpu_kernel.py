@@ -51,6 +51,8 @@ class CpuKernel(Backend):
         self._head_memo: tuple = (None, None)  # (what it was made for, `merged_head`)
         self._certified_memo: tuple = (None, None)  # (what it was made for, `certified_head`)
         self._tiled: tuple | None = None  # (the model, the row state, `_tiled_streams` for them): asked every step
+        if streams is not None and getattr(self.lm_head, "a8", False):  # the 8-bit head laid out now, while the
+            self.merged_head()  # engine is still small: its two copies meet below the first decoding's peak
 
     def draft_precision(self) -> str:
         return rowinv.draft_precision(self.precision)
@@ -101,6 +103,7 @@ class CpuKernel(Backend):
         ids = self.streams.draft_vocab if self.streams is not None else None
         weight = next((t for t in (getattr(self.lm_head, n, None) for n in ("weight", "q8")) if t is not None), None)
         key = (None if weight is None else weight.data_ptr(), None if ids is None else ids.data_ptr())
+        del weight  # an 8-bit head laid out anew lets its old copy go
         if self._head_memo[0] != key:
             made = merged_head.MergedHead.of(self.lm_head, ids)  # an 8-bit head is laid out anew: its new copy's key
             weight = next((t for t in (getattr(self.lm_head, n, None) for n in ("weight", "q8")) if t is not None), None)

@@ -31,7 +31,7 @@ from specstream_core.kernels.linears import rowinv
 
 GROUP = 32
 TILE = 16  # output rows per tile
-SUM_ROWS = 4096  # rows whose group sums `pack_q8` makes at a time
+SUM_ROWS = 4096  # rows `pack_q8` sums and `take_rows_q8` moves at a time
 
 
 def available() -> bool:
@@ -92,12 +92,14 @@ def take_rows_q8(data: torch.Tensor, dm: torch.Tensor, index: torch.Tensor) -> t
     scales and group sums with their rows (no unpacking, no sums made again)."""
     tiles, g = data.shape[:2]
     m = index.numel()
+    src, out = data.view(tiles, g, 8, TILE, 4), torch.empty(m // TILE, g, 8, TILE, 4, dtype=data.dtype)
+    for a in range(0, m // TILE, SUM_ROWS // TILE):  # a block of tiles at a time: no second whole copy in between
+        part = index[a * TILE:(a + SUM_ROWS // TILE) * TILE]
+        rows = src[part // TILE, :, :, part % TILE, :]  # [M', G, 8, 4]
+        out[a:a + part.numel() // TILE] = rows.reshape(-1, TILE, g, 8, 4).permute(0, 2, 3, 1, 4)
     t, o = index // TILE, index % TILE
-    rows = data.view(tiles, g, 8, TILE, 4)[t, :, :, o, :]  # [M, G, 8, 4]
-    data = rows.reshape(m // TILE, TILE, g, 8, 4).permute(0, 2, 3, 1, 4).contiguous().reshape(m // TILE, g, 8, 4 * TILE)
-    del rows
     dm = dm[t, :, :, o].reshape(m // TILE, TILE, g, 2).permute(0, 2, 3, 1).contiguous()  # [M / 16, G, 2, 16]
-    return data, dm
+    return out.reshape(m // TILE, g, 8, 4 * TILE), dm
 
 
 def unpack_q8(data: torch.Tensor, dm: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
