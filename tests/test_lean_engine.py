@@ -129,3 +129,26 @@ def test_the_gguf_header_reads_as_ggufs_own_reader(tmp_path):
     path = write_tiny_gguf(tiny_model("llama", seed=2, hidden=64, layers=2), str(tmp_path / "tiny.gguf"))
     theirs = [(t.name, t.tensor_type.name, int(t.data_offset), int(t.n_bytes)) for t in gguf.GGUFReader(path).tensors]
     assert gguf_file.tensor_table(path) == theirs and len(theirs) == 7 * 2 + 1
+
+
+@pytest.mark.parametrize("a8", [False, True])
+def test_an_8_bit_head_gives_its_rows_as_an_embedding(a8):
+    """`Int8Linear.embed`: the rows of its weight (q * scale, exact), from either layout and after `lay_out`; a tied
+    embedding whose weight they are is read from the head (`tie_embedding`), the same vectors."""
+    from helpers import q8_exact
+    from tiny_models import tiny_model
+
+    w = q8_exact(128, 64, seed=3)
+    head = int8_head.Int8Linear(*int8_head.quantize_groups(w), kernel=True, a8=a8)
+    ids = torch.tensor([[0, 5, 127], [64, 5, 1]])
+    assert torch.equal(head.embed(ids), w[ids])
+    if a8:
+        head.lay_out(torch.randperm(128, generator=torch.Generator().manual_seed(1)))
+        assert torch.equal(head.embed(ids), w[ids]) and torch.equal(head.dequantized(), w)
+    model = tiny_model("llama", seed=2, hidden=64, tie_word_embeddings=True)
+    with torch.no_grad():
+        model.model.embed_tokens.weight.copy_(w)
+    model.lm_head = head
+    assert int8_head.tie_embedding(model)
+    assert isinstance(model.model.embed_tokens, int8_head.TiedEmbedding)
+    assert torch.equal(model.model.embed_tokens(ids), w[ids])
