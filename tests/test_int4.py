@@ -234,7 +234,7 @@ def test_a_gguf_base_whose_groups_do_not_all_match_says_so(monkeypatch):
 
     model = tiny_model("llama", seed=3)
     monkeypatch.setattr(default_model, "gguf_source", lambda base: "/somewhere/model.gguf")
-    monkeypatch.setattr(int4, "gguf_groups", lambda path, m: {})
+    monkeypatch.setattr(int4, "file_groups", lambda path, m: {})
     with pytest.warns(UserWarning, match=r"only 0 of \d+ Linears are model.gguf's own groups"):
         report = loading.to_int4(model, "converted", kernel=rowinv.available())
     assert report["from_file"] == 0

@@ -38,15 +38,21 @@ class CpuKernel(Backend):
     @classmethod
     def prepare(cls, model: nn.Module, precision: str) -> None:
         """An fp32 model's head as 8-bit groups where it is them exactly (`int8_head.use_exact_head`): the same logits
-        from a quarter of the head's bytes."""
-        if precision == "fp32" and cls.fits(model, precision):
+        from a quarter of the head's bytes; a token embedding tied to an 8-bit head that holds its weights exactly
+        read from that head (`int8_head.tie_embedding`: the same vectors, without the fp32 table)."""
+        if not cls.fits(model, precision):
+            return
+        if precision == "fp32":
             int8_head.use_exact_head(model)
+        int8_head.tie_embedding(model)
 
     def __init__(self, model: nn.Module, precision: str, streams=None):
         super().__init__(model, precision, streams)
         self._head_memo: tuple = (None, None)  # (what it was made for, `merged_head`)
         self._certified_memo: tuple = (None, None)  # (what it was made for, `certified_head`)
         self._tiled: tuple | None = None  # (the model, the row state, `_tiled_streams` for them): asked every step
+        if streams is not None and getattr(self.lm_head, "a8", False):  # the 8-bit head laid out now, while the
+            self.merged_head()  # engine is still small: its two copies meet below the first decoding's peak
 
     def draft_precision(self) -> str:
         return rowinv.draft_precision(self.precision)
@@ -97,8 +103,11 @@ class CpuKernel(Backend):
         ids = self.streams.draft_vocab if self.streams is not None else None
         weight = next((t for t in (getattr(self.lm_head, n, None) for n in ("weight", "q8")) if t is not None), None)
         key = (None if weight is None else weight.data_ptr(), None if ids is None else ids.data_ptr())
+        del weight  # an 8-bit head laid out anew lets its old copy go
         if self._head_memo[0] != key:
-            self._head_memo = (key, merged_head.MergedHead.of(self.lm_head, ids))
+            made = merged_head.MergedHead.of(self.lm_head, ids)  # an 8-bit head is laid out anew: its new copy's key
+            weight = next((t for t in (getattr(self.lm_head, n, None) for n in ("weight", "q8")) if t is not None), None)
+            self._head_memo = ((None if weight is None else weight.data_ptr(), key[1]), made)
         return self._head_memo[1]
 
     # ---- attention --------------------------------------------------------------------------------------

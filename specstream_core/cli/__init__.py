@@ -39,6 +39,8 @@ COMMANDS = {
                   "the τ each draft reaches on the eval prompts, replayed over decoded answers instead of timed"),
     "speed": ("specstream_core.cli.commands.speed",
               "tokens/s against transformers and llama.cpp, fp32, bf16 and int4, at 1 and 2 threads"),
+    "footprint": ("specstream_core.cli.commands.footprint",
+                  "load time and peak memory per precision, each in a fresh process, beside llama.cpp's"),
 }
 
 

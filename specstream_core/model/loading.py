@@ -13,9 +13,11 @@ accepted; anything else is refused with a message naming the supported families.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import warnings
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -195,6 +197,9 @@ def load_model(cfg: LoadConfig):
     """Returns the causal LM in eval mode, on `cfg.device`, with the requested precision."""
     from transformers import AutoModelForCausalLM
 
+    if cfg.device == "cpu":
+        return_large_blocks()
+
     load_config(cfg.base)  # clear error for missing dirs / unsupported architectures
     kwargs: dict = {"attn_implementation": "sdpa"}
     if cfg.precision in ("nf4", "int8"):
@@ -222,8 +227,12 @@ def load_model(cfg: LoadConfig):
     # bundled default model (a GGUF-converted base)
     model.config.specstream_checkpoint = {"dtype": checkpoint_dtype(cfg.base),
                                           "bundled": bool(default_model.gguf_source(cfg.base))}
+    loaded = model
     if cfg.shared_lora:  # into the loaded weights, so that int4 and the CPU kernel take the adapted ones
-        model = apply_shared_lora(model, cfg.shared_lora)
+        model = apply_shared_lora(model, cfg.shared_lora)  # the same model where the set has no LoRA to merge
+    if model is loaded and cfg.device == "cpu" and cfg.precision in (*INT4, "fp32") and os.path.isdir(cfg.base):
+        # the weights as in their files: checks read them there (`CheckpointRows`), the mapped pages stay unread
+        model.__dict__[int4.WEIGHT_ROWS] = CheckpointRows(model, cfg.base)
     if cfg.precision == "nf4" and cfg.device == "cpu" and cfg.exact_nf4:
         make_nf4_exact(model)
     if cfg.precision in INT4:
@@ -231,6 +240,11 @@ def load_model(cfg: LoadConfig):
                 a8=cfg.precision == "int4-a8")
     elif rowinv.kernel_for(cfg.precision, cfg.device, cfg.kernel):
         rowinv.install(model, cfg.kernel, torch.bfloat16 if cfg.precision == "bf16" else torch.float32)
+        reader = model.__dict__.get(int4.WEIGHT_ROWS)
+        for layer in compat.decoder_layers(model) if reader is not None else ():  # fp32 Linears: kept as their copies
+            for module in layer.modules():
+                if isinstance(module, rowinv.RowInvariantLinear):
+                    rowinv.release_after_copy(module.weight, reader.release)
     return model
 
 
@@ -239,13 +253,108 @@ def to_int4(model, base: str, kernel: bool, adapted: bool = False, a8: bool = Fa
     kernel or through torch; a GGUF-converted base keeps its file's own groups (its fp32 weights exactly).
     adapted: a shared-mode LoRA was merged, so the Linears it changed are quantized again (no warning)."""
     source = default_model.gguf_source(base)
-    groups = int4.gguf_groups(source, model) if source else {}
+    groups = int4.file_groups(source, model) if source else {}  # each read as its Linear is packed
     report = int4.quantize_model(model, groups, kernel=kernel, a8=a8)
     if source and report["from_file"] < report["layers"] and not adapted:  # e.g. a reader that dequantizes another way
         warnings.warn(f"int4: only {report['from_file']} of {report['layers']} Linears are {os.path.basename(source)}'s "
                       "own groups; the others were quantized again, so this int4 model is not the fp32 model exactly")
     model.config.specstream_int4 = report  # where the 4-bit groups came from, for traces and benchmarks
     return report
+
+
+MMAP_THRESHOLD = 1 << 20  # bytes: glibc serves larger blocks from their own mappings (`return_large_blocks`)
+_M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
+
+
+def return_large_blocks() -> bool:
+    """Have glibc's malloc give blocks of MMAP_THRESHOLD bytes or more back to the system when they are freed.
+
+    By default the threshold moves up to the size of each large block freed (up to 32 MB), so that loading, which
+    makes and frees thousands of tensors of one to a few MB (a file's groups, their checks, the packed copies' makings)
+    between the copies it keeps, leaves them all in the heap, scattered between the kept ones: on SmolLM2 int4-a8,
+    380 MB of freed memory the process still held. With the threshold fixed, each such block is its own mapping and
+    goes when freed (one system call a block; decoding's tensors are far smaller). Returns whether it was set (glibc)."""
+    try:
+        return bool(ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+    except (OSError, AttributeError):  # not glibc
+        return False
+
+
+LIBC = ctypes.CDLL(None)
+MADV_DONTNEED = 4
+
+
+def _mapped_at(path: str, offset: int, start: int, size: int) -> bool:
+    """Whether bytes [start, start + size) of this process are `path`'s bytes from `offset` on, mapped privately."""
+    real = os.path.realpath(path)
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split(maxsplit=5)
+            if len(parts) < 6 or parts[5].strip() != real or not parts[1].endswith("p"):
+                continue
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            if lo <= start and start + size <= hi and start - lo + int(parts[2], 16) == offset:
+                return True
+    return False
+
+
+class CheckpointRows:
+    """Rows of a loaded model's weights read from its safetensors files (`int8_head.weight_rows`).
+
+    transformers maps the files and its weights are views of them: a page is read from disk, and resident, when first
+    touched. The checks of int4 loading (the GGUF file's groups against each Linear's weight) and of an 8-bit head tied
+    to the embedding would touch every weight they then drop; here they read the same bytes with pread into buffers
+    of their own, so an int4 engine never holds the fp32 weights it does not decode with (SmolLM2: 540 MB). A weight
+    not stored as it is loaded (another dtype or shape, a name not in the files) is read where it is."""
+
+    DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+
+    def __init__(self, model, directory: str):
+        self.entries: dict[str, tuple] = {}  # name -> (file, offset of its data, dtype, shape)
+        for name in sorted(n for n in os.listdir(directory) if n.endswith(".safetensors")):
+            path = os.path.join(directory, name)
+            with open(path, "rb") as f:
+                size = int.from_bytes(f.read(8), "little")
+                header = json.loads(f.read(size))
+            for key, info in header.items():
+                if key != "__metadata__" and info.get("dtype") in self.DTYPES:
+                    self.entries[key] = (path, 8 + size + info["data_offsets"][0], self.DTYPES[info["dtype"]],
+                                         tuple(info["shape"]))
+        self.names = {}  # id(parameter) -> (a weak reference to it, its name in the files)
+        for name, param in model.named_parameters(remove_duplicate=False):
+            if name in self.entries and id(param) not in self.names:
+                self.names[id(param)] = (weakref.ref(param), name, param._version)
+
+    def release(self, weight: torch.Tensor) -> bool:
+        """Let the pages of `weight` go (madvise MADV_DONTNEED) where it is, unchanged since loading, a view of its
+        file's private mapping at its place in the file: the system drops them and reads them from the file again
+        only if the weight is read again (the same bytes). For a weight the kernel has copied (`rowinv.release_after_copy`).
+        Returns whether it did."""
+        known = self.names.get(id(weight))
+        if known is None or known[0]() is not weight or known[2] != weight._version:
+            return False
+        path, offset, dtype, shape = self.entries[known[1]]
+        start, size = weight.data_ptr(), weight.numel() * weight.element_size()
+        if dtype != weight.dtype or shape != tuple(weight.shape) or not _mapped_at(path, offset, start, size):
+            return False
+        page = os.sysconf("SC_PAGE_SIZE")
+        first, last = -(-start // page) * page, (start + size) // page * page
+        return last <= first or LIBC.madvise(ctypes.c_void_p(first), ctypes.c_size_t(last - first), MADV_DONTNEED) == 0
+
+    def __call__(self, weight: torch.Tensor, start: int, stop: int) -> torch.Tensor | None:
+        """Rows [start, stop) of `weight` in its dtype as loaded, or None where it is not one of the files' tensors."""
+        known = self.names.get(id(weight))
+        if known is None or known[0]() is not weight:
+            return None
+        path, offset, dtype, shape = self.entries[known[1]]
+        if shape != tuple(weight.shape) or len(shape) != 2:
+            return None
+        stop = min(stop, shape[0])
+        row = shape[1] * torch.empty(0, dtype=dtype).element_size()
+        with open(path, "rb") as f:
+            data = os.pread(f.fileno(), (stop - start) * row, offset + start * row)
+        rows = torch.frombuffer(bytearray(data), dtype=dtype).reshape(stop - start, shape[1])
+        return rows.to(weight.dtype)
 
 
 def bnb_config(precision: str, device: str = "cpu"):

@@ -66,7 +66,8 @@ class CertifiedHead:
         if approx is None:
             approx = _WholeVocabulary(*int4_a8.pack_q8(q, scale), head.out_features)
         n, k = q.shape
-        l1 = q.float().abs().reshape(n, k // GROUP, GROUP).sum(-1) * scale.float()  # [V, G]: sum_j |w_vj| exactly
+        sums = torch.cat([b.float().abs().reshape(-1, k // GROUP, GROUP).sum(-1) for b in q.split(4096)])  # by blocks
+        l1 = sums * scale.float()  # [V, G]: sum_j |w_vj| exactly
         return cls(head, approx, l1.t().contiguous())
 
     def choose(self, main: torch.Tensor, streams: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -28,6 +28,16 @@ from specstream_core.model import compat
 from specstream_core.kernels.linears import int4_a8, rowinv
 
 GROUP = 32  # elements per scale (Q8_0's block size)
+# where loading leaves a model's reader of its weights' rows from the checkpoint files (`loading.CheckpointRows`)
+WEIGHT_ROWS = "_specstream_weight_rows"
+
+
+def weight_rows(model: nn.Module | None, weight: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+    """Rows [start, stop) of one of `model`'s weights, for a check: read from its checkpoint file where loading left a
+    reader (the weight's memory-mapped pages are then never touched, so never resident), else from the weight."""
+    reader = model.__dict__.get(WEIGHT_ROWS) if model is not None else None
+    rows = reader(weight, start, stop) if reader is not None else None
+    return weight.detach()[start:stop] if rows is None else rows
 
 
 class Int8Linear(nn.Module):
@@ -56,29 +66,68 @@ class Int8Linear(nn.Module):
         self.register_buffer("d", d, persistent=False)
         self.register_buffer("bias", None if bias is None else bias.detach().float(), persistent=False)
         self._weight: torch.Tensor | None = None  # the dequantized weight, for the torch path
+        self.order: torch.Tensor | None = None  # a8: stored row i is output order[i] (`lay_out`); None: in order
+        self._inverse: torch.Tensor | None = None  # output j's stored row
 
     def groups(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(q, scale) of the layer's N output rows."""
+        """(q, scale) of the layer's N output rows, in output order."""
         if self.a8:
-            return int4_a8.unpack_q8(self.q8, self.d, self.out_features)
+            q, scale = int4_a8.unpack_q8(self.q8, self.d, self.out_features)
+            return (q, scale) if self.order is None else (q[self._inverse], scale[self._inverse])
         return rowinv.from_blocks(self.q8, self.out_features), rowinv.from_blocks(self.d, self.out_features)
+
+    def lay_out(self, order: torch.Tensor) -> None:
+        """Store the rows in `order` (a permutation of the outputs: stored row i is output order[i]; 8-bit activations,
+        outputs a multiple of 16), in place of the current copy: `merged_head` reads a head laid out with its draft
+        vocabulary first, and the head's own calls write each output where `order` puts it (the same sums, the same
+        logits bit for bit). One copy of the head, not two."""
+        order = order.to(torch.long).cpu()
+        if not self.a8 or self.out_features % int4_a8.TILE or order.shape != (self.out_features,):
+            raise SpecstreamError("lay_out needs an 8-bit-activation head of whole tiles and a permutation of its rows")
+        stored = order if self.order is None else self._inverse[order]  # output order[i]'s row in the current copy
+        self.q8, self.d = int4_a8.take_rows_q8(self.q8, self.d, stored)  # the old copy goes as the new one is set
+        self.order, self._inverse = order, torch.argsort(order)
+        self._cols = order.to(torch.int32)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernel and rowinv.takes(x):
-            y = (int4_a8.linear_q8 if self.a8 else rowinv.linear_q8)(x, self.q8, self.d, self.out_features)
+            if self.order is not None:
+                y = int4_a8.linear_q8_map(x, self.q8, self.d, self._cols)
+            else:
+                y = (int4_a8.linear_q8 if self.a8 else rowinv.linear_q8)(x, self.q8, self.d, self.out_features)
         else:
             if self._weight is None:
                 self._weight = self.dequantized()
             y = F.linear(x.float(), self._weight).to(x.dtype)
         return y if self.bias is None else y + self.bias.to(y.dtype)
 
+    def row_groups(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(q [M, K] int8, scale [M, K / 32] fp32) of output rows `index` [M], gathered from the stored layout."""
+        index = index.to(torch.long).cpu().reshape(-1)
+        g = self.in_features // GROUP
+        if not self.a8:  # `to_blocks`: q8 [N' / 4, G, 4, 32], d [N' / 4, G, 4, 1]
+            b, r = index // rowinv.OUT_BLOCK, index % rowinv.OUT_BLOCK
+            return self.q8[b, :, r, :].reshape(-1, self.in_features), self.d[b, :, r, 0]
+        stored = index if self.order is None else self._inverse[index]
+        t, o = stored // int4_a8.TILE, stored % int4_a8.TILE  # `int4_a8.pack_q8`: [tile, group, chunk, o, k]
+        q = self.q8.view(self.q8.shape[0], g, 8, int4_a8.TILE, 4)[t, :, :, o, :]  # [M, G, 8, 4]
+        scale = self.d[t, :, 0, o].contiguous().view(torch.float16).float()  # [M, G]
+        return q.reshape(-1, self.in_features), scale
+
     def rows(self, index: torch.Tensor, a8: bool | None = None) -> "Int8Linear":
         """The same layer restricted to output rows `index` (a draft vocabulary's slice of the head); a8: against 8-bit
         activations or not (default: as this layer)."""
         index = index.to(torch.long).cpu()
-        q, scale = self.groups()
+        q, scale = self.row_groups(index)
         bias = None if self.bias is None else self.bias[index]
-        return Int8Linear(q[index], scale[index], bias, kernel=self.kernel, a8=self.a8 if a8 is None else a8)
+        return Int8Linear(q, scale, bias, kernel=self.kernel, a8=self.a8 if a8 is None else a8)
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows `ids` of the weight, q * scale in fp32 [..., K] (`dequantize`'s values: an int8 times a scale), as a
+        tied token embedding reads them (`TiedEmbedding`)."""
+        q, scale = self.row_groups(ids)
+        w = q.float().reshape(-1, self.in_features // GROUP, GROUP) * scale[..., None]
+        return w.reshape(*ids.shape, self.in_features)
 
     def dequantized(self) -> torch.Tensor:
         """The fp32 weight [N, K], q * scale."""
@@ -87,6 +136,44 @@ class Int8Linear(nn.Module):
     def extra_repr(self) -> str:
         where = ("row-invariant kernel, 8-bit activations" if self.a8 else "row-invariant kernel") if self.kernel else "torch"
         return f"in_features={self.in_features}, out_features={self.out_features}, group={GROUP}, 8-bit on {where}"
+
+
+class TiedEmbedding(nn.Module):
+    """A token embedding read from the 8-bit head it is tied to (`Int8Linear.embed`), where those groups are its
+    weights exactly (`tie_embedding`): the fp32 table (SmolLM2: 113 MB) is not kept beside its 8-bit copy."""
+
+    def __init__(self, head: Int8Linear, padding_idx: int | None = None):
+        super().__init__()
+        self.head = [head]  # a list: the head stays registered once, as the LM head
+        self.num_embeddings, self.embedding_dim, self.padding_idx = head.out_features, head.in_features, padding_idx
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head[0].embed(ids)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, read from the 8-bit LM head"
+
+
+CHECK_ROWS = 4096  # rows compared at a time (`tie_embedding`, `exact_groups`)
+
+
+def tie_embedding(model: nn.Module) -> bool:
+    """Give a model whose 8-bit head (`Int8Linear`, no bias) holds its token embedding's weights exactly (a tied
+    embedding: the GGUF file's Q8_0 head, or an fp32 head made 8-bit exactly by `use_exact_head`) a `TiedEmbedding`
+    in place of the fp32 table: the same vectors bit for bit (checked row for row), from the head's bytes. For decoding
+    (`Engine.load`); returns whether it did."""
+    head, inner = compat.lm_head(model), compat.inner_model(model)
+    embedding = getattr(inner, "embed_tokens", None)
+    if not (isinstance(head, Int8Linear) and head.bias is None and type(embedding) is nn.Embedding
+            and tuple(embedding.weight.shape) == (head.out_features, head.in_features)):
+        return False
+    w = embedding.weight
+    for r in range(0, w.shape[0], CHECK_ROWS):
+        ids = torch.arange(r, min(r + CHECK_ROWS, w.shape[0]))
+        if not torch.equal(head.embed(ids), weight_rows(model, w, r, r + CHECK_ROWS)):
+            return False
+    inner.embed_tokens = TiedEmbedding(head, embedding.padding_idx)
+    return True
 
 
 def quantize_groups(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -101,14 +188,22 @@ def quantize_groups(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q.reshape(n, k).to(torch.int8), scale
 
 
-def exact_groups(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+def exact_groups(weight: torch.Tensor, model: nn.Module | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(q, scale) whose `dequantize` is `weight` bit for bit (a head converted from a Q8_0 file: its fp16 scales
     times int8 are exact in fp32, and Q8_0's rule finds them again), or None where the weight is anything else."""
     w = weight.detach()
-    if w.dtype is not torch.float32 or w.dim() != 2 or w.shape[1] % GROUP or not torch.isfinite(w).all():
+    if w.dtype is not torch.float32 or w.dim() != 2 or w.shape[1] % GROUP:
         return None
-    q, scale = quantize_groups(w)
-    return (q, scale) if torch.equal(dequantize(q, scale), w) else None
+    parts = []  # a block of rows at a time: no fp32 temporaries the size of the weight
+    for r in range(0, w.shape[0], CHECK_ROWS):
+        rows = weight_rows(model, weight, r, r + CHECK_ROWS)  # `model`'s weight: read as loading says
+        if not torch.isfinite(rows).all():
+            return None
+        q, scale = quantize_groups(rows)
+        if not torch.equal(dequantize(q, scale), rows):
+            return None
+        parts.append((q, scale))
+    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
 
 def use_exact_head(model: nn.Module) -> bool:
@@ -121,7 +216,7 @@ def use_exact_head(model: nn.Module) -> bool:
     head = compat.lm_head(model)
     if not isinstance(head, rowinv.RowInvariantLinear) or head.bias is not None:
         return False
-    groups = exact_groups(head.weight)
+    groups = exact_groups(head.weight, model)
     if groups is None:
         return False
     compat.causal_lm(model).lm_head = Int8Linear(*groups, kernel=True)

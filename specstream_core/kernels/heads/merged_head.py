@@ -12,7 +12,8 @@ The drafter then takes the accepted node's scores (`Engine.head_scores`, `RowOut
 Two heads take it, each with the kernel its model's head already runs on:
 - bf16 on AMX tiles (`amx_tiles`): up to 16 rows cost about what one does, so the stream rows come almost free;
 - the 8-bit head of int4-a8 (`int8_head.Int8Linear` against 8-bit activations, `int4_a8`): the stream rows cost
-  their dot products as they did apart, and the second read of the block is saved.
+  their dot products as they did apart, and the second read of the block is saved. The head itself is laid out so
+  (`Int8Linear.lay_out`), its own calls writing each output where the vocabulary puts it: one copy of it, not two.
 Every column is summed as the head's own call sums it, so the logits are bit for bit the head's, and the stream rows'
 scores are the draft head's, which is cut from the same weights (tests/test_merged_head.py).
 """
@@ -55,8 +56,21 @@ class MergedHead:
                 tiled = amx_tiles.tiled(w.detach()[order].contiguous(), lib)
                 return None if tiled is None else _OnTiles(order, ids.numel(), lib, tiled)
         elif isinstance(head, int8_head.Int8Linear) and head.a8:
-            return cls.of_groups(*head.groups(), ids)
+            return cls.of_head(head, ids)
         return None
+
+    @classmethod
+    def of_head(cls, head: int8_head.Int8Linear, draft_ids: torch.Tensor) -> "MergedHead | None":
+        """An 8-bit head against 8-bit activations laid out with its draft vocabulary first in place
+        (`Int8Linear.lay_out`: its own calls give the same logits from the new layout), and read from that one copy;
+        None where that does not run or the vocabulary does not suit (as `of_groups`)."""
+        lib, ids, vocab = library.library(), draft_ids.to(torch.long).cpu(), head.out_features
+        if lib is None or not int4_a8.available() or ids.numel() % 32 or not 0 < ids.numel() < vocab or vocab % int4_a8.TILE:
+            return None
+        order = _draft_first(vocab, ids)
+        if head.order is None or not torch.equal(head.order, order):
+            head.lay_out(order)
+        return _Q8A8(order, ids.numel(), lib, head.q8, head.d)
 
     @classmethod
     def of_groups(cls, q: torch.Tensor, scale: torch.Tensor, draft_ids: torch.Tensor) -> "MergedHead | None":

@@ -42,8 +42,10 @@ from torch import nn
 
 from specstream_core.errors import SpecstreamError
 from specstream_core.model import compat
-from specstream_core.kernels.linears import int4_a8, rowinv
+from specstream_core.kernels.linears import gguf_file, int4_a8, rowinv
+from specstream_core.kernels.linears.gguf_file import GGUF_NAMES as _GGUF_NAMES, dequantize, from_q4_1  # noqa: F401
 from specstream_core.kernels.heads import int8_head
+from specstream_core.kernels.heads.int8_head import WEIGHT_ROWS  # noqa: F401 - where loading leaves its weight reader
 
 GROUP = 32  # elements per scale/low group (Q4_1's block size)
 _TORCH_DTYPE = torch.bfloat16  # torch's CPU kernel's fast path; fp32 activations take a scalar fallback
@@ -215,24 +217,6 @@ def quantize_groups(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, t
     return q.reshape(n, k).to(torch.uint8), scale, lo
 
 
-def from_q4_1(raw: np.ndarray, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(q, scale, low) from GGUF Q4_1 blocks [n, k / 32 * 20 bytes]: fp16 d, fp16 m, 16 bytes of nibbles
-    (element j is the low nibble of byte j, element j + 16 its high nibble); w = d * q + m."""
-    blocks = np.ascontiguousarray(raw).reshape(n, k // GROUP, 20)
-    d = blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
-    m = blocks[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
-    nibbles = blocks[..., 4:20]
-    q = np.concatenate([nibbles & 0x0F, nibbles >> 4], axis=-1).reshape(n, k)
-    return torch.from_numpy(q.astype(np.uint8)), torch.from_numpy(d), torch.from_numpy(m)
-
-
-def dequantize(q: torch.Tensor, scale: torch.Tensor, low: torch.Tensor) -> torch.Tensor:
-    """q * scale + low rounded once to fp32, as the kernel makes each weight (fma)."""
-    n, k = q.shape
-    g = q.double().reshape(n, k // GROUP, GROUP)
-    return (g * scale.double()[..., None] + low.double()[..., None]).float().reshape(n, k)
-
-
 # ---- the model ---------------------------------------------------------------------------------
 def _linears(model) -> dict[str, nn.Linear]:
     """Decoder-layer Linears by their name in the model, plus the LM head."""
@@ -270,6 +254,51 @@ def quantize_model(model, groups: dict[str, tuple] | None = None, kernel: bool |
     or "fp32" (its own weights, on the kernel where it runs). a8: the decoder Linears take 8-bit activations
     (int4-a8, `kernels/linears/int4_a8.py`), and so does an 8-bit head. Returns {"layers": n, "from_file": m, "fused": f, "kernel":
     bool, "head": head, "head_from_file": bool, "a8": a8}."""
+    kernel, head = _settle(model, kernel, head)
+    groups = groups if groups is not None else {}
+    linears = _linears(model)
+    for key, linear in linears.items():
+        if linear.in_features % GROUP and (key != "lm_head" or head == "int4"):
+            raise SpecstreamError(f"int4 needs input sizes that are multiples of {GROUP}; {key} has {linear.in_features}")
+    n_linears, taken = len(linears), []
+    if head != "int4":
+        head_linear = linears.pop("lm_head")
+        head_groups = _take(groups, "lm_head", head_linear, model) if head == "q8" else None
+        _set(model, "lm_head", _head(head_linear, head, head_groups, kernel, a8))
+        taken.append(head_groups is not None)
+        del head_linear
+
+    def weights(key: str) -> tuple:
+        """The Linear's groups (the file's, else its own quantized) and bias; the Linear is let go."""
+        linear = linears.pop(key)
+        got = _take(groups, key, linear, model) if key != "lm_head" else None  # a file's head groups are 8-bit
+        taken.append(got is not None)
+        q, scale, low = got if got is not None else quantize_groups(linear.weight)
+        return q, scale, low, None if linear.bias is None else linear.bias.detach().float()
+
+    fused = 0
+    for li, layer in enumerate(compat.decoder_layers(model)):  # one layer at a time: its fp32 weights go as it is packed
+        for parent, names in FUSE:
+            keys = [f"{li}.{parent}.{name}" for name in names]
+            if all(k in linears for k in keys) and len({linears[k].in_features for k in keys}) == 1:
+                group = FusedInt4([weights(k) for k in keys], kernel=kernel, a8=a8)
+                for i, k in enumerate(keys):
+                    _set(model, k, Int4Part(group, i))
+                getattr(layer, parent).add_module("int4_fused_" + names[0], group)
+                fused += 1
+        for key in [k for k in linears if k.split(".", 1)[0] == str(li)]:
+            _set(model, key, Int4Linear(*weights(key), kernel=kernel, a8=a8))
+    for key in list(linears):  # a 4-bit head
+        _set(model, key, Int4Linear(*weights(key), kernel=kernel, a8=a8))
+    if kernel:
+        rowinv.adopt(model)
+    head_from_file = head != "int4" and taken[0]
+    return {"layers": n_linears, "from_file": sum(taken), "fused": fused, "kernel": kernel, "head": head,
+            "head_from_file": head_from_file, "a8": a8}
+
+
+def _settle(model, kernel: bool | None, head: str | None) -> tuple[bool, str]:
+    """`quantize_model`'s kernel and head made concrete, or the reason they cannot run."""
     kernel = rowinv.available() if kernel is None else kernel
     if kernel and not rowinv.available():
         raise SpecstreamError(f"the row-invariant kernel cannot run here: {rowinv.unavailable_reason()}")
@@ -281,35 +310,14 @@ def quantize_model(model, groups: dict[str, tuple] | None = None, kernel: bool |
         raise SpecstreamError(f"unknown int4 head {head!r}; choose one of {', '.join(HEADS)}")
     if next(model.parameters()).device.type != "cpu":
         raise SpecstreamError("--quantize int4 runs on the CPU; on CUDA use nf4")
-    groups = dict(groups or {})
-    head_groups = groups.pop("lm_head", None)  # a file's 8-bit head: (q, scale)
-    head_from_file = head == "q8" and head_groups is not None
-    linears = _linears(model)
-    if head != "int4":
-        _set(model, "lm_head", _head(linears.pop("lm_head"), head, head_groups if head_from_file else None, kernel, a8))
-    weights = {}
-    for key, linear in linears.items():
-        if linear.in_features % GROUP:
-            raise SpecstreamError(f"int4 needs input sizes that are multiples of {GROUP}; {key} has {linear.in_features}")
-        q, scale, low = groups[key] if key in groups else quantize_groups(linear.weight)
-        bias = None if linear.bias is None else linear.bias.detach().float()
-        weights[key] = (q, scale, low, bias)
-    fused = 0
-    for li, layer in enumerate(compat.decoder_layers(model)):
-        for parent, names in FUSE:
-            keys = [f"{li}.{parent}.{name}" for name in names]
-            if all(k in weights for k in keys) and len({linears[k].in_features for k in keys}) == 1:
-                group = FusedInt4([weights.pop(k) for k in keys], kernel=kernel, a8=a8)
-                for i, k in enumerate(keys):
-                    _set(model, k, Int4Part(group, i))
-                getattr(layer, parent).add_module("int4_fused_" + names[0], group)
-                fused += 1
-    for key, (q, scale, low, bias) in weights.items():
-        _set(model, key, Int4Linear(q, scale, low, bias, kernel=kernel, a8=a8))
-    if kernel:
-        rowinv.adopt(model)
-    return {"layers": len(linears) + (head != "int4"), "from_file": sum(k in groups for k in linears) + head_from_file,
-            "fused": fused, "kernel": kernel, "head": head, "head_from_file": head_from_file, "a8": a8}
+    return kernel, head
+
+
+def _take(groups, key: str, linear: nn.Module, model) -> tuple | None:
+    """The ready groups for the Linear under `key` (a dict's, or a GGUF file's where they are its weight), else None."""
+    if isinstance(groups, gguf_file.FileGroups):
+        return groups.take(key, linear.weight, model) if key in groups else None
+    return groups.get(key)
 
 
 HEADS = ("q8", "int4", "fp32")
@@ -327,52 +335,18 @@ def _head(linear: nn.Linear, head: str, groups: tuple | None, kernel: bool, a8: 
 
 
 # ---- a GGUF file's own 4-bit groups --------------------------------------------------------------
-_GGUF_NAMES = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-               "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-               "ffn_down": "mlp.down_proj"}
-
-
-
-
-def _row_order(rows: int, n_head: int) -> np.ndarray:
-    """llama.cpp stores q/k rows permuted for its RoPE layout; transformers' own GGUF reader undoes it.
-    Apply that same function to row numbers to learn the order."""
-    from transformers.modeling_gguf_pytorch_utils import LlamaTensorProcessor
-
-    return LlamaTensorProcessor()._reverse_permute_weights(np.arange(rows), n_head, n_head)
+def file_groups(path: str, model) -> gguf_file.FileGroups:
+    """The GGUF file's groups for `model`'s Linears, read one tensor at a time as `quantize_model` packs them
+    (`gguf_file.FileGroups`)."""
+    return gguf_file.FileGroups(path, model.config)
 
 
 def gguf_groups(path: str, model) -> dict[str, tuple]:
     """The Q4_1 tensors of a llama GGUF file as (q, scale, low) per `_linears` key, rows in the model's
     order, and its Q8_0 head (the output matrix, or the tied token embedding) as (q, scale) under
-    "lm_head"; each is checked against the model's own (dequantized) weight, and one that differs is left out."""
-    from gguf import GGUFReader
-
-    config = model.config
-    if config.model_type != "llama":
-        return {}
-    heads = {"attn_q": config.num_attention_heads, "attn_k": config.num_key_value_heads}
+    "lm_head"; each is checked against the model's own (dequantized) weight, and one that differs is left out.
+    All of them at once (`file_groups` reads each when it is used)."""
+    found = file_groups(path, model)
     linears = _linears(model)
-    out = {}
-    for tensor in GGUFReader(path).tensors:
-        parts = tensor.name.split(".")
-        if tensor.name in ("output.weight", "token_embd.weight") and tensor.tensor_type.name == "Q8_0":
-            weight = linears["lm_head"].weight
-            head = int8_head.from_q8_0(np.asarray(tensor.data), *weight.shape)
-            if "lm_head" not in out and torch.equal(int8_head.dequantize(*head), weight.detach().float()):
-                out["lm_head"] = head
-            continue
-        if tensor.tensor_type.name != "Q4_1" or len(parts) != 4 or parts[0] != "blk" or parts[2] not in _GGUF_NAMES:
-            continue
-        key = f"{parts[1]}.{_GGUF_NAMES[parts[2]]}"
-        linear = linears.get(key)
-        if linear is None:
-            continue
-        n, k = linear.out_features, linear.in_features
-        q, scale, low = from_q4_1(np.asarray(tensor.data), n, k)
-        if parts[2] in heads:
-            order = torch.from_numpy(_row_order(n, heads[parts[2]]).copy())
-            q, scale, low = q[order], scale[order], low[order]
-        if torch.equal(dequantize(q, scale, low), linear.weight.detach().float()):
-            out[key] = (q, scale, low)
-    return out
+    out = {key: found.take(key, linears[key].weight, model) for key in found.keys() if key in linears}
+    return {key: groups for key, groups in out.items() if groups is not None}

@@ -31,6 +31,7 @@ from specstream_core.kernels.linears import rowinv
 
 GROUP = 32
 TILE = 16  # output rows per tile
+SUM_ROWS = 4096  # rows `pack_q8` sums and `take_rows_q8` moves at a time
 
 
 def available() -> bool:
@@ -79,10 +80,26 @@ def pack_q8(q: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.T
     n, k = q.shape
     g = k // GROUP
     data = q.reshape(n // TILE, TILE, g, 8, 4).permute(0, 2, 3, 1, 4).contiguous()  # tile, group, chunk, o, k
-    sums = q.reshape(n, g, GROUP).sum(-1, dtype=torch.int32).to(torch.int16)  # |sum| <= 4,096
+    sums = torch.cat([b.reshape(-1, g, GROUP).sum(-1, dtype=torch.int32).to(torch.int16)  # |sum| <= 4,096
+                      for b in q.split(SUM_ROWS)])  # a block of rows at a time: no int32 copy of the whole head
     dm = torch.stack([scale.half().view(torch.int16), sums]).reshape(2, n // TILE, TILE, g).permute(1, 3, 0, 2)
     dm = dm.contiguous()
     return data.reshape(n // TILE, g, 8, 4 * TILE), dm
+
+
+def take_rows_q8(data: torch.Tensor, dm: torch.Tensor, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The `pack_q8` layout of stored rows `index` [M] (M a multiple of 16), in that order: the same bytes moved, the
+    scales and group sums with their rows (no unpacking, no sums made again)."""
+    tiles, g = data.shape[:2]
+    m = index.numel()
+    src, out = data.view(tiles, g, 8, TILE, 4), torch.empty(m // TILE, g, 8, TILE, 4, dtype=data.dtype)
+    for a in range(0, m // TILE, SUM_ROWS // TILE):  # a block of tiles at a time: no second whole copy in between
+        part = index[a * TILE:(a + SUM_ROWS // TILE) * TILE]
+        rows = src[part // TILE, :, :, part % TILE, :]  # [M', G, 8, 4]
+        out[a:a + part.numel() // TILE] = rows.reshape(-1, TILE, g, 8, 4).permute(0, 2, 3, 1, 4)
+    t, o = index // TILE, index % TILE
+    dm = dm[t, :, :, o].reshape(m // TILE, TILE, g, 2).permute(0, 2, 3, 1).contiguous()  # [M / 16, G, 2, 16]
+    return out.reshape(m // TILE, g, 8, 4 * TILE), dm
 
 
 def unpack_q8(data: torch.Tensor, dm: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -101,6 +118,17 @@ def linear(x: torch.Tensor, nibbles: torch.Tensor, dm: torch.Tensor, n: int) -> 
 def linear_q8(x: torch.Tensor, data: torch.Tensor, dm: torch.Tensor, n: int) -> torch.Tensor:
     """x W^T for 8-bit W (`pack_q8`), x rounded to 8 bits per group of 32."""
     return _call(library().linear_q8a8_ld, x, data, dm, n)
+
+
+def linear_q8_map(x: torch.Tensor, data: torch.Tensor, dm: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """`linear_q8` of a head whose rows are stored in another order: stored row i's output goes to column cols[i]
+    (int32, a permutation; csrc/quant.c's `linear_q8a8_map`, each output summed as `linear_q8` sums it)."""
+    k, n = x.shape[-1], cols.numel()
+    rows, y = rowinv._rows_and_out(x, n)
+    m = rows.numel() // k
+    kernel_library.check(library().linear_q8a8_map(rows.data_ptr(), m, k, data.data_ptr(), dm.data_ptr(), n, y.data_ptr(),
+                                                   n, cols.data_ptr(), m, None, 0, torch.get_num_threads()), "8-bit head")
+    return y if x.dtype is torch.float32 else y.to(x.dtype)
 
 
 def _call(fn, x: torch.Tensor, w: torch.Tensor, dm: torch.Tensor, n: int) -> torch.Tensor:

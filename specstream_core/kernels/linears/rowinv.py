@@ -25,6 +25,7 @@ compiler or neither, or `SPECSTREAM_KERNEL=torch` is set, Linears run through to
 from __future__ import annotations
 
 import threading
+import weakref
 from contextlib import contextmanager
 
 import torch
@@ -188,6 +189,16 @@ def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, spec: to
     return None if failed else out
 
 
+_RELEASE: dict[int, tuple] = {}  # id(weight) -> (a weak reference to it, how its memory goes): `release_after_copy`
+
+
+def release_after_copy(weight: torch.Tensor, release) -> None:
+    """Have `release(weight)` called once a `RowInvariantLinear` has made its own copy of `weight` (`blocked_weight`):
+    loading registers the weights that are unread pages of their checkpoint file (`loading.CheckpointRows.release`),
+    which the system then drops, to read again from the file only if the weight itself is read again."""
+    _RELEASE[id(weight)] = (weakref.ref(weight), release)
+
+
 class RowInvariantLinear(nn.Linear):
     """An nn.Linear (same parameters, same state dict) whose inference forward runs the kernel. It falls
     back to torch for gradients, CUDA, other dtypes, a non-contiguous weight and inside `torch_linears()`."""
@@ -216,6 +227,9 @@ class RowInvariantLinear(nn.Linear):
         if getattr(self, "_blocked_key", None) != key:
             wt = amx_tiles.tiled(w, library())
             self._tiled, self._blocked, self._blocked_key = wt is not None, wt if wt is not None else blocked(w), key
+            kept = _RELEASE.pop(id(w), None)
+            if kept is not None and kept[0]() is w and self._blocked is not None:  # the kernel reads the copy from now on
+                kept[1](w)
         return self._blocked
 
     def on_tiles(self) -> bool:
