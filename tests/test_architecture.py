@@ -15,7 +15,7 @@ SRC = ROOT / PKG
 # lab (`app`), and only `cli` (and the package's `__main__`) imports `cli`
 # `kernels` (the CPU kernel layer) imports nothing of the method but the transformers glue (KERNEL_MAY_USE);
 # `backends` (what runs the method on a machine) imports the kernels and, of `model`, only BACKEND_MAY_USE; the
-# method (`model`, `decoding`) reaches the kernels only through `backends` (KERNEL_USERS: the exceptions)
+# method (`model`, `decoding`) reaches the kernels only through `backends`
 ALLOWED = {
     "kernels": set(),
     "backends": {"kernels", "model"},
@@ -30,10 +30,6 @@ ALLOWED = {
 KERNEL_MAY_USE = {f"{PKG}.model.compat"}
 # the transformers glue, the method's data structures (masks, the KV cache) and the precision names
 BACKEND_MAY_USE = {f"{PKG}.model.{m}" for m in ("compat", "masks", "cache", "precisions")}
-KERNEL_USERS = {
-    # loading quantizes a model's Linears and installs the kernel's at load time, before any backend exists
-    f"{PKG}.model.loading": {f"{PKG}.kernels.linears.{m}" for m in ("int4", "int4_a8", "rowinv")},
-}
 BASE = ("errors", "paths")  # what every layer may import
 ENGINE = ("kernels", "backends", "model", "decoding")  # what `Engine` is made of: no edge to bench, training, io, cli or app
 
@@ -121,7 +117,7 @@ def test_layers_import_only_downwards():
             if not dep.startswith(PKG + "."):
                 continue
             target = layer(dep)
-            if (own == "kernels" and dep in KERNEL_MAY_USE) or dep in KERNEL_USERS.get(m, ()):
+            if own == "kernels" and dep in KERNEL_MAY_USE:
                 continue
             if own == "backends" and target == "model" and dep not in BACKEND_MAY_USE:
                 bad.append(f"{m}:{line} -> {dep} (a backend uses only the model's glue and data structures)")

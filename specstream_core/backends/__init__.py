@@ -12,7 +12,8 @@ import weakref
 from torch import nn
 
 from specstream_core.backends import cpu_kernel, torch_backend
-from specstream_core.kernels.linears import int4_a8, rowinv
+# what loading asks of the kernels before an engine exists, and this machine's answers (`load_time`)
+from specstream_core.backends.load_time import a8_available, kernel_runs  # noqa: F401
 from specstream_core.backends.base import Backend, argmax  # noqa: F401 - argmax: the greedy choice (verify.py)
 
 # the backends, the first that fits a model runs it
@@ -49,14 +50,3 @@ def prepare(model: nn.Module, precision: str) -> None:
 def on_kernel(model: nn.Module) -> bool:
     """Whether `model`'s Linears run on the row-invariant CPU kernel (the `cpu_kernel` backend fits it)."""
     return cpu_kernel.CpuKernel.fits(model, "")
-
-
-def kernel_runs(precision: str, device: str, kernel: str) -> bool:
-    """Whether a model loaded at `precision` on `device` with `kernel` ("auto", "rowinv", "torch") would have its
-    Linears on the row-invariant CPU kernel here."""
-    return rowinv.kernel_for(precision, device, kernel)
-
-
-def a8_available() -> bool:
-    """Whether the kernel's build here computes int4-a8 (AVX512-VNNI)."""
-    return int4_a8.available()

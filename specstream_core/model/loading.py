@@ -24,7 +24,7 @@ import torch
 
 from specstream_core.model.lora import apply_shared_lora
 from specstream_core.model import compat, default_model, devices, hub_access
-from specstream_core.kernels.linears import int4, int4_a8, rowinv
+from specstream_core.backends import load_time
 from specstream_core.errors import SpecstreamError
 from safetensors import SafetensorError, safe_open
 import tempfile
@@ -48,15 +48,15 @@ class LoadConfig:
             raise SpecstreamError(f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             raise SpecstreamError(f"unknown device {self.device!r}; use cpu or cuda")
-        if self.kernel not in rowinv.KERNELS:
-            raise SpecstreamError(f"unknown kernel {self.kernel!r}; choose one of {', '.join(rowinv.KERNELS)}")
+        if self.kernel not in load_time.KERNELS:
+            raise SpecstreamError(f"unknown kernel {self.kernel!r}; choose one of {', '.join(load_time.KERNELS)}")
         object.__setattr__(self, "precision", resolve_precision(self.precision, self.device, self.kernel, self.base))
         if self.precision == "fp16" and self.device == "cpu":
             raise SpecstreamError("fp16 runs on CUDA (T4-class GPUs without bf16); on the CPU use bf16 or fp32")
         if self.precision in INT4 and self.device != "cpu":
             raise SpecstreamError(f"{self.precision} runs on the CPU (kernels/linears/int4.py); on CUDA use nf4")
-        if self.precision == "int4-a8" and (self.kernel == "torch" or not int4_a8.available()):
-            raise SpecstreamError(int4_a8.unavailable_reason() or "int4-a8 runs on the row-invariant kernel only "
+        if self.precision == "int4-a8" and (self.kernel == "torch" or not load_time.a8_available()):
+            raise SpecstreamError(load_time.a8_unavailable_reason() or "int4-a8 runs on the row-invariant kernel only "
                                   "(not with SPECSTREAM_KERNEL=torch)")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise SpecstreamError("--device cuda was asked for but no CUDA device is available")
@@ -91,8 +91,8 @@ def resolve_precision(precision: str, device: str = "cpu", kernel: str = "auto",
       default; bf16 or int4-a8 are faster and one flag away (`exactness.faster_options`)."""
     if precision != "auto":
         return precision
-    if base and rowinv.kernel_for("int4", device, kernel) and default_model.gguf_source(base):
-        return "int4-a8" if int4_a8.available() else "int4"
+    if base and load_time.kernel_runs("int4", device, kernel) and default_model.gguf_source(base):
+        return "int4-a8" if load_time.a8_available() else "int4"
     return checkpoint_precision(checkpoint_dtype(base), device, kernel)
 
 
@@ -104,7 +104,7 @@ def checkpoint_precision(dtype: str | None, device: str = "cpu", kernel: str = "
       through torch, as transformers runs it); fp32 on a CPU without the kernel (the same weights widened exactly;
       bf16 through torch rounds a speculative pass differently from a plain one, so it would not be exact);
     - float16 -> fp32 (no fp16 precision here: the weights widened exactly, transformers' generate at fp32)."""
-    if dtype == "bfloat16" and (device.startswith("cuda") or rowinv.kernel_for("bf16", device, kernel)):
+    if dtype == "bfloat16" and (device.startswith("cuda") or load_time.kernel_runs("bf16", device, kernel)):
         return "bf16"
     return "fp32"
 
@@ -206,8 +206,8 @@ def load_model(cfg: LoadConfig):
         kwargs["quantization_config"] = bnb_config(cfg.precision, cfg.device)
         kwargs["device_map"] = {"": cfg.device if cfg.device != "cuda" else 0}
         kwargs["dtype"] = devices.nf4_compute_dtype(cfg.device)  # the unquantized modules compute in it too
-    else:  # bf16 on the CPU kernel: an fp32 model whose Linears keep bf16 weights (rowinv.install)
-        kernel = rowinv.kernel_for(cfg.precision, cfg.device, cfg.kernel)
+    else:  # bf16 on the CPU kernel: an fp32 model whose Linears keep bf16 weights (load_time.install_linears)
+        kernel = load_time.kernel_runs(cfg.precision, cfg.device, cfg.kernel)
         kwargs["dtype"] = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision) if not kernel else None
         kwargs["dtype"] = kwargs["dtype"] or torch.float32
 
@@ -232,19 +232,15 @@ def load_model(cfg: LoadConfig):
         model = apply_shared_lora(model, cfg.shared_lora)  # the same model where the set has no LoRA to merge
     if model is loaded and cfg.device == "cpu" and cfg.precision in (*INT4, "fp32") and os.path.isdir(cfg.base):
         # the weights as in their files: checks read them there (`CheckpointRows`), the mapped pages stay unread
-        model.__dict__[int4.WEIGHT_ROWS] = CheckpointRows(model, cfg.base)
+        load_time.set_weight_rows(model, CheckpointRows(model, cfg.base))
     if cfg.precision == "nf4" and cfg.device == "cpu" and cfg.exact_nf4:
         make_nf4_exact(model)
     if cfg.precision in INT4:
-        to_int4(model, cfg.base, rowinv.kernel_for(cfg.precision, cfg.device, cfg.kernel), adapted=bool(cfg.shared_lora),
-                a8=cfg.precision == "int4-a8")
-    elif rowinv.kernel_for(cfg.precision, cfg.device, cfg.kernel):
-        rowinv.install(model, cfg.kernel, torch.bfloat16 if cfg.precision == "bf16" else torch.float32)
-        reader = model.__dict__.get(int4.WEIGHT_ROWS)
-        for layer in compat.decoder_layers(model) if reader is not None else ():  # fp32 Linears: kept as their copies
-            for module in layer.modules():
-                if isinstance(module, rowinv.RowInvariantLinear):
-                    rowinv.release_after_copy(module.weight, reader.release)
+        to_int4(model, cfg.base, load_time.kernel_runs(cfg.precision, cfg.device, cfg.kernel),
+                adapted=bool(cfg.shared_lora), a8=cfg.precision == "int4-a8")
+    elif load_time.kernel_runs(cfg.precision, cfg.device, cfg.kernel):
+        # fp32 Linears kept as the kernel's copies: their mapped pages let go through the weight reader
+        load_time.install_linears(model, cfg.kernel, torch.bfloat16 if cfg.precision == "bf16" else torch.float32)
     return model
 
 
@@ -253,8 +249,7 @@ def to_int4(model, base: str, kernel: bool, adapted: bool = False, a8: bool = Fa
     kernel or through torch; a GGUF-converted base keeps its file's own groups (its fp32 weights exactly).
     adapted: a shared-mode LoRA was merged, so the Linears it changed are quantized again (no warning)."""
     source = default_model.gguf_source(base)
-    groups = int4.file_groups(source, model) if source else {}  # each read as its Linear is packed
-    report = int4.quantize_model(model, groups, kernel=kernel, a8=a8)
+    report = load_time.quantize_int4(model, source, kernel=kernel, a8=a8)  # each group read as its Linear is packed
     if source and report["from_file"] < report["layers"] and not adapted:  # e.g. a reader that dequantizes another way
         warnings.warn(f"int4: only {report['from_file']} of {report['layers']} Linears are {os.path.basename(source)}'s "
                       "own groups; the others were quantized again, so this int4 model is not the fp32 model exactly")
@@ -328,7 +323,7 @@ class CheckpointRows:
     def release(self, weight: torch.Tensor) -> bool:
         """Let the pages of `weight` go (madvise MADV_DONTNEED) where it is, unchanged since loading, a view of its
         file's private mapping at its place in the file: the system drops them and reads them from the file again
-        only if the weight is read again (the same bytes). For a weight the kernel has copied (`rowinv.release_after_copy`).
+        only if the weight is read again (the same bytes). For a weight the kernel has copied (`load_time.release_copied`).
         Returns whether it did."""
         known = self.names.get(id(weight))
         if known is None or known[0]() is not weight or known[2] != weight._version:
