@@ -3,7 +3,8 @@ figure out. No model, no Gradio, no global state — the lab calls these both af
 replaying an uploaded trace, and the tests call them without a browser.
 
     tree_figure(trace, step)                 draft tree of one pass: accepted / rejected / pruned, bonus
-    acceptance_figure(trace)                 accepted length histogram, per-depth acceptance, τ, time split
+    acceptance_figure(trace, selected)       accepted length histogram, per-depth acceptance, τ (the selected
+                                             pass marked), time split
     attention_figure(trace, step, layer, head)  stream rows × (context tokens + sibling streams)
     mask_figure(trace, step)                 the multi-stream attention mask of that pass (from tree + γ)
 
@@ -25,6 +26,7 @@ from specstream_core.model import masks
 from .traces import checked, decode_steps, is_speculative, node_status, plot_label, step_of, trace_gamma
 
 ACCEPTED, REJECTED, PRUNED, BONUS = "#2ca02c", "#d62728", "#b8b8b8", "#ff9f1c"
+SELECTED = "#1f5fa8"  # the pass the visitor selected (the same blue outlines its tokens in the text)
 COPIED_SYMBOL = "diamond"  # a node copied from the context by prompt lookup
 TIME_COLOURS = {"draft": "#9467bd", "verify": "#1f77b4", "accept": "#8c564b"}
 FONT = dict(family="Inter, system-ui, sans-serif", size=13)
@@ -182,7 +184,9 @@ def acceptance_stats(trace: dict) -> dict:
             "passes": len(steps), "tokens": emitted}
 
 
-def acceptance_figure(trace: dict) -> go.Figure:
+def acceptance_figure(trace: dict, selected: int | None = None) -> go.Figure:
+    """The acceptance panels; `selected` (a pass index) is marked on the τ chart: a vertical line and a
+    ringed marker named "selected pass". None, or an index outside the run, marks nothing."""
     trace = checked(trace)
     st = acceptance_stats(trace)
     if not trace["steps"]:
@@ -206,6 +210,12 @@ def acceptance_figure(trace: dict) -> go.Figure:
     fig.add_trace(go.Scatter(x=xs, y=st["tau"], mode="lines+markers", line=dict(color="#ff7f0e"), showlegend=False,
                              hovertemplate="after pass %{x}: τ = %{y:.2f}<extra></extra>"), 2, 1)
     fig.add_hline(y=1.0, line=dict(color="#999", dash="dot"), row=2, col=1)
+    if isinstance(selected, int) and not isinstance(selected, bool) and 0 <= selected < len(xs):
+        fig.add_vline(x=selected, line=dict(color=SELECTED, width=2, dash="dash"), row=2, col=1)
+        fig.add_trace(go.Scatter(x=[selected], y=[st["tau"][selected]], mode="markers", name="selected pass",
+                                 marker=dict(size=14, color="rgba(0,0,0,0)", line=dict(width=3, color=SELECTED)),
+                                 showlegend=False,
+                                 hovertemplate="selected pass %{x}: τ = %{y:.2f}<extra></extra>"), 2, 1)
     for key, colour in TIME_COLOURS.items():
         fig.add_trace(go.Bar(x=xs[first:], y=st["times"][key][first:], name=key, marker_color=colour,
                              hovertemplate=f"pass %{{x}}: {key} %{{y:.2f}} ms<extra></extra>"), 2, 2)

@@ -76,7 +76,9 @@ def _index(value) -> int:
         raise SpecstreamError("the forward pass must be a whole number") from None
 
 
-def views_of_step(trace, index, layer=None, head=None, deadline=None) -> dict:
+def views_of_step(trace, index, layer=None, head=None, deadline=None, ss: SideView | None = None) -> dict:
+    """The views of the selected pass, the speculative text and the acceptance chart with that pass marked
+    included. ss: the speculative side to render (a live race's own), else rebuilt from the trace."""
     layers, heads = figures.attention_choices(trace, index)
     layer = layer if layer in layers else (layers[-1] if layers else None)
     head = head if head in heads else ("mean" if heads else None)
@@ -88,6 +90,9 @@ def views_of_step(trace, index, layer=None, head=None, deadline=None) -> dict:
     _check(deadline)
     out.update({"explain": explain_step(trace, index), "layer_dd": gr.update(choices=layers, value=layer),
                 "head_dd": gr.update(choices=heads, value=head)})
+    out["ss_out"] = render_text(view_from_trace(trace).ss if ss is None else ss, True, "…", selected=index)
+    out["accept_plot"] = figures.acceptance_figure(trace, selected=index)
+    _check(deadline)
     return out
 
 
@@ -99,9 +104,7 @@ def race_html(view: RaceView) -> dict:
 def all_views(trace: Trace, view: RaceView, note: str, deadline=None) -> dict:
     index = most_telling_step(trace)
     out = race_html(view)
-    out.update(views_of_step(trace, index, deadline=deadline))
-    out["accept_plot"] = figures.acceptance_figure(trace)
-    _check(deadline)
+    out.update(views_of_step(trace, index, deadline=deadline, ss=view.ss))
     out.update({"trace_state": trace.pack(), "msg": note,
                 "step": gr.update(minimum=0, maximum=max(1, len(trace["steps"]) - 1), value=index, step=1,
                                   interactive=True)})

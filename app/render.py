@@ -23,6 +23,7 @@ CSS = """
   border: 1px solid var(--border-color-primary); border-radius: 8px; background: var(--background-fill-primary); }
 .lab-empty { color: #555; }
 .lab-text .tok { border-radius: 3px; color: #111; }
+.lab-text .tok.sel-pass { outline: 2px solid #1f5fa8; outline-offset: -1px; font-weight: 700; }
 .lab-meters { width: 100%; border-collapse: collapse; font-size: 14px; }
 .lab-meters th, .lab-meters td { padding: 4px 10px; text-align: right; border: none !important;
   border-bottom: 1px solid #e5e5e5 !important; }
@@ -43,6 +44,7 @@ body.lab-presenter, body.lab-presenter .gradio-container { background: #fff !imp
 body.lab-presenter .lab-text { font-size: 24px !important; line-height: 1.6 !important; max-height: 60vh !important;
   color: #000 !important; border: 2px solid #000 !important; }
 body.lab-presenter .lab-text .tok { color: #000 !important; }
+body.lab-presenter .lab-text .tok.sel-pass { outline: 3px solid #000 !important; }
 body.lab-presenter .lab-big { font-size: 60px !important; color: #002e6e !important; }
 body.lab-presenter .lab-speedup, body.lab-presenter .lab-badge { font-size: 28px !important; }
 body.lab-presenter .lab-note { font-size: 20px !important; color: #000 !important; }
@@ -79,7 +81,8 @@ forward pass verifies the previous proposal. **Run the race**: plain decoding (A
 
 LEGEND = ('<div class="legend lab-note">Speculative output: each background colour is one forward pass; '
           '<span style="box-shadow:inset 0 -2px 0 #ff9f1c;background:#eee">underlined</span> = that pass\'s bonus '
-          'token after ≥1 accepted draft. Hover a token for its pass.</div>')
+          'token after ≥1 accepted draft; <span style="outline:2px solid #1f5fa8;font-weight:700">outlined</span> = '
+          'the pass selected below. Hover a token for its pass.</div>')
 
 
 def message(text: str, kind: str = "error") -> str:
@@ -119,7 +122,9 @@ def model_info(spec: ModelSpec | None, mode: str) -> str:
             f"{shown_precision(spec)} · greedy output equals {equals}")
 
 
-def render_text(side: SideView, tinted: bool, placeholder: str = "") -> str:
+def render_text(side: SideView, tinted: bool, placeholder: str = "", selected: int | None = None) -> str:
+    """A side's text; tinted: one background per forward pass, and the tokens of pass `selected` (if any)
+    outlined (class `sel-pass`)."""
     if not side.pieces:
         return f'<div class="lab-text lab-empty">{html.escape(placeholder)}</div>'
     if not tinted:
@@ -129,6 +134,8 @@ def render_text(side: SideView, tinted: bool, placeholder: str = "") -> str:
         colour = STEP_TINTS[p.step % len(STEP_TINTS)]
         title = f"pass {p.step}: " + (f"{p.drafts} draft token(s) accepted + bonus" if p.drafts else "bonus only")
         cls = "tok bonus" if p.bonus and p.drafts else "tok"
+        if selected is not None and p.step == selected:
+            cls += " sel-pass"
         style = f"background:{colour}" + (";box-shadow:inset 0 -2px 0 #ff9f1c" if p.bonus and p.drafts else "")
         spans.append(f'<span class="{cls}" style="{style}" title="{html.escape(title)}" '
                      f'data-step="{p.step}">{html.escape(p.text)}</span>')

@@ -167,6 +167,7 @@ def _wire(lab: Lab) -> None:
     step_views = [c.tree_plot, c.attn_plot, c.mask_plot, c.explain, c.layer_dd, c.head_dd]
     race_views = [c.ar_out, c.ss_out, c.meters, c.speed, c.badge]
     outputs_all = [*race_views, *step_views, c.accept_plot, c.trace_state, c.step, c.msg, c.download]
+    selection = [c.ss_out, c.accept_plot]  # the selected pass is marked in the speculative text and on τ
     settings = [c.model_dd, c.mode_radio, c.prompt, c.topk, c.prune, c.budget, c.lookup, c.temperature, c.seed,
                 c.max_new]
     c.run_btn.click(_bind(handlers.on_run, lab), settings, outputs_all, concurrency_limit=limits.CONCURRENCY,
@@ -174,9 +175,11 @@ def _wire(lab: Lab) -> None:
     c.upload.upload(_bind(handlers.on_upload, lab), [c.upload], outputs_all,
                     concurrency_limit=limits.UPLOAD_CONCURRENCY, concurrency_id="upload")
     step_inputs = [c.trace_state, c.step, c.layer_dd, c.head_dd]
-    c.step.input(_bind(handlers.on_step, lab), step_inputs, [*step_views, c.msg], trigger_mode="always_last")
+    c.step.input(_bind(handlers.on_step, lab), step_inputs, [*step_views, *selection, c.msg],
+                 trigger_mode="always_last")
     for button, fn in ((c.prev_btn, handlers.on_prev), (c.next_btn, handlers.on_next)):
-        button.click(_bind(fn, lab), step_inputs, [*step_views, c.step, c.msg], trigger_mode="always_last")
+        button.click(_bind(fn, lab), step_inputs, [*step_views, *selection, c.step, c.msg],
+                     trigger_mode="always_last")
     c.presenter.change(None, [c.presenter], None, js=PRESENTER_TOGGLE)
     lab.demo.load(None, None, [c.presenter], js=PRESENTER_FROM_URL)
     c.layer_dd.input(_bind(handlers.on_attention, lab), step_inputs, [c.attn_plot, c.msg])

@@ -2,6 +2,7 @@
 on a tiny model saved to disk, the race (interleaved AR vs SS), replay from a trace, and bad input."""
 
 import copy
+import re
 import json
 from dataclasses import replace
 
@@ -493,3 +494,52 @@ def test_pass_buttons_step_a_replayed_trace_within_its_passes(trace, replay_demo
     assert on_prev(blob, 0, None, None)[step]["value"] == 0
     assert on_next(blob, last, None, None)[step]["value"] == last
     assert on_next(None, 1, None, None) == {}
+
+
+def test_the_selected_pass_is_marked_on_the_tau_chart(trace):
+    """acceptance_figure(trace, selected): a vertical line and a marker at that pass on τ; none by default."""
+    from app.figures import acceptance_figure, acceptance_stats
+
+    tau = acceptance_stats(trace)["tau"]
+    plain = acceptance_figure(trace)
+    assert not [t for t in plain.data if t.name == "selected pass"] and not plain.layout.shapes[1:]
+    fig = acceptance_figure(trace, selected=2)
+    marks = [t for t in fig.data if t.name == "selected pass"]
+    assert len(marks) == 1 and list(marks[0].x) == [2] and marks[0].y[0] == pytest.approx(tau[2])
+    assert marks[0].xaxis == "x3"  # the τ chart (row 2, column 1)
+    lines = [s for s in fig.layout.shapes if s.x0 == s.x1 == 2]
+    assert len(lines) == 1 and lines[0].xref == "x3"
+    for outside in (-1, len(trace["steps"])):  # nothing to mark
+        assert len(acceptance_figure(trace, selected=outside).data) == len(plain.data)
+    json.loads(fig.to_json())
+
+
+def test_the_selected_pass_is_outlined_in_the_text(race_view):
+    """render_text(..., selected=i): exactly the tokens of pass i carry `sel-pass`; the others stay as they are."""
+    from app.render import render_text
+
+    ss = race_view[-1].ss
+    chosen = ss.pieces[len(ss.pieces) // 2].step
+    plain, marked = render_text(ss, True), render_text(ss, True, selected=chosen)
+    assert "sel-pass" not in plain
+    spans = re.findall(r'<span class="([^"]*)"[^>]*data-step="(\d+)"', marked)
+    assert len(spans) == len(ss.pieces)
+    assert [int(step) for cls, step in spans if "sel-pass" in cls.split()] == \
+        [p.step for p in ss.pieces if p.step == chosen] != []
+    assert marked.replace(" sel-pass", "") == plain
+    assert "sel-pass" not in render_text(ss, False, selected=chosen)
+
+
+def test_pass_selection_updates_the_text_and_the_tau_chart(trace, replay_demo):
+    """The slider and the previous / next buttons re-render the speculative text and the acceptance chart with
+    the selected pass marked."""
+    from specstream_core.decoding.trace import validate
+    from helpers import component, handler
+
+    blob = validate(trace).pack()
+    ss_out, accept = component(replay_demo, "ss-output"), component(replay_demo, "accept-plot")
+    for out, index in ((handler(replay_demo, "on_step")(blob, 3, None, None), 3),
+                       (handler(replay_demo, "on_next")(blob, 1, None, None), 2),
+                       (handler(replay_demo, "on_prev")(blob, 1, None, None), 0)):
+        assert set(re.findall(r'class="tok[^"]*sel-pass"[^>]*data-step="(\d+)"', out[ss_out])) == {str(index)}
+        assert [list(t.x) for t in out[accept].data if t.name == "selected pass"] == [[index]]
