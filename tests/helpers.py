@@ -162,3 +162,26 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_for_server(url: str, proc, log, limit: float) -> None:
+    """Return once `url` answers 200; fail the test (with the server's log tail) if `proc` exits or `limit` s pass."""
+    import time
+    import urllib.request
+
+    import pytest
+
+    deadline = time.time() + limit
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            log.seek(0)
+            pytest.fail(f"the lab exited early:\n{log.read()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    proc.kill()
+    log.seek(0)
+    pytest.fail(f"the lab did not start within {limit} s:\n{log.read()[-3000:]}")

@@ -11,12 +11,10 @@ import json
 import os
 import subprocess
 import sys
-import time
-import urllib.request
 
 import pytest
 
-from helpers import LAB_PROMPT as PROMPT, free_port, lab_models_env, make_lab_model
+from helpers import LAB_PROMPT as PROMPT, free_port, lab_models_env, make_lab_model, wait_for_server
 
 CHROMIUM = os.environ.get("SPECSTREAM_CHROMIUM", "/usr/bin/chromium")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -63,20 +61,7 @@ def server(lab_dir, tmp_path_factory):
     log = open(tmp_path_factory.mktemp("server") / "server.log", "w+")
     proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            log.seek(0)
-            pytest.fail(f"the lab server exited early:\n{log.read()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        proc.kill()
-        pytest.fail("the lab server did not start within 120 s")
+    wait_for_server(url, proc, log, limit=120)
     yield url
     proc.terminate()
     try:

@@ -8,11 +8,12 @@ import socket
 import subprocess
 import threading
 import time
-import urllib.request
 import venv
 from pathlib import Path
 
 import pytest
+
+from helpers import wait_for_server
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = {"cpu": "requirements.txt", "gpu": "requirements-gpu.txt", "zerogpu": "requirements-zerogpu.txt"}
@@ -206,16 +207,4 @@ def _documented_precision(home) -> str:
 
 
 def _wait_for(url, proc, log, limit=300):
-    deadline = time.time() + limit
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            log.seek(0)
-            pytest.fail(f"the lab exited early:\n{log.read()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(1)
-    log.seek(0)
-    pytest.fail(f"the lab did not start within {limit} s:\n{log.read()[-3000:]}")
+    wait_for_server(url, proc, log, limit)
