@@ -1,4 +1,4 @@
-"""The chat prompt corpus (issue #11 part 3): size, balance, an eval split worded differently, scorers."""
+"""The chat prompt corpus: size, balance, an eval split worded differently, scorers."""
 
 from __future__ import annotations
 

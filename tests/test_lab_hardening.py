@@ -1,4 +1,4 @@
-"""The lab against hostile input and overload (issue #12, lab half): trace limits and types, iterative
+"""The lab against hostile input and overload: trace limits and types, iterative
 layouts, escaped HTML, what a session keeps, temp files, per-client and per-model limits, model
 load errors. Fast: real traces from the tiny lab model, no browser, no server."""
 
@@ -388,7 +388,7 @@ def test_model_info_hides_host_paths(tmp_path):
     assert "no such stream mode" in model_info(ModelSpec("m", "b"), "<b>shared</b>")
 
 
-# ---- recorded traces: a cold lab shows a run before any compute (#11) ----------------------------
+# ---- recorded traces: a cold lab shows a run before any compute ----------------------------------
 def test_a_presets_recorded_trace_is_replayed_on_load_and_on_choosing_it(trace, tmp_path, monkeypatch):
     from app.presets import presets, slug
     from app.ui import build_demo

@@ -93,7 +93,7 @@ DEFINE_KERNEL(ROW_MAJOR_LOOP, linear_bf16, uint16_t, load_bf16)
  * the panel's blocks in turn: the group's inputs stay in L1 across the panel and the panel's weights in L2 across
  * the groups; the weights are not prefetched (they are read again from L2, not streamed). The same FMAs on every
  * accumulator in the same order, so the same sums. SmolLM2's shapes, a 202-row prompt, one thread, on the Xeon
- * of the eighteenth session (ad-hoc, GFLOP/s): 576 -> 1536 114 -> 131, 1536 -> 576 84 -> 117, 576 -> 576 118 -> 138. */
+ * host (ad-hoc, GFLOP/s): 576 -> 1536 114 -> 131, 1536 -> 576 84 -> 117, 576 -> 576 118 -> 138. */
 #define PANEL 16
 static inline int64_t span_of(int64_t K) { return K > 2 * KSPAN ? KSPAN : K; }
 int64_t rowinv_span(int64_t K) { return span_of(K); }
