@@ -14,7 +14,9 @@ tokenizer's fingerprint and max_new_tokens. Reusing the cache with another model
 error (use another file). A cache without the sidecar (written by an older version) is adopted on first
 use: the sidecar is written for the current model and settings, with a note. A half-written last line (a
 killed run) is ignored, and cut off before new answers are appended; any other bad line is an error.
-Appends take an exclusive lock on the file, so runs sharing one cache take turns.
+Appends take an exclusive lock on the file, so runs sharing one cache take turns. A cache named `*.gz` is
+read and appended compressed: each batch is one whole gzip member, and a member cut short by a kill is
+dropped the same way; its sidecar is `FILE` without `.gz` plus `.meta.json`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import hashlib
 import json
 import os
 import sys
+import zlib
 
 import torch
 
@@ -126,10 +129,15 @@ def read_cache(path: str) -> dict[str, list[int]]:
     if not os.path.isfile(path):
         return cached
     try:
-        with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
+        with open(path, "rb") as f:
             data = f.read()
-    except (OSError, EOFError) as exc:
+    except OSError as exc:
         raise SpecstreamError(f"{path}: cannot read it ({exc})") from None
+    if path.endswith(".gz"):
+        data, whole = whole_members(data)
+        if whole < os.path.getsize(path):
+            print(f"note: {path} ends in a cut compressed block (an interrupted run); it is ignored and will be "
+                  f"replaced", file=sys.stderr)
     lines = data.split(b"\n")
     tail = lines.pop()  # after the last newline: b"" when the file ends in one
     for n, raw in enumerate(lines + [tail], 1):
@@ -144,6 +152,28 @@ def read_cache(path: str) -> dict[str, list[int]]:
             raise SpecstreamError(f"{path}:{n}: not a self-distillation record; delete the file") from None
         cached[_key(row["prompt_ids"])] = row["answer_ids"]
     return cached
+
+
+def whole_members(data: bytes) -> tuple[bytes, int]:
+    """The text of a gzip file's complete members, and the number of bytes they span (what follows is a
+    member cut short by a killed append, or not gzip at all)."""
+    texts, pos = [], 0
+    while pos < len(data):
+        member = zlib.decompressobj(wbits=31)
+        try:
+            text = member.decompress(data[pos:])
+        except zlib.error:
+            break
+        if not member.eof:
+            break
+        texts.append(text)
+        pos = len(data) - len(member.unused_data)
+    return b"".join(texts), pos
+
+
+def meta_path(path: str) -> str:
+    """The sidecar of a cache: `answers.jsonl.meta.json` for `answers.jsonl` and `answers.jsonl.gz` alike."""
+    return path.removesuffix(".gz") + META_SUFFIX
 
 
 def _record(raw: bytes) -> dict | None:
@@ -172,15 +202,15 @@ def tokenizer_fingerprint(tokenizer) -> str:
 
 def tie_cache(path: str, meta: dict, has_records: bool) -> None:
     """Check the cache's sidecar against `meta`; write it for a new cache or adopt a cache without one."""
-    meta_path = path + META_SUFFIX
-    if os.path.isfile(meta_path) and has_records:
+    sidecar = meta_path(path)
+    if os.path.isfile(sidecar) and has_records:
         try:
-            with open(meta_path) as f:
+            with open(sidecar) as f:
                 saved = json.load(f)
             if not isinstance(saved, dict) or saved.get("format") != CACHE_FORMAT:
                 raise ValueError("not a distillation-cache sidecar")
         except (OSError, ValueError) as exc:
-            raise SpecstreamError(f"{meta_path} is unreadable ({exc}); delete it to adopt {path} for this model") from None
+            raise SpecstreamError(f"{sidecar} is unreadable ({exc}); delete it to adopt {path} for this model") from None
         diffs = []
         if saved.get("model") != meta["model"]:
             diffs.append(f"model {saved.get('model_name') or '?'!r} (fingerprint {saved.get('model')}) -> "
@@ -191,18 +221,18 @@ def tie_cache(path: str, meta: dict, has_records: bool) -> None:
         if diffs:
             raise SpecstreamError(f"distillation cache {path} holds answers of a different " + "; ".join(diffs) +
                                   f": use another cache file for this model and settings, or delete {path} and "
-                                  f"{meta_path} to generate them again")
+                                  f"{sidecar} to generate them again")
         return
     if has_records:
         print(f"note: {path} does not say which model wrote it (a cache from an older version); adopting it for "
               f"model {meta['model_name'] or '?'!r} (fingerprint {meta['model']}), max_new_tokens "
-              f"{meta['max_new_tokens']} in {meta_path}", file=sys.stderr)
+              f"{meta['max_new_tokens']} in {sidecar}", file=sys.stderr)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    tmp = meta_path + ".tmp"
+    tmp = sidecar + ".tmp"
     with open(tmp, "w") as f:
         json.dump(meta, f, indent=1)
-    os.replace(tmp, meta_path)
+    os.replace(tmp, sidecar)
 
 
 class _Appender:
@@ -215,15 +245,24 @@ class _Appender:
             fcntl.flock(self.file.fileno(), fcntl.LOCK_EX)  # waits for another run appending to the same cache
         self.file.seek(0)
         data = self.file.read()
-        tail = data[data.rfind(b"\n") + 1:]
-        if tail.strip() and _record(tail) is not None:
-            self.file.write(b"\n")  # a whole record that lacks its newline
-        elif tail:
-            self.file.truncate(len(data) - len(tail))
+        self.compressed = path.endswith(".gz")
+        if self.compressed:
+            text, whole = whole_members(data)
+            self.file.truncate(whole)  # drop a member cut short by a kill
+            if text and not text.endswith(b"\n"):
+                self.write("\n")
+        else:
+            tail = data[data.rfind(b"\n") + 1:]
+            if tail.strip() and _record(tail) is not None:
+                self.file.write(b"\n")  # a whole record that lacks its newline
+            elif tail:
+                self.file.truncate(len(data) - len(tail))
         self.file.flush()
 
     def write(self, text: str) -> None:
-        self.file.write(text.encode())  # one write per batch, then flushed: whole lines unless killed mid-write
+        """One write per batch, then flushed: whole lines (or one whole gzip member) unless killed mid-write."""
+        data = text.encode()
+        self.file.write(gzip.compress(data) if self.compressed else data)
         self.file.flush()
 
     def close(self) -> None:
