@@ -15,7 +15,7 @@ from specstream_core.errors import SpecstreamError
 from specstream_core.model.loading import INT4, LoadConfig, load_model, resolve_precision
 from specstream_core.cli.args import recommended
 from specstream_core.bench.ablations import ABLATIONS, ablation_methods, tree_nodes
-from specstream_core.bench.report import update_doc
+from specstream_core.bench.bench_doc import update_doc
 from specstream_core.bench.suites import suite_categories, suite_examples, suite_scorer
 from specstream_core.cli.bench_settings import (ABLATION_CATEGORIES, ABLATION_N, ALL_METHODS, DEFAULT_MAX_NEW,  # noqa: F401
                                                 DEFAULT_N, DRAFT_DIR, MEDUSA_DIR, OLD_METHODS, PRECISIONS, QUICK,
