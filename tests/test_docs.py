@@ -93,3 +93,14 @@ def test_figures_follow_the_files_and_a_new_file_appears(tmp_path):
     readme, page = (open(os.path.join(root, p)).read() for p in (report.README, report.PAGE))
     assert "12345.6" in readme and "12345.6" in page and "### A new model family" in page
     assert "## Footprint" in page and report.check(root) == []
+
+
+def test_result_files_record_their_command_and_host():
+    from specstream_core.bench.provenance import stamp
+    from specstream_core.bench.report_sources import kind_of
+
+    rows = [{"precision": "fp32", "load_s": 1.0, "peak_rss_mb": 900.0}]
+    made = stamp(rows, "python -m specstream_core footprint --json f.json")
+    assert made["command"].endswith("--json f.json") and made["host"] and made["rows"] == rows
+    assert kind_of(made) == "footprint" and kind_of(stamp({"runs": []}, "x")) == "pass-cost"
+    assert list(stamp({"runs": [], "host": "old"}, "c"))[:2] == ["command", "host"]

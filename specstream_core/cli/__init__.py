@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import shlex
 import sys
 
 from specstream_core import __version__
@@ -71,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv)
     args = parser.parse_args(argv)
+    args._command = "python -m specstream_core " + shlex.join(argv)  # what a result file records
     try:
         from specstream_core.model import hub_access
 

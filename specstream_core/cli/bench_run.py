@@ -281,8 +281,10 @@ def _settings(args, pl: dict, ctx: dict, wall: float, threads: int) -> dict:
 def _write(args, data: dict, overview: str, table: str, abl_table: str) -> None:
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        from specstream_core.bench.provenance import stamp
+
         with open(args.json, "w") as f:
-            json.dump(data, f, indent=1)
+            json.dump(stamp(data, getattr(args, "_command", None) or command_line()), f, indent=1)
     if args.markdown:
         os.makedirs(os.path.dirname(os.path.abspath(args.markdown)), exist_ok=True)
         with open(args.markdown, "w") as f:
