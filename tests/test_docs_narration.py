@@ -2,8 +2,8 @@
 speaks of itself, and the git log keeps its history.
 
 What counts (each pattern names what it stands for):
-- an issue or pull-request reference: `#12` after a space or bracket (not a C preprocessor line, a colour in
-  quotes, a heading or a URL's anchor), "issue 12", "PR 12";
+- an issue or pull-request reference: `#12` after a space or bracket (not a C preprocessor line, a CSS colour,
+  a heading or a URL's anchor), "issue 12", "PR 12", "the issue's";
 - a work session: the word "session" where it means one (`gr`/HTTP sessions and the like are code);
 - an ordinal account of the work: "since the eighteenth", "the ninth ...'s run", "fifth trial";
 - a date of work in prose: an ISO date (2026-12-03) outside result data (JSON under a `bench/` folder, training
@@ -24,7 +24,8 @@ ORDINAL = (r"(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth
            r"fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|twenty-\w+)")
 PATTERNS = {
     "issue reference": re.compile(r"(?:^|[\s(\[,;])#\d{1,4}(?:'s)?(?![\w.])"),
-    "issue number": re.compile(r"\b(?:issue|issues|PR|pull request)\s+#?\d+\b", re.I),
+    "issue number": re.compile(r"\b(?:issue|issues|PR|pull request)\s+#?\d+\b|\b(?:the|this|that) (?:issue|ticket)'s\b|"
+                               r"\b(?:the|this) (?:issue|ticket) (?:asks|says|wants|requires)\b", re.I),
     "work session": re.compile(r"\b(?:previous|earlier|later|next|prior|past|helper|work|coding) sessions?\b|"
                                r"\bsessions? \d+\b|\bin (?:this|that|one) session\b", re.I),
     "ordinal account": re.compile(rf"\bsince the {ORDINAL}\b|\bthe {ORDINAL}\b[^.\n]{{0,40}}'s (?:run|work|change)|"
@@ -76,7 +77,7 @@ def hits(paths: list[str]) -> list[str]:
     ("measured in the previous session", True), ("since the eighteenth change", True),
     ("the ninth helper's run", True), ("Shared mode, fifth trial", True), ("(2026-12-03)", True),
     ("#include <stdint.h>", False), ('color: "#fff"', False), ("see METHOD.md#4", False),
-    ("a session's trace, after its last update", False), ("a later session starts from them", True),
+    ("come from the issue's trial", True), ("a session's trace, after its last update", False), ("a later session starts from them", True),
     ("color: #555;", False), ("the second round of the load test", False), ("the first stream's guess", False), ("arXiv 2402.11131", False),
 ])
 def test_patterns_tell_narration_from_code(tmp_path, text, expected):

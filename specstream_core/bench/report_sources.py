@@ -1,4 +1,5 @@
-"""The result files under docs/bench/ that the benchmark page and the README's table are made from.
+"""The result files that the benchmark page and the README's table are made from: docs/bench/, and the bundled
+stream set's card runs (assets/smollm2/bench/).
 
 A file is recognised by what it holds, not by its name, so a new result file of a known kind shows up on the page
 without a change here:
@@ -21,6 +22,7 @@ import json
 import os
 from dataclasses import dataclass
 
+FOLDERS = ("docs/bench", "assets/smollm2/bench")
 KINDS = ("speed", "bench", "draft-tau", "pass-cost", "batch", "footprint", "llama-bench")
 
 
@@ -74,11 +76,12 @@ def _meta(data, key: str) -> str:
     return ""
 
 
-def load(root: str, folder: str = "docs/bench") -> list[Source]:
-    """Every result file of a known kind under `root/folder` (not its subfolders), in name order. A file that is
-    not JSON, or of no known kind, is left out; an unreadable one raises ValueError with its name."""
+def load(root: str, folders: tuple[str, ...] = FOLDERS) -> list[Source]:
+    """Every result file of a known kind in `folders` under `root` (not their subfolders), folder by folder, in
+    name order. A file of no known kind is left out; an unreadable one raises ValueError with its name."""
     out = []
-    for path in sorted(glob.glob(os.path.join(root, folder, "*.json"))):
+    paths = [p for folder in folders for p in sorted(glob.glob(os.path.join(root, folder, "*.json")))]
+    for path in paths:
         with open(path) as f:
             try:
                 data = json.load(f)

@@ -4,10 +4,13 @@ Each takes a `Source` and returns the lines of its table(s); every figure comes 
 
 from __future__ import annotations
 
+import os
 import statistics
 
 from specstream_core.bench.report_sources import Source
 from specstream_core.bench.speed_methods import METHODS
+
+PAGE = "docs/BENCHMARKS.md"  # where the page's links start from
 
 # what a `speed` row's first word is, in words
 WHO = {"hf-greedy": "transformers greedy", "ar": "our plain loop", "ss": "**speculative streaming**",
@@ -24,7 +27,8 @@ def _f(v, digits: int = 2) -> str:
 
 def provenance(src: Source) -> list[str]:
     """The command that made a file and its host, as the page shows them above the file's table."""
-    return [f"From [`{src.path}`](bench/{src.name}), on {src.host or 'a host the file does not name'}:", "",
+    link = os.path.relpath(src.path, os.path.dirname(PAGE)).replace(os.sep, "/")
+    return [f"From [`{src.path}`]({link}), on {src.host or 'a host the file does not name'}:", "",
             "```bash", src.command or "# the file does not record its command", "```", ""]
 
 
@@ -83,27 +87,40 @@ def _category_cells(rows: list[dict], methods: list[str], category: str) -> list
     return cells
 
 
+def _gain(rows: list[dict], category: str | None, ss: str) -> float | None:
+    """Median over prompts of speculative streaming's speed over our plain loop's (the method's gain)."""
+    pick = [r for r in rows if category is None or r["category"] == category]
+    a = [x for r in pick if r["method"] == ss for x in r["per_prompt_speedups"]]
+    b = [x for r in pick if r["method"] == "ar" for x in r["per_prompt_speedups"]]
+    return statistics.median(x / y for x, y in zip(a, b)) if a and len(a) == len(b) else None
+
+
 def bench_section(src: Source) -> list[str]:
-    """Per category: each method's median speed over the baseline (τ), a median row, and the prompts' check."""
+    """Per category: each method's median speed over the baseline (τ), speculative streaming over our plain loop
+    where both ran (the method's gain alone), a median row, and the prompts whose output differs."""
     s, rows = src.data["settings"], src.data["rows"]
-    methods = list(dict.fromkeys(r["method"] for r in rows))
     if src.data.get("ablations"):
         return []  # a run for its ablations: `ablation_section` shows it
+    found = list(dict.fromkeys(r["method"] for r in rows))
+    methods = [m for m in (s["baseline"], "ar") if m in found] + [m for m in found if m not in (s["baseline"], "ar")]
+    ss = next((m for m in methods if m.startswith("ss")), None) if "ar" in methods else None
     precision = ", ".join(s.get("precisions", []))
     out = [f"### {src.title}", "", f"{len(s['categories'])} categories × {s['n']} eval prompts, ≤ "
            f"{s['max_new_tokens']} new tokens, greedy, {s.get('threads', 1)} thread(s), precision {precision}; "
            f"each cell: median over the category's prompts of the method's speed over {s['baseline']} "
            f"(transformers greedy in fp32), and τ; ≠N: N prompts whose output differs from our plain loop's (`ar`) "
-           "at the table's precision.",
-           ""] + provenance(src)
-    out += ["| category | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
+           "at the table's precision" + (f"; the last column: {ss} over `ar`, prompt by prompt, the method's gain "
+                                         "alone." if ss else "."), ""] + provenance(src)
+    head = methods + ([f"{ss} ÷ ar"] if ss else [])
+    out += ["| category | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
     for c in s["categories"]:
-        out.append(f"| {c} | " + " | ".join(_category_cells(rows, methods, c)) + " |")
+        cells = _category_cells(rows, methods, c) + ([_x(_gain(rows, c, ss))] if ss else [])
+        out.append(f"| {c} | " + " | ".join(cells) + " |")
     medians = []
     for m in methods:
         vals = [r["speedup"] for r in rows if r["method"] == m]
         medians.append(f"**{statistics.median(vals):.2f}×**" if vals else "–")
-    out.append("| median | " + " | ".join(medians) + " |")
+    out.append("| median | " + " | ".join(medians + ([f"**{_x(_gain(rows, None, ss))}**"] if ss else [])) + " |")
     return out + [""]
 
 
