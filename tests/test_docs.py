@@ -9,6 +9,7 @@ import re
 import shutil
 
 from specstream_core.bench import report
+from specstream_core.cli import main
 from specstream_core.bench.report_sources import FOLDERS, load
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -90,10 +91,11 @@ def test_figures_follow_the_files_and_a_new_file_appears(tmp_path):
         json.dump(cost, f)
     os.remove(os.path.join(root, "docs", "bench", "footprint.json"))  # a missing file is tolerated
     assert set(report.check(root)) == {report.PAGE, report.README}
-    report.write(root)
+    assert main(["report", "--check", "--root", root]) == 1
+    assert main(["report", "--root", root]) == 0
     readme, page = (open(os.path.join(root, p)).read() for p in (report.README, report.PAGE))
     assert "12345.6" in readme and "12345.6" in page and "### A new model family" in page
-    assert "## Footprint" in page and report.check(root) == []
+    assert "## Footprint" in page and main(["report", "--check", "--root", root]) == 0
 
 
 def test_result_files_record_their_command_and_host():
