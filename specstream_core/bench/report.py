@@ -45,7 +45,9 @@ specstream_core/bench/report*.py), not this page. -->
 Every table below is made from one result file in [`bench/`](bench/) (or, for the bundled stream set's card
 runs, [`assets/smollm2/bench/`](../assets/smollm2/bench/)), and names the command that made it and its host. Unless a table says otherwise: greedy decoding, one torch thread, the chat corpus's eval prompts
 ([CORPUS.md](CORPUS.md)), the methods alternating per prompt in one process after a warm-up, medians of
-per-prompt ratios. Absolute times differ between hosts: compare ratios within a table.
+per-prompt ratios. Absolute times differ between hosts: compare ratios within a table. To add a result, write
+it into `docs/bench/` with the command's `--json` (it records the command and the host) and run
+`python -m specstream_core report`: the page and the README's table follow the files.
 
 | name | what |
 |---|---|
