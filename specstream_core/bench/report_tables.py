@@ -121,7 +121,23 @@ def bench_section(src: Source) -> list[str]:
         vals = [r["speedup"] for r in rows if r["method"] == m]
         medians.append(f"**{statistics.median(vals):.2f}×**" if vals else "–")
     out.append("| median | " + " | ".join(medians + ([f"**{_x(_gain(rows, None, ss))}**"] if ss else [])) + " |")
-    return out + [""]
+    return out + ["", _not_ahead(rows, s["categories"], methods), ""]
+
+
+def _not_ahead(rows: list[dict], categories: list[str], methods: list[str]) -> str:
+    """Where speculative streaming is not the fastest method of a category, or not ahead of our plain loop."""
+    ss = next((m for m in methods if m.startswith("ss")), None)
+    if ss is None:
+        return ""
+    behind = []
+    for c in categories:
+        speed = {r["method"]: r["speedup"] for r in rows if r["category"] == c}
+        gain = _gain(rows, c, ss) if "ar" in speed else None
+        faster = [f"{m} {v:.2f}×" for m, v in speed.items() if m != ss and ss in speed and v >= speed[ss]]
+        if faster or (gain is not None and gain < 1.005):
+            what = ", ".join(faster) if faster else f"level with `ar` ({_x(gain)})"
+            behind.append(f"{c} ({ss} {speed.get(ss, 0):.2f}×; {what})")
+    return f"Where {ss} is not ahead: " + ("; ".join(behind) if behind else "nowhere in this run") + "."
 
 
 def ablation_section(src: Source) -> list[str]:
