@@ -4,6 +4,7 @@ of its JSON (`command`, `host`), so the benchmark page can name both beside its 
 from __future__ import annotations
 
 import os
+import platform
 import sys
 
 ISA = (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx512_vnni", "VNNI"), ("amx_tile", "AMX"))
@@ -23,8 +24,6 @@ def host() -> str:
                     flags = set(value.split())
     except OSError:
         pass
-    import platform
-
     parts = [name or platform.processor() or platform.machine(), f"{os.cpu_count()} cores"]
     parts += [label for flag, label in ISA if flag in flags and not (label == "AVX2" and "avx512f" in flags)]
     torch = sys.modules.get("torch")
