@@ -107,3 +107,15 @@ def test_result_files_record_their_command_and_host():
     assert made["command"].endswith("--json f.json") and made["host"] and made["rows"] == rows
     assert kind_of(made) == "footprint" and kind_of(stamp({"runs": []}, "x")) == "pass-cost"
     assert list(stamp({"runs": [], "host": "old"}, "c"))[:2] == ["command", "host"]
+
+
+def test_a_file_report_cannot_read_is_named(tmp_path):
+    import pytest
+
+    from specstream_core.errors import SpecstreamError
+
+    root = _copy(tmp_path)
+    with open(os.path.join(root, "docs", "bench", "pass-cost-odd.json"), "w") as f:
+        json.dump({"runs": [{"label": "x", "passes": [{"nodes": 1}]}]}, f)
+    with pytest.raises(SpecstreamError, match="pass-cost-odd.json"):
+        report.check(root)

@@ -72,7 +72,11 @@ def page(sources: list[Source]) -> str:
         body = []
         for kind, fn in parts:
             for src in of_kind(sources, kind):
-                body += fn(src)
+                try:
+                    body += fn(src)
+                except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError) as exc:
+                    raise SpecstreamError(f"{src.path}: not a {kind} result as `report` reads it "
+                                          f"({type(exc).__name__}: {exc})") from None
         out += body or ["No result file of this kind in docs/bench/ yet.", ""]
     return "\n".join(out).rstrip() + "\n"
 

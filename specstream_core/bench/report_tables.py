@@ -191,11 +191,11 @@ def pass_cost_section(src: Source) -> list[str]:
            "for the same pass (what the weights' and cache's bytes and the multiply-adds need at those roofs).",
            ""] + provenance(src)
     out += ["| pass | nodes | " + " | ".join(r.get("label", "?") for r in runs) + " |", "|---" * (len(runs) + 2) + "|"]
-    labels = list(dict.fromkeys(p["label"] for r in runs for p in r["passes"]))
+    labels = list(dict.fromkeys(p["label"] for r in runs for p in r.get("passes", [])))
     for label in labels:
         cells, nodes = [], "–"
         for r in runs:
-            p = next((p for p in r["passes"] if p["label"] == label), None)
+            p = next((p for p in r.get("passes", []) if p["label"] == label), None)
             if p is None:
                 cells.append("–")
                 continue
