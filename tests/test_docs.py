@@ -8,9 +8,13 @@ import os
 import re
 import shutil
 
+import pytest
+
 from specstream_core.bench import report
+from specstream_core.bench.provenance import stamp
 from specstream_core.cli import main
-from specstream_core.bench.report_sources import FOLDERS, load
+from specstream_core.errors import SpecstreamError
+from specstream_core.bench.report_sources import FOLDERS, kind_of, load
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIGURE = re.compile(r"\d(?:[\d,]*\.\d+)?\s*(?:×|tokens/s|tok/s|ms\b|MB\b|GB\b|%)")
@@ -99,9 +103,6 @@ def test_figures_follow_the_files_and_a_new_file_appears(tmp_path):
 
 
 def test_result_files_record_their_command_and_host():
-    from specstream_core.bench.provenance import stamp
-    from specstream_core.bench.report_sources import kind_of
-
     rows = [{"precision": "fp32", "load_s": 1.0, "peak_rss_mb": 900.0}]
     made = stamp(rows, "python -m specstream_core footprint --json f.json")
     assert made["command"].endswith("--json f.json") and made["host"] and made["rows"] == rows
@@ -110,10 +111,6 @@ def test_result_files_record_their_command_and_host():
 
 
 def test_a_file_report_cannot_read_is_named(tmp_path):
-    import pytest
-
-    from specstream_core.errors import SpecstreamError
-
     root = _copy(tmp_path)
     with open(os.path.join(root, "docs", "bench", "pass-cost-odd.json"), "w") as f:
         json.dump({"runs": [{"label": "x", "passes": [{"nodes": 1}]}]}, f)
