@@ -2,8 +2,8 @@
 Markdown / Plotly out; no model involved).
 
 The results file is SPECSTREAM_BENCH_JSON when set, else docs/bench/peers-int4-a8.json in the repository
-(every method at the default precision, 10 eval prompts per category, with the n-gram store; docs/BENCHMARKS.md,
-"An n-gram store of the model's own answers"); the
+(every method at the default precision, 10 eval prompts per category, with the n-gram store; docs/BENCHMARKS.md
+shows it too); the
 pass-cost file (`pass-cost --json`) is SPECSTREAM_PASS_COST_JSON, else docs/bench/pass-cost.json; the draft τ
 file (`draft-tau --json`) SPECSTREAM_DRAFT_TAU_JSON, else docs/bench/draft-tau.json.
 """

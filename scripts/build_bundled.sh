@@ -41,6 +41,7 @@ $PY -m specstream_core train-medusa --base assets/base --out assets/medusa --exa
     --distill-cache build/distill.jsonl --steps 400 --minutes 9 --lr 3e-3 --threads 1 &
 wait
 rm -rf assets/ablation/streams-lossless-ns2/checkpoint assets/draft/checkpoint assets/medusa/checkpoint
-# 6. the benchmark page: all methods, fp32 + nf4, ablations (docs/bench/first-model/; ~8 min)
-$PY -m specstream_core bench --threads 1 --json docs/bench/first-model/latest.json --markdown docs/bench/first-model/latest.md \
-    --plots docs/bench/first-model/  # the page now leads with SmolLM2; this run is its "first model" section
+# 6. a benchmark of the first model: all methods, fp32 + nf4, ablations (~8 min; copy a result file into
+#    docs/bench/ and run `python -m specstream_core report` to put it on the benchmark page)
+$PY -m specstream_core bench --threads 1 --json build/first-model/bench.json --markdown build/first-model/bench.md \
+    --plots build/first-model/

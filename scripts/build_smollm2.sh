@@ -2,7 +2,7 @@
 # Build what the project trains for the default model, SmolLM2-135M-Instruct, on a CPU, in stages that
 # survive interruption: rerun the script and every stage resumes where it stopped (the prompt files are
 # deterministic, distillation answers are cached per prompt, training resumes from its atomic checkpoint).
-# Answers distilled so far are kept in assets/smollm2/distill/ (gzip) so a later session starts from them:
+# Answers distilled so far are kept in assets/smollm2/distill/ (gzip) so a later run starts from them:
 #   gzip -9c "$BUILD/answers.jsonl" > assets/smollm2/distill/answers.jsonl.gz  (and copy its .meta.json)
 #   nohup bash scripts/build_smollm2.sh > build/smollm2/build.log 2>&1 &
 # Settings (environment): PY, BUILD (work folder, default build/smollm2), THREADS (torch threads per job,
@@ -40,7 +40,7 @@ fi
 if has distill; then  # 2. the base model's greedy answers (~1.3 s per answer on one thread; resumable)
   stamp "distill ($DISTILL_N train prompts)"
   if [ ! -f "$BUILD/answers.jsonl" ] && [ -f "$OUT/distill/answers.jsonl.gz" ]; then
-    # answers distilled in earlier sessions travel with the repository: start from them
+    # answers distilled by earlier runs travel with the repository: start from them
     gzip -dc "$OUT/distill/answers.jsonl.gz" > "$BUILD/answers.jsonl"
     cp "$OUT/distill/answers.jsonl.meta.json" "$BUILD/answers.jsonl.meta.json"
   fi
@@ -65,13 +65,12 @@ if has shared; then  # 4. shared-mode streams: a LoRA on the top 4 (stream) laye
   # the main rows learn the base's whole next-token distribution (KL); streams and LoRA both at 1e-3 (a LoRA
   # at 1e-4 barely moved: KL to the base 1e-5 after 90 steps).
   # The lower 26 layers stay frozen, so their output is computed once per sequence (as for lossless).
-  # The first run (greedy-token main loss, no row adapters, one rate of 2e-3) kept teacher-forced agreement
-  # with the base at 0.88 but made free generation degenerate ("1. **1011101111..."): not shipped
-  # Two more trials (2026-12-05, docs/BENCHMARKS.md), not shipped either: `--references --main-target answers` (the
-  # paper's fine-tuning on the tasks' references) gave short answers, τ 1.81 and lower qa/instruct scores;
-  # `--lora-layers 0` (every layer, KL, 500 steps in 47 min on two threads) gave τ 2.85 with a 24-node draft but
-  # moved task scores by up to 10 points; a fifth continued that set with `--alpha-main 5 --lora-lr 3e-4` (main rows
-  # 0.973 on the base's token): instruct's score came back, but τ fell to 2.73 and sql/summarization still lost 5 points
+  # A greedy-token main loss without row adapters keeps teacher-forced agreement with the base at 0.88 but makes
+  # free generation degenerate ("1. **1011101111..."); `--references --main-target answers` (the paper's
+  # fine-tuning on the tasks' references) gives short answers, τ 1.81 and lower qa/instruct scores;
+  # `--lora-layers 0` (every layer, KL) reaches τ 2.85 with a 24-node draft but moves task scores by up to 10
+  # points, and `--alpha-main 5 --lora-lr 3e-4` on top keeps the main rows on the base's token (0.973) at τ 2.73
+  # with sql/summarization still 5 points down. None of these ships.
   stamp "shared streams"
   $PY -m specstream_core train --out "$OUT/streams-shared" --mode shared --lr "${LR:-1e-3}" --lora-lr "${LORA_LR:-1e-3}" \
       --lora-rank 16 --lora-layers 4 --adapter-rank 32 --main-target kl \

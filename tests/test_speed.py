@@ -37,7 +37,7 @@ def test_speed_rows_check_each_method_against_its_reference():
     assert by["ar"].identical and by["ss"].identical  # fp32: our loop = transformers, ss = ar
     assert by["ar int4"].identical  # int4 plain loop = transformers' generate on the same int4 model
     # int4-a8: ss = its plain loop; transformers' sdpa attention sums in another order, which 8-bit rounding
-    # can turn into other tokens, so its agreement is counted, not claimed (docs/BENCHMARKS.md, "int4-a8")
+    # can turn into other tokens, so its agreement is counted, not claimed (docs/KERNELS.md, int4-a8)
     assert not a8 or by["ss int4-a8"].identical
     assert all(r.tokens == 3 * 8 for r in rows)
     table = speed.markdown(rows, {i: 1 for i in range(len(rows))})

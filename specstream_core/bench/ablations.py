@@ -20,7 +20,7 @@ LOOKUP_GRID = ((0, 64), (2, 3), (3, 4), (8, 64))  # (prompt-lookup tokens, node 
 # whole drafts (tree per depth, copied tokens, node budget, copy from the n-gram store), from one node to
 # eight: the cheaper a wide pass (the row-invariant kernel, bf16), the larger the draft that pays; one stream's
 # top 2 against two streams' top 1; the nine-node 2,2,1,1 and seven-node 2,1,1 trees lost everywhere
-# measured (docs/bench/ablation-draft-int4y.md) and left the grid, as did the 3,1 and 1,1,1,1 ones since
+# measured (an int4 draft ablation) and left the grid, as did the 3,1 and 1,1,1,1 ones since
 DRAFT_GRID = (((1,), 0, 64, False), ((1,), 2, 3, False), ((1,), 2, 3, True), ((1,), 3, 4, False), ((1,), 3, 4, True),
               ((1,), 4, 5, True), ((2,), 2, 4, True), ((1, 1), 0, 64, False), ((1, 1), 2, 4, True),
               ((1, 1), 3, 5, True), ((2, 1), 2, 5, False), ((1, 1, 1), 3, 6, False))

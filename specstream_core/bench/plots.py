@@ -1,5 +1,5 @@
 """Benchmark figures from the JSON that `bench --json` writes: Plotly figures (the lab, HTML files)
-and dependency-free SVG files (docs/BENCHMARKS.md embeds them; no kaleido needed).
+and dependency-free SVG files (`bench --plots DIR`; no kaleido needed).
 
     data = load_results("docs/bench/latest.json")
     speedup_figure(data, "fp32"); tau_figure(data, "fp32"); bound_figure(data); ablation_figure(data, "gamma")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import shlex
 import sys
 
 from specstream_core import __version__
@@ -41,6 +42,8 @@ COMMANDS = {
               "tokens/s against transformers and llama.cpp, fp32, bf16 and int4, at 1 and 2 threads"),
     "footprint": ("specstream_core.cli.commands.footprint",
                   "load time and peak memory per precision, each in a fresh process, beside llama.cpp's"),
+    "report": ("specstream_core.cli.commands.report",
+               "write docs/BENCHMARKS.md and the README's results table from the result files in docs/bench/"),
 }
 
 
@@ -69,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv)
     args = parser.parse_args(argv)
+    args._command = "python -m specstream_core " + shlex.join(argv)  # what a result file records
     try:
         from specstream_core.model import hub_access
 

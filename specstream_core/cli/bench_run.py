@@ -15,7 +15,7 @@ from specstream_core.errors import SpecstreamError
 from specstream_core.model.loading import INT4, LoadConfig, load_model, resolve_precision
 from specstream_core.cli.args import recommended
 from specstream_core.bench.ablations import ABLATIONS, ablation_methods, tree_nodes
-from specstream_core.bench.report import update_doc
+from specstream_core.bench.bench_doc import update_doc
 from specstream_core.bench.suites import suite_categories, suite_examples, suite_scorer
 from specstream_core.cli.bench_settings import (ABLATION_CATEGORIES, ABLATION_N, ALL_METHODS, DEFAULT_MAX_NEW,  # noqa: F401
                                                 DEFAULT_N, DRAFT_DIR, MEDUSA_DIR, OLD_METHODS, PRECISIONS, QUICK,
@@ -281,8 +281,10 @@ def _settings(args, pl: dict, ctx: dict, wall: float, threads: int) -> dict:
 def _write(args, data: dict, overview: str, table: str, abl_table: str) -> None:
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        from specstream_core.bench.provenance import stamp
+
         with open(args.json, "w") as f:
-            json.dump(data, f, indent=1)
+            json.dump(stamp(data, getattr(args, "_command", None) or command_line()), f, indent=1)
     if args.markdown:
         os.makedirs(os.path.dirname(os.path.abspath(args.markdown)), exist_ok=True)
         with open(args.markdown, "w") as f:

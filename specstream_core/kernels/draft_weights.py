@@ -19,7 +19,7 @@ rows its call has, so the output stays bit for bit that of plain decoding (tests
 The copies are quantized from the weights in memory (asymmetric groups of 32, `int4.quantize_groups`); on a base
 converted from a Q4_1 GGUF file, such as the default model, that gives back the file's own groups (they dequantize to
 the fp32 weights bit for bit), so a stream row then differs from its fp32 self only by its activations' 8-bit rounding.
-Measured on the default model (docs/BENCHMARKS.md, "Stream rows on 4-bit copies"): a γ = 4 pass 1.58× → 1.45× a plain
+Measured on the default model (`pass-cost --stream-weights same,int4-a8`, docs/bench/pass-cost.json): a γ = 4 pass 1.58× → 1.45× a plain
 pass in fp32, 1.85× → 1.58× in bf16; the stream set's own draft (one stream) 1.03–1.04× from the 8-bit draft head.
 """
 

@@ -76,7 +76,7 @@ def add_arguments(p) -> None:
     p.add_argument("--markdown", metavar="FILE", help="write the Markdown tables")
     p.add_argument("--plots", metavar="DIR", help="write figures (SVG + Plotly HTML) into DIR")
     p.add_argument("--doc", metavar="FILE", help="rewrite the generated section of this Markdown page (between "
-                   f"{DOC_BEGIN} and {DOC_END}; e.g. docs/BENCHMARKS.md) with the tables, figures and command")
+                   f"{DOC_BEGIN} and {DOC_END}; a page of your own; docs/BENCHMARKS.md is made by `report`) with the tables, figures and command")
     sub = p.add_subparsers(dest="bench_command", metavar="ab", help="`bench ab --help`: an A/B of two revisions "
                            "or two sets of engine options (bench/ab.py)")
     bench_ab.add_arguments(sub.add_parser("ab", help=bench_ab.__doc__.splitlines()[0], description=bench_ab.__doc__,

@@ -105,7 +105,9 @@ def run(args) -> int:
         print(shared_table)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(to_json(rows, shared, meta), f, indent=2)
+            from specstream_core.bench.provenance import stamp
+
+            json.dump(stamp(to_json(rows, shared, meta), getattr(args, "_command", None)), f, indent=2)
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(f"Batch throughput: {engine.name} + {meta['streams']}, {len(prompts)} eval prompts, "

@@ -103,8 +103,10 @@ def run(args) -> int:
     for d, (agreed, checked) in result["checked"].items():
         print(f"check {d}: decoding took the replayed passes on {agreed} of {checked} prompts")
     if args.json:
-        write_text(args.json, json.dumps({"precision": engine.precision, "max_new_tokens": args.max_new_tokens,
-                                          "drafts": drafts, **result}, indent=1) + "\n")
+        from specstream_core.bench.provenance import stamp
+
+        data = {"precision": engine.precision, "max_new_tokens": args.max_new_tokens, "drafts": drafts, **result}
+        write_text(args.json, json.dumps(stamp(data, getattr(args, "_command", None)), indent=1) + "\n")
     if args.markdown:
         write_text(args.markdown, text)
     return 0

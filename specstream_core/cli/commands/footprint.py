@@ -55,7 +55,9 @@ def run(args) -> int:
         rows.append(footprint.llama_bench(binary, gguf, args.tokens, args.threads) if gguf else
                     {"asked": "llama.cpp", "error": "no GGUF file for this base (give --gguf)"})
     if args.json and args.json != "-":
-        write_text(args.json, json.dumps(rows, indent=1) + "\n")
+        from specstream_core.bench.provenance import stamp
+
+        write_text(args.json, json.dumps(stamp(rows, getattr(args, "_command", None)), indent=1) + "\n")
     if args.json == "-":
         print(json.dumps(rows, indent=1))
     else:

@@ -132,7 +132,9 @@ def run(args) -> int:
 
     print(tables)
     if args.json:
-        write_text(args.json, json.dumps({"runs": runs}, indent=1) + "\n")
+        from specstream_core.bench.provenance import stamp
+
+        write_text(args.json, json.dumps(stamp({"runs": runs}, getattr(args, "_command", None)), indent=1) + "\n")
     if args.markdown:
         write_text(args.markdown, tables)
     if args.plots:

@@ -115,6 +115,9 @@ def run(args) -> int:
               "linears": {k: rowinv.linears_label(e.model) for k, e in engines.items()},
               "rows": [{**r.__dict__, "threads": threads_of[i], "same_as_fp32_until_first_difference": closeness[i]}
                        for i, r in enumerate(rows)]}
+    from specstream_core.bench.provenance import stamp
+
+    report = stamp(report, getattr(args, "_command", None))
     for path, text in ((args.json, json.dumps(report, indent=1) + "\n"), (args.markdown, table + "\n")):
         if path:
             write_text(path, text)
