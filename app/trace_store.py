@@ -11,6 +11,7 @@ server restarts.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import secrets
 import threading
@@ -50,11 +51,13 @@ class TraceStore:
     def put(self, trace) -> str:
         """Keep a trace (validated here unless it is a `Trace` already) and return its id. Raises
         SpecstreamError for an invalid trace or one larger than a stored trace may be."""
-        blob = checked(trace).pack()
+        trace = checked(trace)
+        blob = trace.pack()
         if len(blob) > self.max_trace_bytes:
             raise SpecstreamError(f"this trace is too large to share here ({len(blob) / 2**20:.1f} MB packed; "
                                   f"the limit is {self.max_trace_bytes / 2**20:.1f} MB)")
-        digest = hashlib.sha256(blob).digest()
+        # the trace's content, not its packing (marshal's bytes depend on which objects are shared)
+        digest = hashlib.sha256(json.dumps(trace, sort_keys=True, separators=(",", ":")).encode()).digest()
         with self._lock:
             if digest in self._ids:
                 trace_id = self._ids[digest]
