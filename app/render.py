@@ -49,7 +49,10 @@ body.lab-presenter .lab-big { font-size: 60px !important; color: #002e6e !import
 body.lab-presenter .lab-speedup, body.lab-presenter .lab-badge { font-size: 28px !important; }
 body.lab-presenter .lab-note { font-size: 20px !important; color: #000 !important; }
 body.lab-presenter .lab-meters { font-size: 18px !important; color: #000 !important; }
-body.lab-presenter .lab-meters th, body.lab-presenter .lab-meters td { border-bottom: 2px solid #000 !important; }
+body.lab-presenter .lab-meters th, body.lab-presenter .lab-meters td { border-bottom: 2px solid #000 !important;
+  padding: 3px 6px !important; }
+/* the status column ("done") says what the speedup box says; on a projector the table must fit its column */
+body.lab-presenter .lab-meters th:last-child, body.lab-presenter .lab-meters td:last-child { display: none; }
 body.lab-presenter .prose { font-size: 20px !important; color: #000 !important; }
 body.lab-presenter .lab-badge.equal { background: #d4f5cc !important; color: #0b4a06 !important; }
 body.lab-presenter #replay-play button, body.lab-presenter #replay-play { font-size: 20px !important; }
