@@ -98,6 +98,17 @@ def selected(page) -> int:
     return int(page.get_attribute("#ss-output .tok.sel-pass", "data-step"))
 
 
+def settled(page) -> int:
+    """The selected pass once no step asked for before a pause is still arriving (two reads 1.5 s apart agree)."""
+    now = selected(page)
+    for _ in range(20):
+        page.wait_for_timeout(1500)
+        now, before = selected(page), now
+        if now == before:
+            return now
+    raise AssertionError("the selected pass kept moving after the replay was paused")
+
+
 def check_pack(path: str, index: int) -> None:
     """Every file of the pack opens: each PNG decodes, each SVG parses as XML, about.json names the pass."""
     from PIL import Image
@@ -144,10 +155,19 @@ def test_presenter_replay_figure_pack_and_share_link(server, browser, size, tmp_
                            arg=start, timeout=20_000)
     page.keyboard.press(" ")
     assert not page.evaluate("() => document.body.classList.contains('lab-playing')")
-    page.wait_for_timeout(1200)  # a step already asked for may still arrive
-    paused = selected(page)
-    page.wait_for_timeout(1200)
-    assert selected(page) == paused > start + 1
+    assert settled(page) > start + 1
+    # at the last pass, Play begins again at pass 0
+    page.focus("#step-slider input[type=range]")
+    page.keyboard.press("End")
+    last = int(page.get_attribute("#step-slider input[type=range]", "max"))
+    page.wait_for_function("v => document.querySelector('#ss-output .tok.sel-pass')?.dataset.step === String(v)",
+                           arg=last, timeout=20_000)
+    page.click("#replay-play")
+    page.wait_for_function("() => +document.querySelector('#ss-output .tok.sel-pass')?.dataset.step < 3",
+                           timeout=20_000)
+    page.click("#replay-play")
+    assert not page.evaluate("() => document.body.classList.contains('lab-playing')")
+    paused = settled(page)
     # the figure pack of the selected pass downloads, and every file in it opens
     page.click("#figure-pack")
     page.wait_for_selector("#figure-pack-download:not([disabled])", timeout=30_000)
