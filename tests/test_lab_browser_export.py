@@ -198,5 +198,13 @@ def test_presenter_replay_figure_pack_and_share_link(server, browser, size, tmp_
     other.goto(server + "?trace=AAAAAAAAAAAAAAAA")
     other.wait_for_function("() => document.querySelector('#lab-message')?.innerText.includes('no longer kept')",
                             timeout=30_000)
+    # an example (a task preset) fills the prompt and replays the preset's recorded run
+    from app.presets import presets
+
+    label, prompt = next(iter(presets().items()))
+    other.locator("#examples").get_by_text(label[:20]).first.click()
+    other.wait_for_function("p => document.querySelector('#prompt textarea').value === p", arg=prompt, timeout=20_000)
+    other.wait_for_function("() => document.querySelector('#lab-message')?.innerText.includes('A recorded run')",
+                            timeout=30_000)
     assert errors == []
     context.close()
