@@ -4,6 +4,9 @@ button; the keys and the timer are render.PRESENTER_JS), and the presets as `gr.
 
 ui.py calls `replay_controls`, `export_controls` and `examples` where they sit on the page, `wire` once, and
 `on_open` when a page opens (a share link's trace, else the preset's recorded run).
+
+Stable element ids: replay-play, replay-speed, figure-pack (make), figure-pack-download, share, share-link,
+examples.
 """
 
 from __future__ import annotations
