@@ -45,6 +45,8 @@ body.lab-presenter .lab-text { font-size: 24px !important; line-height: 1.6 !imp
   color: #000 !important; border: 2px solid #000 !important; }
 body.lab-presenter .lab-text .tok { color: #000 !important; }
 body.lab-presenter .lab-text .tok.sel-pass { outline: 3px solid #000 !important; }
+/* a line break alone: an outline around it would draw bars at the break */
+.lab-text .tok.sel-pass.nl, body.lab-presenter .lab-text .tok.sel-pass.nl { outline: none !important; }
 body.lab-presenter .lab-big { font-size: 60px !important; color: #002e6e !important; }
 body.lab-presenter .lab-speedup, body.lab-presenter .lab-badge { font-size: 28px !important; }
 body.lab-presenter .lab-note { font-size: 20px !important; color: #000 !important; }
@@ -168,7 +170,7 @@ def render_text(side: SideView, tinted: bool, placeholder: str = "", selected: i
         title = f"pass {p.step}: " + (f"{p.drafts} draft token(s) accepted + bonus" if p.drafts else "bonus only")
         cls = "tok bonus" if p.bonus and p.drafts else "tok"
         if selected is not None and p.step == selected:
-            cls += " sel-pass"
+            cls += " sel-pass" + (" nl" if "\n" in p.text and not p.text.strip() else "")
         style = f"background:{colour}" + (";box-shadow:inset 0 -2px 0 #ff9f1c" if p.bonus and p.drafts else "")
         spans.append(f'<span class="{cls}" style="{style}" title="{html.escape(title)}" '
                      f'data-step="{p.step}">{html.escape(p.text)}</span>')
@@ -185,8 +187,13 @@ def render_plain(side: SideView, placeholder: str = "", span: tuple[int, int] | 
         return f'<div class="lab-text">{html.escape(text)}</div>'
     a, b = span
     title = "the tokens of the selected speculative pass; plain decoding ran one pass per token"
-    return (f'<div class="lab-text">{html.escape(text[:a])}<span class="tok sel-pass" title="{title}">'
-            f'{html.escape(text[a:b])}</span>{html.escape(text[b:])}</div>')
+    # each line of the span outlined on its own: an outline across a line break draws bars at the breaks
+    lines = text[a:b].split("\n")
+    marked = "\n".join(f'<span class="tok sel-pass" title="{title}">{html.escape(line)}</span>' if line else ""
+                       for line in lines)
+    if not marked.strip("\n"):  # only line breaks: still one mark, so the pass is found in the text
+        marked = f'<span class="tok sel-pass nl" title="{title}">{html.escape(text[a:b])}</span>'
+    return f'<div class="lab-text">{html.escape(text[:a])}{marked}{html.escape(text[b:])}</div>'
 
 
 def selected_span(ar: SideView, ss: SideView, index: int) -> tuple[int, int] | None:

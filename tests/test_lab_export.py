@@ -198,3 +198,10 @@ def test_selected_pass_in_both_texts():
     assert "> cat sat</span>" in shown["ar_out"]
     assert shown["ss_out"].count("sel-pass") == 2
     assert "sel-pass" not in selection_html(other, ss, 1)["ar_out"]
+    # a pass across a line break: each line outlined on its own, a lone line break marked without an outline
+    ss = SideView([Piece("Sure:", 0), Piece("\n\n", 1), Piece("```", 1), Piece("\n", 2)])
+    plain = SideView([Piece("Sure:\n\n```\n", 0)])
+    shown = selection_html(plain, ss, 1)
+    assert '\n\n<span class="tok sel-pass" title=' in shown["ar_out"] and shown["ar_out"].count("sel-pass") == 1
+    assert shown["ss_out"].count("sel-pass nl") == 1 and shown["ss_out"].count("sel-pass") == 2
+    assert "sel-pass nl" in selection_html(plain, ss, 2)["ar_out"]
