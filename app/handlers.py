@@ -29,7 +29,8 @@ from .explain import explain_step, most_telling_step
 from .models import EngineCache, ModelSpec, recommended_for
 from .presets import trace_path
 from .race import RaceView, SideView, race, view_from_trace
-from .render import message, mode_help, model_info, render_badge, render_meters, render_speedup, render_text
+from .render import (message, mode_help, model_info, render_badge, render_meters, render_speedup, render_text,
+                     selection_html)
 
 log = logging.getLogger("specstream.lab")
 
@@ -90,7 +91,8 @@ def views_of_step(trace, index, layer=None, head=None, deadline=None, ss: SideVi
     _check(deadline)
     out.update({"explain": explain_step(trace, index), "layer_dd": gr.update(choices=layers, value=layer),
                 "head_dd": gr.update(choices=heads, value=head)})
-    out["ss_out"] = render_text(view_from_trace(trace).ss if ss is None else ss, True, "…", selected=index)
+    shown = view_from_trace(trace)  # the selected pass outlined in both texts
+    out.update(selection_html(shown.ar, shown.ss if ss is None else ss, index))
     out["accept_plot"] = figures.acceptance_figure(trace, selected=index)
     _check(deadline)
     return out

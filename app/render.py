@@ -45,27 +45,62 @@ body.lab-presenter .lab-text { font-size: 24px !important; line-height: 1.6 !imp
   color: #000 !important; border: 2px solid #000 !important; }
 body.lab-presenter .lab-text .tok { color: #000 !important; }
 body.lab-presenter .lab-text .tok.sel-pass { outline: 3px solid #000 !important; }
+/* a line break alone: an outline around it would draw bars at the break */
+.lab-text .tok.sel-pass.nl, body.lab-presenter .lab-text .tok.sel-pass.nl { outline: none !important; }
 body.lab-presenter .lab-big { font-size: 60px !important; color: #002e6e !important; }
 body.lab-presenter .lab-speedup, body.lab-presenter .lab-badge { font-size: 28px !important; }
 body.lab-presenter .lab-note { font-size: 20px !important; color: #000 !important; }
 body.lab-presenter .lab-meters { font-size: 18px !important; color: #000 !important; }
-body.lab-presenter .lab-meters th, body.lab-presenter .lab-meters td { border-bottom: 2px solid #000 !important; }
+body.lab-presenter .lab-meters th, body.lab-presenter .lab-meters td { border-bottom: 2px solid #000 !important;
+  padding: 3px 6px !important; }
+/* the status column ("done") says what the speedup box says; on a projector the table must fit its column */
+body.lab-presenter .lab-meters th:last-child, body.lab-presenter .lab-meters td:last-child { display: none; }
 body.lab-presenter .prose { font-size: 20px !important; color: #000 !important; }
 body.lab-presenter .lab-badge.equal { background: #d4f5cc !important; color: #0b4a06 !important; }
+body.lab-presenter #replay-play button, body.lab-presenter #replay-play { font-size: 20px !important; }
+body.lab-playing #replay-play, body.lab-playing #replay-play button { background: #002e6e !important;
+  color: #fff !important; }
 """
 
-# the presenter view: ← and → step through passes (the pass buttons), unless a text field has the focus
+# the presenter view: ← and → step through passes (the pass buttons), Space plays or pauses a replay of them
+# (as the Play button does, in any view) at the speed slider's passes per second; keys are left alone while a
+# text field has the focus. A replay that reaches the last pass stops; started there, it begins at pass 0.
 PRESENTER_JS = """<script>
-document.addEventListener('keydown', (e) => {
-  if (!document.body.classList.contains('lab-presenter') || e.altKey || e.ctrlKey || e.metaKey) return;
-  const t = e.target;
-  if (t && (t.tagName === 'INPUT' || t.tagName === 'TEXTAREA' || t.isContentEditable)) return;
-  const id = e.key === 'ArrowRight' ? 'pass-next' : e.key === 'ArrowLeft' ? 'pass-prev' : null;
-  const el = id && document.getElementById(id);
-  if (!el) return;
-  e.preventDefault();
-  (el.tagName === 'BUTTON' ? el : el.querySelector('button')).click();
-});
+(() => {
+  let timer = null;
+  const button = (id) => { const el = document.getElementById(id);
+    return el && (el.tagName === 'BUTTON' ? el : el.querySelector('button')); };
+  const slider = () => document.querySelector('#step-slider input[type=range]');
+  const speed = () => { const el = document.querySelector('#replay-speed input[type=number]');
+    const v = parseFloat(el && el.value); return v > 0 ? Math.min(v, 20) : 1; };
+  const atEnd = () => { const r = slider(); return !r || +r.value >= +r.max; };
+  const show = (on) => { document.body.classList.toggle('lab-playing', on);
+    const b = button('replay-play'); if (b) b.textContent = on ? '⏸ Pause' : '▶ Play'; };
+  const stop = () => { if (timer) clearTimeout(timer); timer = null; show(false); };
+  const tick = () => { if (atEnd()) { stop(); return; } const next = button('pass-next');
+    if (!next) { stop(); return; } next.click(); timer = setTimeout(tick, 1000 / speed()); };
+  const play = () => { const r = slider(); if (!r || r.disabled || +r.max < 1) return;
+    if (atEnd()) { r.value = r.min; r.dispatchEvent(new Event('input', {bubbles: true}));
+      r.dispatchEvent(new Event('change', {bubbles: true})); }
+    show(true); timer = setTimeout(tick, 1000 / speed()); };
+  window.labReplay = { toggle: () => (timer ? stop() : play()), playing: () => timer !== null };
+  document.addEventListener('click', (e) => {
+    if (e.target.closest && e.target.closest('#replay-play')) window.labReplay.toggle(); });
+  const typing = (t) => t && (t.tagName === 'INPUT' || t.tagName === 'TEXTAREA' || t.isContentEditable);
+  document.addEventListener('keydown', (e) => {
+    if (!document.body.classList.contains('lab-presenter') || e.altKey || e.ctrlKey || e.metaKey) return;
+    if (typing(e.target)) return;
+    if (e.key === ' ') { e.preventDefault(); if (!e.repeat) window.labReplay.toggle(); return; }
+    const id = e.key === 'ArrowRight' ? 'pass-next' : e.key === 'ArrowLeft' ? 'pass-prev' : null;
+    const el = id && button(id);
+    if (!el) return;
+    e.preventDefault();
+    el.click();
+  });
+  document.addEventListener('keyup', (e) => {  // a focused button would take Space as a click on key-up
+    if (e.key === ' ' && document.body.classList.contains('lab-presenter') && !typing(e.target)) e.preventDefault();
+  });
+})();
 </script>"""
 
 # the checkbox's value <- ?presenter=1 on opening; the page's class <- the checkbox
@@ -135,11 +170,49 @@ def render_text(side: SideView, tinted: bool, placeholder: str = "", selected: i
         title = f"pass {p.step}: " + (f"{p.drafts} draft token(s) accepted + bonus" if p.drafts else "bonus only")
         cls = "tok bonus" if p.bonus and p.drafts else "tok"
         if selected is not None and p.step == selected:
-            cls += " sel-pass"
+            cls += " sel-pass" + (" nl" if "\n" in p.text and not p.text.strip() else "")
         style = f"background:{colour}" + (";box-shadow:inset 0 -2px 0 #ff9f1c" if p.bonus and p.drafts else "")
         spans.append(f'<span class="{cls}" style="{style}" title="{html.escape(title)}" '
                      f'data-step="{p.step}">{html.escape(p.text)}</span>')
     return f'<div class="lab-text">{"".join(spans)}</div>'
+
+
+def render_plain(side: SideView, placeholder: str = "", span: tuple[int, int] | None = None) -> str:
+    """The plain side's text, characters span[0]:span[1] outlined (class `sel-pass`): the tokens the selected
+    speculative pass produced, which plain decoding produced one pass each."""
+    if not side.pieces:
+        return f'<div class="lab-text lab-empty">{html.escape(placeholder)}</div>'
+    text = side.text
+    if not span:
+        return f'<div class="lab-text">{html.escape(text)}</div>'
+    a, b = span
+    title = "the tokens of the selected speculative pass; plain decoding ran one pass per token"
+    # each line of the span outlined on its own: an outline across a line break draws bars at the breaks
+    lines = text[a:b].split("\n")
+    marked = "\n".join(f'<span class="tok sel-pass" title="{title}">{html.escape(line)}</span>' if line else ""
+                       for line in lines)
+    if not marked.strip("\n"):  # only line breaks: still one mark, so the pass is found in the text
+        marked = f'<span class="tok sel-pass nl" title="{title}">{html.escape(text[a:b])}</span>'
+    return f'<div class="lab-text">{html.escape(text[:a])}{marked}{html.escape(text[b:])}</div>'
+
+
+def selected_span(ar: SideView, ss: SideView, index: int) -> tuple[int, int] | None:
+    """Where the tokens of speculative pass `index` sit in the plain text: (start, end) characters, or None
+    where that pass emitted nothing or the two texts differ before its end."""
+    start = sum(len(p.text) for p in ss.pieces if p.step < index)
+    end = start + sum(len(p.text) for p in ss.pieces if p.step == index)
+    if end <= start or ar.text[:end] != ss.text[:end]:
+        return None
+    return start, end
+
+
+def selection_html(ar: SideView, ss: SideView, index: int) -> dict:
+    """Both texts with the selected pass outlined: its tokens in the speculative text (tinted by pass) and the
+    same tokens in the plain text (where the texts agree that far). A plain-only trace outlines its own pass."""
+    if not ss.pieces:
+        return {"ar_out": render_plain(ar, "…", selected_span(ar, ar, index))}
+    return {"ar_out": render_plain(ar, "…", selected_span(ar, ss, index)),
+            "ss_out": render_text(ss, True, "…", selected=index)}
 
 
 def render_meters(view: RaceView) -> str:

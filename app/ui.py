@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from . import cache_sweep, handlers, limits, zerogpu
+from . import cache_sweep, export_ui, handlers, limits, zerogpu
 from .admission import Admission
 from .handlers import Lab
 from .limits import LAB_MAX_LOOKUP, LAB_MAX_NEW_TOKENS, MAX_PROMPT_CHARS, MAX_UPLOAD_BYTES, TRACE_TTL_S
@@ -68,6 +68,7 @@ def _inputs(specs: dict[str, ModelSpec], preset_map: dict[str, str]) -> dict:
                                   "below to replay a recorded run.", "info"), elem_id="lab-message")
             presenter = gr.Checkbox(False, label="Presenter view: large type, high contrast; ← and → step "
                                     "through the passes (or open the page with ?presenter=1)", elem_id="presenter")
+            examples = export_ui.examples(preset_map, preset_dd, prompt)
         with gr.Column(scale=4, min_width=360, elem_id="result"):
             speed = gr.HTML('<div class="lab-speedup pending">speedup appears here</div>', elem_id="speedup")
             badge = gr.HTML('<div class="lab-badge pending">output check appears here</div>', elem_id="equal-badge")
@@ -122,6 +123,7 @@ def _views(specs: dict[str, ModelSpec]) -> dict:
         step = gr.Slider(0, 1, value=0, step=1, label="Forward pass", elem_id="step-slider", interactive=False,
                          scale=6)
         next_btn = gr.Button("next pass ▶", elem_id="pass-next", size="sm", scale=1, min_width=120)
+    replay = export_ui.replay_controls()
     tree_plot = gr.Plot(label="Draft tree", elem_id="tree-plot")
     gr.Markdown("## Acceptance")
     accept_plot = gr.Plot(label="Acceptance", elem_id="accept-plot")
@@ -142,6 +144,7 @@ def _views(specs: dict[str, ModelSpec]) -> dict:
         # binary: the handler gets the bytes (type="filepath" leaves an empty temp file per upload in
         # Gradio's cache, outside delete_cache); the upload itself is aged out by delete_cache
         upload = gr.File(label="Replay a trace", file_types=[".json"], type="binary", elem_id="trace-upload")
+    export = export_ui.export_controls()
     bench_parts = _bench_panel()
     return locals()
 
@@ -167,7 +170,7 @@ def _wire(lab: Lab) -> None:
     step_views = [c.tree_plot, c.attn_plot, c.mask_plot, c.explain, c.layer_dd, c.head_dd]
     race_views = [c.ar_out, c.ss_out, c.meters, c.speed, c.badge]
     outputs_all = [*race_views, *step_views, c.accept_plot, c.trace_state, c.step, c.msg, c.download]
-    selection = [c.ss_out, c.accept_plot]  # the selected pass is marked in the speculative text and on τ
+    selection = [c.ar_out, c.ss_out, c.accept_plot]  # the selected pass is marked in both texts and on τ
     settings = [c.model_dd, c.mode_radio, c.prompt, c.topk, c.prune, c.budget, c.lookup, c.temperature, c.seed,
                 c.max_new]
     c.run_btn.click(_bind(handlers.on_run, lab), settings, outputs_all, concurrency_limit=limits.CONCURRENCY,
@@ -188,12 +191,13 @@ def _wire(lab: Lab) -> None:
                       concurrency_limit=limits.UPLOAD_CONCURRENCY, concurrency_id="upload")
     c.prompt.change(_bind(handlers.on_prompt, lab), [c.prompt], [c.preset_dd], trigger_mode="always_last",
                     queue=False, show_progress="hidden")
-    lab.demo.load(_bind(handlers.replay_recorded, lab), [c.preset_dd], outputs_all,
+    lab.demo.load(_bind(export_ui.on_open, lab), [c.preset_dd], outputs_all,
                   concurrency_limit=limits.UPLOAD_CONCURRENCY, concurrency_id="upload")
     drafts = [c.topk, c.prune, c.budget, c.lookup]
     c.model_dd.input(_bind(handlers.on_model, lab), [c.model_dd], [c.mode_radio, c.info, *drafts])
     c.mode_radio.input(_bind(handlers.on_mode, lab), [c.model_dd, c.mode_radio], [c.info, *drafts])
     lab.demo.unload(_bind(handlers.on_close, lab))
+    export_ui.wire(lab, outputs_all)
     _wire_bench_panel(*c.bench_parts)
 
 

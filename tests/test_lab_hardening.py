@@ -398,7 +398,7 @@ def test_a_presets_recorded_trace_is_replayed_on_load_and_on_choosing_it(trace, 
     save_trace(trace, str(tmp_path / f"{slug(label)}.json"))
     monkeypatch.setenv("SPECSTREAM_TRACES_DIR", str(tmp_path))
     demo = build_demo({})  # no model at all: the recorded run is still shown
-    out = handler(demo, "replay_recorded")(label)
+    out = list(handler(demo, "on_open")(label))[-1]  # the page opens with no ?trace= link
     assert "A recorded run" in out[component(demo, "lab-message")]
     assert out[component(demo, "ar-output")] and out[component(demo, "tree-plot")] is not None
     chosen = handler(demo, "on_preset")(label)
@@ -406,7 +406,7 @@ def test_a_presets_recorded_trace_is_replayed_on_load_and_on_choosing_it(trace, 
     other = list(presets())[1]  # nothing recorded for it: the prompt changes, the views stay
     assert set(handler(demo, "on_preset")(other)) == {component(demo, "prompt"), component(demo, "lab-message")}
     (tmp_path / f"{slug(label)}.json").write_text("{not json")  # a broken file never breaks the page
-    assert set(handler(demo, "replay_recorded")(label)) == {component(demo, "lab-message")}
+    assert set(list(handler(demo, "on_open")(label))[-1]) == {component(demo, "lab-message")}
 
 
 def test_the_cache_sweep_outlives_an_error_and_deletes_old_files(tmp_path, caplog):
