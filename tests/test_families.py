@@ -68,3 +68,25 @@ def test_the_layer_path_is_named(family_dir):
         assert where["why"] and "\n" not in where["why"]
     if family in ("gemma3_text", "olmo2"):  # layer forms the kernel's whole-layer steps do not compute
         assert where["path"] == "modules" and compat.families.FAMILIES[family].name in where["why"], where
+
+
+def test_medusa_heads_and_traces(family_dir):
+    """Medusa heads draft on each family's final hidden states, the tree verifier keeps the output exact, and the
+    speculative trace of a family's decoding is one the lab and `trace` accept."""
+    from dataclasses import replace
+
+    from specstream_core.decoding.drafters.medusa import MedusaDrafter
+    from specstream_core.decoding.trace import validate
+    from specstream_core.model.medusa_heads import MedusaHeads
+
+    family, path, refs = family_dir
+    engine = _engine(path, "fp32")
+    heads = MedusaHeads.fresh(engine.model, 3)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in heads.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    for ids, ref in zip(PROMPTS, refs):
+        assert engine.generate(ids, SS, MedusaDrafter(heads, engine.logits, (3, 2, 1), budget=16)).token_ids == ref
+    trace = engine.generate(PROMPTS[0], replace(SS, trace=True)).trace
+    assert validate(trace) and [t for s in trace["steps"] for t in s["emitted"]] == refs[0], family
