@@ -5,7 +5,7 @@ equals plain decoding at every precision the CPU offers, alone and in batches.""
 import pytest
 import torch
 
-from specstream_core import DecodeConfig, Engine
+from specstream_core import DecodeConfig, Engine, cli
 from specstream_core.backends import a8_available
 from specstream_core.model import compat
 from helpers import randomized
@@ -90,3 +90,16 @@ def test_medusa_heads_and_traces(family_dir):
         assert engine.generate(ids, SS, MedusaDrafter(heads, engine.logits, (3, 2, 1), budget=16)).token_ids == ref
     trace = engine.generate(PROMPTS[0], replace(SS, trace=True)).trace
     assert validate(trace) and [t for s in trace["steps"] for t in s["emitted"]] == refs[0], family
+
+
+def test_json_names_the_layer_path(family_dir, capsys):
+    """`generate --json` says which path the decoder layers took, and why where it is the modules."""
+    import json
+
+    family, path, _ = family_dir
+    argv = ["generate", "--base", path, "--raw", "--prompt", "abc", "--gamma", "3", "--max-new-tokens", "4",
+            "--precision", "fp32", "--json", "--no-warmup"]
+    capsys.readouterr()
+    assert cli.main(argv) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["layers"] == compat.layer_path(_engine(path, "fp32").model), family

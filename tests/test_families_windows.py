@@ -1,6 +1,6 @@
 """Sliding windows smaller than the prompt plus the draft tree: tree passes that cross a window's edge stay exact.
 Gemma 3 (local layers interleaved with global ones), Qwen3 with use_sliding_window (windows from max_window_layers
-on: layers that differ) and Mistral (one window for every layer), saved and loaded as a user loads them."""
+on: layers that differ), Mistral and Phi-3 (one window for every layer), saved and loaded as a user loads them."""
 
 import pytest
 import torch
@@ -16,7 +16,7 @@ NEW = 16
 PROMPTS = prompts(3, seed=7, min_len=8, max_len=20)  # every prompt longer than the window
 CASES = {"gemma3_text": dict(sliding_window=WINDOW),
          "qwen3": dict(use_sliding_window=True, sliding_window=WINDOW, max_window_layers=2),
-         "mistral": dict(sliding_window=WINDOW)}
+         "mistral": dict(sliding_window=WINDOW), "phi3": dict(sliding_window=WINDOW)}
 SS = DecodeConfig(mode="ss", max_new_tokens=NEW, stop_on_eos=False, tree_topk=(4, 3, 2, 1))
 AR = DecodeConfig(mode="ar", max_new_tokens=NEW, stop_on_eos=False)
 
@@ -37,7 +37,8 @@ def test_windows_are_read_per_layer(windowed):
     from transformers import AutoConfig
 
     windows = compat.sliding_window(AutoConfig.from_pretrained(path))
-    expected = {"gemma3_text": (WINDOW, None) * 2, "qwen3": (None, None, WINDOW, WINDOW), "mistral": WINDOW}
+    expected = {"gemma3_text": (WINDOW, None) * 2, "qwen3": (None, None, WINDOW, WINDOW), "mistral": WINDOW,
+                "phi3": WINDOW}
     assert windows == expected[family]
 
 
