@@ -57,3 +57,22 @@ def test_tree_passes_across_the_window_edge_stay_exact(windowed, precision):
     if precision == "auto":
         engine.window = None  # the windows matter here: the whole context gives other tokens
         assert [engine.generate(ids, SS).token_ids for ids in PROMPTS] != refs, family
+
+
+def test_gemma3_rope_per_layer_type_from_tables():
+    """Gemma 3's local and global layers rotate by different bases: each layer type gets its own table, made by the
+    module itself and equal to its output value for value."""
+    from tiny_models import tiny_model
+
+    model = tiny_model("gemma3_text", max_position_embeddings=8192)
+    module = compat.inner_model(model).rotary_emb
+    h = torch.zeros(1, 1, 64)
+    for positions in (torch.tensor([[0]]), torch.tensor([[300, 301, 301, 302]]), torch.tensor([[5000, 7000]])):
+        with torch.inference_mode():
+            got = compat.rotary(model, h, positions)
+        assert isinstance(got, compat.PerLayer) and got.kinds == ("sliding_attention", "full_attention") * 2
+        for kind in got.kinds[:2]:
+            want = module(h, positions, kind)
+            assert torch.equal(got[kind][0], want[0]) and torch.equal(got[kind][1], want[1]), kind
+    assert not torch.equal(got["sliding_attention"][0], got["full_attention"][0])
+    assert module.__dict__["_specstream_rope_full_attention"][1][0].shape[0] == 8192  # a table, doubled for 7000

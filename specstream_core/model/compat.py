@@ -116,7 +116,7 @@ def rotary(model: nn.Module, h: torch.Tensor, position_ids: torch.Tensor):
     if family is None or not family.rope_per_layer:
         return compat_rope.rotary(module, h, position_ids)
     types = tuple(config.layer_types[:config.num_hidden_layers])
-    return PerLayer({t: module(h, position_ids, t) for t in set(types)}, types)
+    return PerLayer({t: compat_rope.rotary(module, h, position_ids, t) for t in set(types)}, types)
 
 
 def attention_linear(layer: nn.Module) -> nn.Module:
