@@ -58,7 +58,8 @@ def test_cli_writes_json_and_reports_errors(tiny_dir, tmp_path, capsys):
                "--repeats", "1", "--verify-rows", "3", "--no-progress", "--json", str(out), "--plots", str(tmp_path)])
     assert rc == 0
     (run,) = json.loads(out.read_text())["runs"]
-    assert [p["label"] for p in run["passes"]] == ["plain", "verify 3", "ss γ=1", "ss γ=2"]
+    # and the passes of the streams' recommended draft (fresh streams: a 2-deep chain, 2 streams a node)
+    assert [p["label"] for p in run["passes"]] == ["plain", "verify 3", "ss γ=1", "ss γ=2", "draft 2×2", "draft 3×2"]
     assert run["settings"]["gamma"] == 2 and run["settings"]["context"] == 8 and run["label"].startswith("fp32")
     from specstream_core.kernels.linears import rowinv
 
@@ -112,3 +113,32 @@ def test_where_the_time_goes_on_the_kernel(engine, tiny_dir):
     assert all(c.linears_ms != c.linears_ms for c in plain)  # not measured: NaN, and no table
     assert "Where the time goes" not in markdown([to_json("t", plain, {"context": 12, "device": "cpu",
                                                                        "threads": 1, "repeats": 1})])
+
+
+def test_draft_passes_and_the_parts_below(engine):
+    """A draft's passes (n nodes, s stream rows each) have its rows and roofline; on the kernel, the breakdown below
+    Linears / attention / rest splits the head, the main-row and the multi-stream layers (the kernel's clock) and
+    Python, each real time inside the pass."""
+    from specstream_core.bench.pass_cost import recommended_drafts, with_rooflines
+    from specstream_core.bench.pass_parts import BELOW
+    from specstream_core.bench.roofline import Machine
+    from specstream_core.kernels.linears import rowinv
+
+    assert recommended_drafts(engine) == ((2, 3), (3, 3), (4, 3))  # fresh γ 3: a 3-deep chain, no lookup
+    with pytest.raises(SpecstreamError, match="drafts need"):
+        measure(engine, context=12, verify_rows=(2,), repeats=1, progress=False, drafts=((3, 4),))
+    costs = measure(engine, context=12, verify_rows=(2,), repeats=2, progress=False, drafts=((3, 1), (2, 2)))
+    by = {c.label: c for c in costs}
+    assert (by["draft 3×1"].nodes, by["draft 3×1"].rows_bottom, by["draft 3×1"].rows_top) == (3, 3, 6)
+    assert (by["draft 2×2"].rows_bottom, by["draft 2×2"].rows_top) == (2, 6)
+    with_rooflines(costs, engine, Machine(bandwidth_gbs=1000.0, peak_gflops=0.01), 12)  # compute-bound: rows show
+    assert by["draft 3×1"].roofline_ms > by["verify 2"].roofline_ms
+    if not rowinv.uses_kernel(engine.model):
+        pytest.skip(f"kernel unavailable: {rowinv.unavailable_reason()}")
+    for c in costs:
+        assert set(c.below) == set(BELOW) and all(v >= 0 for v in c.below.values())
+        assert sum(c.below.values()) < 20 * c.median_ms  # one pass's time, not a sum over rounds
+        assert c.below["main_linears"] > 0  # the layer steps' Linears, by the kernel's clock
+    assert all(v == 0 for k, v in by["plain"].below.items() if k.startswith("stream_"))  # no stream rows, no such layer
+    table = markdown([to_json("x", costs, {"context": 12, "device": "cpu", "threads": 1, "repeats": 2})])
+    assert "Below that" in table and "| draft 2×2 |" in table.split("Below that")[1]

@@ -11,6 +11,8 @@ after a prefix of `context` tokens in the KV cache:
     ss g        Speculative Streaming with a chain g deep: g+1 tree nodes, each carrying streams
                 1..g in the multi-stream layers; logits of the g+1 main rows and of one node's g
                 stream rows (what the decoder computes)
+    draft n×s   the pass a draft of n nodes makes when each node carries s stream rows (the stream
+                set's recommended draft: `Engine.recommended_decode`, `recommended_drafts`)
 
 Every pass writes into the cache's scratch slots and commits nothing, so the prefix is the same for
 every measurement. The kinds run in a rotating order within each repeat; each figure is a median.
@@ -31,7 +33,7 @@ from specstream_core.model import compat, msa
 from specstream_core.kernels.heads import greedy, int8_head
 from specstream_core.kernels.linears import rowinv
 from specstream_core.model.cache import KVCache
-from specstream_core.bench.pass_parts import measure_parts
+from specstream_core.bench.pass_parts import below_table, measure_parts
 from specstream_core.bench.results import read_json
 from specstream_core.bench.roofline import BYTES_PER_WEIGHT, HEAD_BYTES_PER_WEIGHT, Machine, pass_limit
 from specstream_core.errors import SpecstreamError
@@ -58,6 +60,7 @@ class PassCost:
     linears_ms: float = float("nan")  # time in the kernel's Linears (engines on the kernel; bench/pass_parts.py)
     attention_ms: float = float("nan")  # time in the kernel's attention
     rest_ms: float = float("nan")  # everything else: torch's per-op work in the model's modules, Python
+    below: dict | None = None  # the parts below those (bench/pass_parts.py's BELOW, ms)
 
     @property
     def reachable_2x(self) -> bool:
@@ -80,12 +83,12 @@ def _context_ids(engine, context: int) -> list[int]:
 
 
 def measure(engine, context: int = 256, verify_rows=(2, 3, 5, 9), repeats: int = 30,
-            progress: bool = True, machine: Machine | None = None) -> list[PassCost]:
+            progress: bool = True, machine: Machine | None = None, drafts=()) -> list[PassCost]:
     """Median time of each pass kind (see the module docstring), plain first in the result; with a
     `machine`, each pass also gets its roofline (the least time its bytes and flops can take)."""
     if repeats < 1:
         raise SpecstreamError(f"repeats must be >= 1, got {repeats}")
-    kinds, cache = pass_kinds(engine, context, verify_rows)
+    kinds, cache = pass_kinds(engine, context, verify_rows, drafts)
     times, rows = _time_kinds(kinds, repeats, progress)
     if cache.lengths != [context]:
         raise RuntimeError("a measured pass changed the cached prefix")
@@ -103,7 +106,21 @@ def measure(engine, context: int = 256, verify_rows=(2, 3, 5, 9), repeats: int =
     return out
 
 
-def pass_kinds(engine, context: int = 256, verify_rows=(2, 3, 5, 9)) -> tuple[list[tuple], KVCache]:
+def recommended_drafts(engine) -> tuple[tuple[int, int], ...]:
+    """(nodes, stream rows per node) of the passes the stream set's recommended draft makes at the engine's precision:
+    2 nodes (no copy) up to its node budget, each node carrying the streams its tree's depth needs; () without streams."""
+    if engine.streams is None:
+        return ()
+    cfg = engine.decode_config(mode="ss")
+    widths = [1]
+    for k in cfg.tree_topk:  # nodes at each depth of the streams' tree
+        widths.append(widths[-1] * k)
+    nodes = min(cfg.node_budget, sum(widths) + cfg.lookup)
+    s = min(len(cfg.tree_topk), engine.streams.cfg.gamma)
+    return tuple((n, s) for n in range(2, nodes + 1))
+
+
+def pass_kinds(engine, context: int = 256, verify_rows=(2, 3, 5, 9), drafts=()) -> tuple[list[tuple], KVCache]:
     """The passes `measure` times, after a prefix of `context` tokens: (kind, label, tree nodes, run) each,
     plain first (run(), called inside torch.inference_mode(), makes one pass as a decoding step does and
     returns its (bottom, top) row counts), and the cache holding the prefix."""
@@ -114,7 +131,9 @@ def pass_kinds(engine, context: int = 256, verify_rows=(2, 3, 5, 9)) -> tuple[li
     gamma = streams.cfg.gamma if streams is not None else 0
     if any(k < 2 or k > 64 for k in verify_rows):
         raise SpecstreamError(f"verify rows must be between 2 and 64, got {list(verify_rows)}")
-    widest = max([1, *verify_rows, gamma + 1])
+    if any(n < 2 or not 1 <= g <= gamma for n, g in drafts):
+        raise SpecstreamError(f"drafts need 2 or more nodes and 1 to {gamma} streams a node, got {list(drafts)}")
+    widest = max([1, *verify_rows, gamma + 1, *(n for n, _ in drafts)])
     engine.check_length(context, widest)
     ids = _context_ids(engine, context)
     cache = KVCache.for_model(engine.model, batch=1, capacity=context + widest * (1 + gamma) + 8)
@@ -149,6 +168,7 @@ def pass_kinds(engine, context: int = 256, verify_rows=(2, 3, 5, 9)) -> tuple[li
     kinds: list[tuple[str, str, int, Callable]] = [("plain", "plain", 1, chain_pass(1, 0))]
     kinds += [("verify", f"verify {k}", k, chain_pass(k, 0)) for k in verify_rows]
     kinds += [("ss", f"ss γ={g}", g + 1, chain_pass(g + 1, g)) for g in range(1, gamma + 1)]
+    kinds += [("draft", f"draft {n}×{g}", n, chain_pass(n, g)) for n, g in dict.fromkeys(drafts)]
     return kinds, cache
 
 
@@ -157,7 +177,7 @@ def _with_parts(costs: list[PassCost], kinds, repeats: int) -> None:
     parts = measure_parts(kinds, rounds=max(3, min(repeats, 7)))
     for c in costs:
         p = parts[c.label]
-        c.linears_ms, c.attention_ms, c.rest_ms = p.linears_ms, p.attention_ms, p.rest_ms
+        c.linears_ms, c.attention_ms, c.rest_ms, c.below = p.linears_ms, p.attention_ms, p.rest_ms, p.below
 
 
 def _step_attention(engine):
@@ -258,7 +278,7 @@ def _parts_table(passes: list[dict]) -> list[str]:
         roof = p.get("roofline_ms")
         eff = f"{(p['linears_ms'] + p['attention_ms']) / roof:.2f}" if num(roof) and roof else "–"
         lines.append(f"| {p['label']} | {p['linears_ms']:.1f} | {p['attention_ms']:.1f} | {p['rest_ms']:.1f} | {eff} |")
-    return lines
+    return lines + below_table(passes)
 
 
 def to_json(label: str, costs: list[PassCost], settings: dict) -> dict:

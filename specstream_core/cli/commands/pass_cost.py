@@ -36,6 +36,9 @@ def add_arguments(p) -> None:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--context", type=int, default=256, help="tokens already in the KV cache")
     p.add_argument("--verify-rows", default="2,3,5,9", help="chain lengths of the draft-verification passes")
+    p.add_argument("--drafts", default="recommended", help="draft passes, NODESxSTREAMS separated by commas (4x1: 4 "
+                   "nodes carrying 1 stream row each), 'recommended' (the stream set's draft at each precision: 2 nodes "
+                   "up to its node budget) or 'none'")
     p.add_argument("--repeats", type=int, default=30, help="timed rounds (median)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--json", metavar="FILE", help="write every run (passes and settings) as JSON")
@@ -67,6 +70,21 @@ def _plan(args) -> tuple[tuple[int, ...], list[str], list[str | None]]:
         if d is not None and not os.path.isfile(os.path.join(d, "streams_config.json")):
             raise SpecstreamError(f"{d} is not a stream directory (no streams_config.json)")
     return verify_rows, precisions, stream_dirs
+
+
+def _drafts(spec: str, engine) -> tuple[tuple[int, int], ...]:
+    """--drafts as (nodes, streams) pairs for this engine."""
+    from specstream_core.bench.pass_cost import recommended_drafts
+
+    spec = spec.strip().lower()
+    if spec == "recommended":
+        return recommended_drafts(engine)
+    if spec in ("", "none"):
+        return ()
+    try:
+        return tuple((int(n), int(g)) for n, g in (x.strip().split("x") for x in spec.split(",") if x.strip()))
+    except ValueError:
+        raise SpecstreamError(f"--drafts must be 'recommended', 'none' or NODESxSTREAMS,... (e.g. 4x1,5x1), got {spec!r}") from None
 
 
 def _settings(args, engine, base: str, streams: str, machine, stream_weights: str) -> dict:
@@ -125,7 +143,7 @@ def run(args) -> int:
                 label = f"{precision} · {name}" + (" · 4-bit stream rows" if kind == "int4-a8" else "")
                 print(f"measuring {label} ...", flush=True)
                 costs = measure(engine, context=args.context, verify_rows=verify_rows, repeats=args.repeats,
-                                progress=not args.no_progress, machine=machine)
+                                progress=not args.no_progress, machine=machine, drafts=_drafts(args.drafts, engine))
                 runs.append(to_json(label, costs, _settings(args, engine, base, streams or name, machine, kind)))
             del engine
     tables = markdown(runs)

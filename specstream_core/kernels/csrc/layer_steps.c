@@ -7,8 +7,9 @@
  * LIN_BF16B: the same weights blocked; LIN_Q4: `linear_q4`'s nibbles and scales; LIN_Q4A8: `linear_q4a8_ld`'s),
  * its N outputs written at y + m * ldy. The same calls, so the same sums, as the module's own forward makes
  * (linear_f32, linear_bf16, linear_f32b, linear_bf16b, linear_q4, linear_q4a8_ld). 0, or the call's failure. */
-static int lin(int kind, const void *w, const float *dm, const float *x, int64_t M, int64_t K, int64_t N, float *y,
-                int64_t ldy, int threads) {
+static __thread int clock_section = CLK_MAIN; /* the layer being run: main rows only, or with stream rows */
+static int lin_call(int kind, const void *w, const float *dm, const float *x, int64_t M, int64_t K, int64_t N, float *y,
+                    int64_t ldy, int threads) {
   if (kind == LIN_F32) linear_f32_ld(x, M, K, (const float *)w, N, y, ldy, threads);
   else if (kind == LIN_BF16) linear_bf16_ld(x, M, K, (const uint16_t *)w, N, y, ldy, threads);
   else if (kind == LIN_F32B) linear_f32b_ld(x, M, K, (const float *)w, N, y, ldy, threads);
@@ -17,6 +18,13 @@ static int lin(int kind, const void *w, const float *dm, const float *x, int64_t
   else if (kind == LIN_BF16X) return linear_bf16x_ld(x, M, K, (const uint16_t *)w, N, y, ldy, threads);
   else linear_q(q4_blocks, QG / 2, 2, x, M, K, (const uint8_t *)w, dm, N, y, ldy, threads);
   return RI_OK;
+}
+static int lin(int kind, const void *w, const float *dm, const float *x, int64_t M, int64_t K, int64_t N, float *y,
+               int64_t ldy, int threads) {
+  CLOCK_START;
+  int failed = lin_call(kind, w, dm, x, M, K, N, y, ldy, threads);
+  CLOCK_ADD(clock_section, CLK_LINEARS);
+  return failed;
 }
 
 
@@ -116,6 +124,7 @@ static int lora_add(const float *x, int64_t q, int64_t n, int64_t K, const float
                     float *y, int64_t ld, int64_t N, int threads) {
   int64_t m = q - n, tiles = r & LORA_TILES;
   if (m <= 0) return RI_OK;
+  CLOCK_START;
   r &= LORA_TILES - 1;
   float *t = KEPT(float, m * r), *delta = KEPT(float, m * N);
   int failed = !t || !delta ? RI_NO_MEMORY : RI_OK;
@@ -132,6 +141,7 @@ static int lora_add(const float *x, int64_t q, int64_t n, int64_t K, const float
       for (; j + LANES <= N; j += LANES) store_x(yi + j, vadd(load_x(yi + j, LANES), load_x(di + j, LANES)), LANES);
       for (; j < N; j++) yi[j] += di[j];
     }
+  CLOCK_ADD(clock_section, CLK_ADAPTERS);
   return failed;
 }
 
@@ -159,6 +169,7 @@ static int front(const layer_args *layer, const step_args *step, const draft_arg
   for (int64_t i = 0; i < n_gu_parts; i++) n_gu += n[o_at + 1 + i];
   int64_t I = n_gu / 2;
   int64_t n_main = lora ? step->n_main : q; /* no row adapters: nothing to add, no stream rows to draft with */
+  clock_section = n_main < q ? CLK_STREAM : CLK_MAIN;
   float *x = KEPT(float, q * d), *qkv = KEPT(float, q * n_qkv);
   float *qr = KEPT(float, q * H * D), *a = KEPT(float, q * H * D);
   float *o = KEPT(float, q * d);
@@ -179,6 +190,7 @@ static int front(const layer_args *layer, const step_args *step, const draft_arg
     /* stream rows on tiles where the layer's Linears are, 8 or more of them (attend_tiles; rowinv_steps.TiledStreams,
      * the modules' path, decides alike) */
     int64_t first = q - n_main >= TILE_STREAM_ROWS && kind[0] == LIN_BF16X ? n_main : q;
+    CLOCK_START;
     failed = attend_f32(qr, H * D, D, k_cache, D, cap * D, v_cache, D, cap * D, first, H, Hkv, D, spec, keys, scaling, a,
                         threads);
     if (!failed && first < q) {
@@ -188,6 +200,7 @@ static int front(const layer_args *layer, const step_args *step, const draft_arg
         failed = attend_f32(qr + first * H * D, H * D, D, k_cache, D, cap * D, v_cache, D, cap * D, q - first, H, Hkv, D,
                             spec + 2 * first, keys, scaling, a + first * H * D, threads);
     }
+    CLOCK_ADD(clock_section, CLK_ATTENTION);
   }
   if (!failed) {
     failed = lin_rows(kind[o_at], w[o_at], dm[o_at], DRAFT_PART(dr, o_at), a, q, n_main, H * D, d, o, d, threads);
@@ -225,6 +238,7 @@ static int back(const float *h2, const float *a, const float *up, int64_t ld_up,
                 int64_t n_main, const draft_args *dr, float *out, int threads) {
   float *m = KEPT(float, q * I), *y = KEPT(float, q * d);
   int failed = !m || !y ? RI_NO_MEMORY : RI_OK;
+  clock_section = lora_A && n_main < q ? CLK_STREAM : CLK_MAIN;
   if (!failed) {
     for (int64_t i = 0; i < q; i++)
       for (int64_t j = 0; j < I; j++) m[i * I + j] = a[i * I + j] * up[i * ld_up + j];
@@ -259,6 +273,7 @@ static int layer_step(const layer_args *layer, const step_args *step, const floa
   float *h2 = KEPT(float, q * d), *gu = KEPT(float, q * n_gu);
   float *act = KEPT(float, q * I);
   int failed = !h2 || !gu || !act ? RI_NO_MEMORY : RI_OK;
+  CLOCK_START;
   if (!failed) failed = front(layer, step, lora ? dr : NULL, h, k_cache, v_cache, h2, gu);
   if (!failed) {
     silu_rows(gu, n_gu, q, I, act, step->expv);
@@ -266,6 +281,8 @@ static int layer_step(const layer_args *layer, const step_args *step, const floa
                   lora ? layer->down_A : NULL, layer->down_B, layer->rank, lora ? step->n_main : q, lora ? dr : NULL, out,
                   (int)step->threads);
   }
+  CLOCK_ADD(clock_section, CLK_LAYERS);
+  clock_section = CLK_MAIN;
   return failed;
 }
 

@@ -277,10 +277,13 @@ static int linear_a8(const a8_fn *blocks, int64_t GB, const float *x, int64_t M,
         a8_pairs[mm](xq + m0 * K, dx + m0 * G, sx + m0 * G, K, w + t * G * GB, dm + t * G * 2 * A8_TILE, G,
                      y + m0 * ldy + t * A8_TILE, ldy);
       }
+    /* the rows in blocks of even size (9 rows: 4 + 5, not 8 + 1; 25: 6 + 6 + 6 + 7): a block's weights are unpacked
+     * once for all its rows, so a one-row tail paid that again for one row. Each row's sums are the same in any block. */
+    const int64_t blocks_of_rows = (M + A8_ROWS - 1) / A8_ROWS;
     _Pragma("omp parallel for schedule(static) num_threads(threads)")
     for (int64_t t = paired; t < tiles; t++)
-      for (int64_t m0 = 0; m0 < M; m0 += A8_ROWS) {
-        int mm = M - m0 < A8_ROWS ? (int)(M - m0) : A8_ROWS;
+      for (int64_t b = 0, m0 = 0, mm = 0; b < blocks_of_rows; b++, m0 += mm) {
+        mm = (M - m0) / (blocks_of_rows - b);
         float buf[A8_ROWS * A8_TILE];
         blocks[mm](xq + m0 * K, dx + m0 * G, sx + m0 * G, K, w + t * G * GB, dm + t * G * 2 * A8_TILE, G,
                    cols ? buf : y + m0 * ldy + t * A8_TILE, cols ? A8_TILE : ldy);

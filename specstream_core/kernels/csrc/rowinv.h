@@ -8,6 +8,7 @@
  *   rowwise.c      RMSNorm, RoPE and the cache write, SiLU
  *   layer_steps.c  a decoding step's layer (and runs of layers) in one call
  *   argmax.c       the greedy choice, and the candidates of an exact 8-bit head
+ *   clock.c        the layer steps' clock (pass-cost's breakdown; off by default)
  *
  * Row-invariant small-batch Linears for the CPU: y[M,N] = x[M,K] W[N,K]^T, fp32 sums. Built for AVX-512
  * (16 lanes) where the compiler is told so (-mavx512f ...), else for AVX2 + FMA (8 lanes).
@@ -44,6 +45,17 @@ enum {
 
 /* Functions one source defines for another, kept out of the library's exports */
 #define RI_HIDDEN __attribute__((visibility("hidden")))
+
+/* The layer steps' clock (clock.c, kernel_clock): seconds by section (CLK_MAIN: layers of main rows only; CLK_STREAM:
+ * layers with stream rows) and part; CLOCK_START / CLOCK_ADD time a stretch where the clock is on. */
+enum { CLK_MAIN = 0, CLK_STREAM = 1, CLK_SECTIONS = 2 };
+enum { CLK_LINEARS = 0, CLK_ATTENTION = 1, CLK_ADAPTERS = 2, CLK_LAYERS = 3, CLK_PARTS = 4 };
+extern RI_HIDDEN int ri_clock_on;
+extern RI_HIDDEN double ri_clock[CLK_SECTIONS][CLK_PARTS];
+RI_HIDDEN double ri_now(void);
+#define CLOCK_START double clock_t0_ = ri_clock_on ? ri_now() : 0.0
+#define CLOCK_ADD(section, part) \
+  do { if (ri_clock_on) ri_clock[section][part] += ri_now() - clock_t0_; } while (0)
 
 #define NB 4 /* output rows per block */
 /* The blocks' loops over rows, outputs and halves of a group are unrolled outright: a loop gcc keeps
@@ -367,6 +379,7 @@ int layer_stack(const layer_run *run, const float *h, float *out);
 int stream_stack(const layer_run *lower, const layer_run *upper, const float *h, const int64_t *carriers, int64_t s,
                  int64_t gamma, const float *emb, const float *norm, float eps, float *mid, float *out);
 int argmax_rows(const float *x, int64_t rows, int64_t n, int64_t ld, int64_t *out);
+void kernel_clock(int on, double *out);
 int certified_choices(const float *x, int64_t m, int64_t K, const float *a, int64_t n, const float *l1,
                       const float *tot, int64_t bounded, float slack, const uint8_t *wq, const float *ds, int64_t *out);
 
