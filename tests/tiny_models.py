@@ -1,10 +1,16 @@
-"""Tiny Llama / Qwen2 / Mistral models built from configs, with decisive (non-tied) logits."""
+"""Tiny Llama / Qwen2 / Mistral / Qwen3 / Phi-3 / Gemma 3 / OLMo 2 models built from configs, with decisive
+(non-tied) logits."""
 
 from __future__ import annotations
 
 import torch
 
 VOCAB = 128
+
+
+FAMILIES = ("qwen3", "phi3", "gemma3_text", "olmo2")  # the families beyond Llama's form (tests/test_families*.py)
+# Gemma 3's local (sliding-window) layers interleaved with global ones, as its checkpoints have them (5:1 there)
+GEMMA3_LAYERS = ("sliding_attention", "full_attention")
 
 
 def tiny_config(family: str, vocab: int = VOCAB, layers: int = 4, hidden: int = 64, **overrides):
@@ -19,7 +25,24 @@ def tiny_config(family: str, vocab: int = VOCAB, layers: int = 4, hidden: int = 
     if family == "qwen2":
         return Qwen2Config(**common)
     if family == "mistral":
-        return MistralConfig(sliding_window=None, **common)
+        return MistralConfig(**{"sliding_window": None, **common})
+    return _family_config(family, common)
+
+
+def _family_config(family: str, common: dict):
+    """Qwen3, Phi-3, Gemma 3 (text) and OLMo 2 configs of the same tiny size."""
+    from transformers import Gemma3TextConfig, Olmo2Config, Phi3Config, Qwen3Config
+
+    if family == "qwen3":
+        return Qwen3Config(**{"head_dim": 16, **common})
+    if family == "phi3":
+        return Phi3Config(**{"sliding_window": None, **common})
+    if family == "gemma3_text":
+        layer_types = [GEMMA3_LAYERS[i % 2] for i in range(common["num_hidden_layers"])]
+        return Gemma3TextConfig(**{"head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 512,
+                                   "layer_types": layer_types, **common})
+    if family == "olmo2":
+        return Olmo2Config(**common)
     raise ValueError(family)
 
 
@@ -60,6 +83,20 @@ def hf_greedy(model, ids: list[int], max_new_tokens: int, **kw) -> list[int]:
 
 def save_tiny_model_dir(path) -> str:
     """A tiny Llama with a character-level tokenizer saved to `path`, as a user would pass with --base."""
+    _save_char_tokenizer(path)
+    tiny_model("llama", seed=3, max_position_embeddings=64).save_pretrained(path)
+    return str(path)
+
+
+def save_tiny_family_dir(path, family: str, seed: int = 3, **kw) -> str:
+    """A tiny random checkpoint of `family` (FAMILIES, or llama/qwen2/mistral) with the character-level tokenizer,
+    saved by transformers' `save_pretrained` to `path` as a user would pass with --base (fp32 weights)."""
+    _save_char_tokenizer(path)
+    tiny_model(family, seed=seed, **kw).save_pretrained(path)
+    return str(path)
+
+
+def _save_char_tokenizer(path) -> None:
     from tokenizers import Regex, Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -69,5 +106,3 @@ def save_tiny_model_dir(path) -> str:
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), "isolated")
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
     fast.save_pretrained(path)
-    tiny_model("llama", seed=3, max_position_embeddings=64).save_pretrained(path)
-    return str(path)

@@ -130,7 +130,7 @@ class CpuKernel(Backend):
             return None
         kept = self._tiled
         if kept is None or kept[0] is not self.model or kept[1] is not self.streams.rows:
-            lin = compat.decoder_layers(self.model)[-1].self_attn.q_proj
+            lin = compat.attention_linear(compat.decoder_layers(self.model)[-1])
             lin = getattr(lin, "base", lin)
             tiles = isinstance(lin, rowinv.RowInvariantLinear) and lin.on_tiles()
             kept = (self.model, self.streams.rows, rowinv_steps.TiledStreams(self.streams.rows) if tiles else None)

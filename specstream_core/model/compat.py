@@ -1,31 +1,38 @@
-"""All transformers-version glue lives here (transformers 5.x).
+"""All transformers-version glue lives here (transformers 5.x): the one compatibility layer.
 
 The engine drives the library's own modules (embedding, decoder layers, final norm, LM head) instead
 of a forked modeling file. These helpers are the only places that know the attribute names and call
-signatures of those modules.
+signatures of those modules. What sets each family apart is in `families`; the attention implementations the
+engine registers are in `compat_attention` and RoPE's tables in `compat_rope`, both re-exported here.
 """
 
 from __future__ import annotations
 
-import threading
-from contextlib import contextmanager
-from typing import Callable, NamedTuple
-
-import copy
 
 import torch
 from torch import nn
-from specstream_core.model import devices
 
-# model_type -> family name shown to users. Each family is covered by the test suite.
-SUPPORTED_MODEL_TYPES = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral"}
-# RMSNorm classes whose forward is Llama's: weight * (x.float() * rsqrt(mean(x^2) + variance_epsilon))
-LLAMA_RMS_NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm")
+from specstream_core.model import compat_rope, families
+from specstream_core.model.compat_attention import (  # noqa: F401  (re-exported: the glue's one namespace)
+    ROW_EXACT_ATTENTION, SHARED_PREFIX_ATTENTION, _kernel_keys, _row_exact_forward, _scope, _shared_prefix_forward,
+    kernel_step_keys, register_shared_prefix_attention, row_exact_attention, set_attention_implementation)
+from specstream_core.model import compat_attention
+from specstream_core.model.compat_rope import ROPE_TABLE_MIN, _rope_table  # noqa: F401
+from specstream_core.model.families import LLAMA_RMS_NORMS, SUPPORTED_MODEL_TYPES, refusal, supported_names  # noqa: F401
+
 DIRECT_STEP = "_specstream_direct"  # the attribute under which direct_layers.bind keeps a layer's step
 
 
-def supported_names() -> str:
-    return ", ".join(SUPPORTED_MODEL_TYPES.values())
+class PerLayer(dict):
+    """What differs between a model's decoder layers (an attention mask, RoPE tables): {kind: value}, and each
+    layer's kind (`kinds[layer_idx]`: its window, its layer type)."""
+
+    def __init__(self, values: dict, kinds: tuple):
+        super().__init__(values)
+        self.kinds = kinds
+
+    def of(self, layer: nn.Module):
+        return self[self.kinds[layer.self_attn.layer_idx]]
 
 
 def causal_lm(model: nn.Module) -> nn.Module:
@@ -47,46 +54,15 @@ def embed(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
     return inner_model(model).embed_tokens(ids)
 
 
-def rotary(model: nn.Module, h: torch.Tensor, position_ids: torch.Tensor):
-    """(cos, sin) for `position_ids` [B, q]; RoPE enters the layers only through these. A decoding step (no
-    gradients) of a model whose RoPE is fixed ("default" rope_type) reads them from a table the module made once
-    (`_rope_table`: two index ops instead of the module's ~12 ops a step)."""
-    module = inner_model(model).rotary_emb
-    table = None if torch.is_grad_enabled() else _rope_table(module, h, position_ids)
-    if table is None:
-        return module(h, position_ids)
-    return table[0][position_ids], table[1][position_ids]
-
-
-ROPE_TABLE_MIN = 4096  # positions a table holds at first (it doubles as decoding goes further)
-
-
-def _rope_table(module: nn.Module, h: torch.Tensor, position_ids: torch.Tensor):
-    """(cos [L, D], sin [L, D]) of positions 0..L-1 in h's dtype, made by the module itself, or None where a table
-    cannot stand for it: RoPE that depends on the sequence (dynamic, YaRN), or results that differ from the module's
-    own for these positions (checked once per table, value for value: each position's values are elementwise
-    functions of it alone, so they should not)."""
-    if getattr(module, "rope_type", "default") != "default" or position_ids.numel() == 0:
-        return None
-    limit = devices.rope_positions_limit(module, h.device)  # a table for every position: no host sync (CUDA)
-    top = int(position_ids.max()) if limit is None else None
-    key = (h.dtype, h.device, module.inv_freq.data_ptr())
-    memo = module.__dict__.get("_specstream_rope")
-    if memo is not None and memo[0] == key and (memo[1] is None or top is None or top < memo[1][0].shape[0]):
-        return memo[1]
-    size = max(ROPE_TABLE_MIN, 1 << top.bit_length()) if top is not None else max(ROPE_TABLE_MIN, limit)
-    cos, sin = module(h[:1, :1], torch.arange(size, device=h.device)[None])
-    table = (cos[0], sin[0])
-    direct = module(h, position_ids)
-    same = torch.equal(table[0][position_ids], direct[0]) and torch.equal(table[1][position_ids], direct[1])
-    module.__dict__["_specstream_rope"] = (key, table if same else None)
-    return table if same else None
-
-
 def run_layer(layer: nn.Module, h: torch.Tensor, mask: torch.Tensor | None, pe, cache) -> torch.Tensor:
-    """One decoder layer. `mask` is an additive float mask [B, 1, q, keys] (keys = what the cache returns).
-    Where the layer has a direct step (`direct_layers`: bound on the row-invariant kernel, checked to give
-    the same result bit for bit), that step runs instead of the module dispatch."""
+    """One decoder layer. `mask` is an additive float mask [B, 1, q, keys] (keys = what the cache returns), `pe` its
+    RoPE tables; either may be a `PerLayer` (layers that differ: sliding windows, RoPE per layer type), of which the
+    layer gets its own. Where the layer has a direct step (`direct_layers`: bound on the row-invariant kernel,
+    checked to give the same result bit for bit), that step runs instead of the module dispatch."""
+    if isinstance(mask, PerLayer):
+        mask = mask.of(layer)
+    if isinstance(pe, PerLayer):
+        pe = pe.of(layer)
     step = layer.__dict__.get(DIRECT_STEP)
     if step is not None and step.usable():
         out = step(h, mask, pe, cache)
@@ -97,7 +73,8 @@ def run_layer(layer: nn.Module, h: torch.Tensor, mask: torch.Tensor | None, pe, 
 
 
 def rms_norms(model: nn.Module) -> list[nn.Module]:
-    """The decoder layers' and the final norm modules of Llama's form (`LLAMA_RMS_NORMS`)."""
+    """The decoder layers' and the final norm modules of Llama's form (`LLAMA_RMS_NORMS`; a family whose norms have
+    another form, Gemma 3's (1 + weight), has none: they keep their own forward)."""
     mods = [m for layer in decoder_layers(model) for m in layer.modules()] + [inner_model(model).norm]
     return [m for m in mods if type(m).__name__ in LLAMA_RMS_NORMS]
 
@@ -114,14 +91,6 @@ def lm_head(model: nn.Module) -> nn.Module:
     return causal_lm(model).lm_head
 
 
-def sliding_window(config) -> int | None:
-    """Attention window in tokens, or None. Mistral sets it; Qwen2 only with use_sliding_window."""
-    window = getattr(config, "sliding_window", None)
-    if config.model_type == "qwen2" and not getattr(config, "use_sliding_window", False):
-        return None
-    return int(window) if window else None
-
-
 def kv_shape(config) -> tuple[int, int]:
     """(number of key/value heads, head dim)."""
     heads = config.num_attention_heads
@@ -130,271 +99,57 @@ def kv_shape(config) -> tuple[int, int]:
     return kv_heads, head_dim
 
 
-def set_attention_implementation(layer: nn.Module, impl: str) -> None:
-    """Give one layer's attention its own config copy with another backend (eager returns weights)."""
+def sliding_window(config) -> int | tuple | None:
+    """The attention window(s) masks apply (`masks.additive_mask`): None where no layer has one, the window where
+    every layer has the same (Mistral, Phi-3), else each layer's (`families.layer_windows`: Gemma 3's interleaved
+    local layers, Qwen's from max_window_layers on)."""
+    windows = families.layer_windows(config)
+    if len(set(windows)) == 1:
+        return windows[0]
+    return windows
+
+
+def rotary(model: nn.Module, h: torch.Tensor, position_ids: torch.Tensor):
+    """(cos, sin) for `position_ids` [B, q]; RoPE enters the layers only through these. A family with a table per
+    layer type (Gemma 3: local and global layers' bases) gets a `PerLayer` of them."""
+    module = inner_model(model).rotary_emb
+    config = causal_lm(model).config
+    if not families.FAMILIES[config.model_type].rope_per_layer:
+        return compat_rope.rotary(module, h, position_ids)
+    types = tuple(config.layer_types[:config.num_hidden_layers])
+    return PerLayer({t: module(h, position_ids, t) for t in set(types)}, types)
+
+
+def attention_linear(layer: nn.Module) -> nn.Module:
+    """The first Linear of a layer's attention (q_proj, or Phi-3's fused qkv_proj): what its projections run on."""
     attn = layer.self_attn
-    cfg = copy.copy(attn.config)
-    cfg._attn_implementation = impl
-    attn.config = cfg
+    return attn.q_proj if hasattr(attn, "q_proj") else attn.qkv_proj
 
 
-# ---- shared-prefix attention (n continuations of one prompt, its K/V stored once) ----------------
-SHARED_PREFIX_ATTENTION = "specstream_shared_prefix"
-_scope = threading.local()  # per thread (the lab serves visitors from threads): what the contexts below set
-_scope.shared_prefix = None  # set by `shared_prefix_attention`: layer_idx -> (keys, values) [H_kv, P, D]
-
-
-def _shared_prefix_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """Exact attention over [shared prefix | per-row suffix]: scores of both concatenated, one softmax.
-
-    query [B, Hq, q, D]; key/value: each row's suffix [B, H_kv, S, D] (what the cache returned); the
-    prefix [H_kv, P, D] is shared by all rows and never expanded: every row's queries meet it in one
-    GEMM. attention_mask: additive [B, 1, q, P + S]. Returns [B, q, Hq, D] like transformers' sdpa.
-    """
-    shared_prefix = getattr(_scope, "shared_prefix", None)
-    if shared_prefix is None:  # not inside a shared-prefix decoding: plain sdpa
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
-    pk, pv = shared_prefix(module.layer_idx)  # [H_kv, P, D]
-    B, Hq, q, D = query.shape
-    kv_heads, P = pk.shape[0], pk.shape[1]
-    S = key.shape[2]
-    g = Hq // kv_heads  # query heads per key/value head (head h uses kv head h // g, as repeat_kv)
-    scaling = scaling if scaling is not None else D ** -0.5
-    qg = query.reshape(B, kv_heads, g * q, D)
-    # prefix scores: all rows' queries against the one prefix, [H_kv, B*g*q, D] @ [H_kv, D, P]
-    q_rows = qg.transpose(0, 1).reshape(kv_heads, B * g * q, D)
-    s_prefix = torch.matmul(q_rows, pk.transpose(-1, -2)).reshape(kv_heads, B, g * q, P).transpose(0, 1)
-    s_suffix = torch.matmul(qg, key.transpose(-1, -2))  # [B, H_kv, g*q, S]
-    scores = torch.cat([s_prefix, s_suffix], dim=-1).reshape(B, kv_heads, g, q, P + S) * scaling
-    if attention_mask is not None:
-        scores = scores + attention_mask[:, :, None, :, : P + S]  # [B, 1, 1, q, P+S]
-    probs = scores.softmax(dim=-1, dtype=torch.float32).to(query.dtype).reshape(B, kv_heads, g * q, P + S)
-    p_rows = probs[..., :P].transpose(0, 1).reshape(kv_heads, B * g * q, P)
-    out = torch.matmul(p_rows, pv).reshape(kv_heads, B, g * q, D).transpose(0, 1)  # [B, H_kv, g*q, D]
-    out = out + torch.matmul(probs[..., P:], value)
-    return out.reshape(B, Hq, q, D).transpose(1, 2).contiguous(), None
-
-
-def register_shared_prefix_attention() -> str:
-    """Register the shared-prefix attention with transformers' `AttentionInterface` (idempotent)."""
-    from transformers import AttentionInterface
-
-    if SHARED_PREFIX_ATTENTION not in AttentionInterface._global_mapping:
-        AttentionInterface.register(SHARED_PREFIX_ATTENTION, _shared_prefix_forward)
-    return SHARED_PREFIX_ATTENTION
-
-
-@contextmanager
-def shared_prefix_attention(model: nn.Module, prefix_kv):
-    """Every decoder layer attends over [prefix_kv(layer) | what the cache returns] while inside.
-
-    prefix_kv: layer_idx -> (keys, values) [H_kv, P, D] (`SharedPrefixCache.prefix_kv`). The layers'
-    attention configs are swapped for copies naming the registered backend and restored on exit.
-    """
-    name = register_shared_prefix_attention()
-    saved = [(layer, layer.self_attn.config) for layer in decoder_layers(model)]
-    for layer, _ in saved:
-        set_attention_implementation(layer, name)
-    previous, _scope.shared_prefix = getattr(_scope, "shared_prefix", None), prefix_kv
-    try:
-        yield
-    finally:
-        _scope.shared_prefix = previous
-        for layer, cfg in saved:
-            layer.self_attn.config = cfg
-
-
-# ---- row-exact attention (a main row's result does not depend on the other rows of its pass) -----
-ROW_EXACT_ATTENTION = "specstream_row_exact"
-
-
-class _RowExact(NamedTuple):
-    """What `row_exact_attention` sets for the layers inside it."""
-    state: object  # the stream parameters' RowState (which rows are main rows), or None
-    per_row: bool  # a decoding step: each main row its own call
-    memo: dict  # per-mask visible keys, shared by the layers of one pass
-    causal_prompt: bool  # a prefill of one prompt on an empty cache
-    kernel: Callable | None  # the row-invariant kernel's attention (rowinv.attend) for decoding steps, or None
-    kernel_keys: Callable | None  # what lists a mask's keys for it (rowinv_steps.mask_keys), or None: torch's ops
-
-
-
-
-def _sdpa(module, query, key, value, mask, scaling, dropout, **kwargs) -> torch.Tensor:
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    return sdpa_attention_forward(module, query, key, value, mask, dropout=dropout, scaling=scaling, **kwargs)[0]
-
-
-def _visible_keys(mask: torch.Tensor | None, B: int, n: int, keys: int) -> list[list]:
-    """Per row b and main row i: the number of keys when it sees a prefix, else the index of those it
-    sees. Computed once per mask (the layers of one pass share their mask)."""
-    memo = _scope.row_exact.memo
-    if mask is not None and memo.get("mask") is mask:
-        return memo["seen"]
-    out = []
-    for b in range(B):
-        row = []
-        for i in range(n):
-            if mask is None:
-                row.append(keys)
-                continue
-            seen = (mask[b, 0, i] == 0).nonzero()[:, 0]
-            row.append(seen.numel() if not seen.numel() or int(seen[-1]) == seen.numel() - 1 else seen)
-        out.append(row)
-    memo.update(mask=mask, seen=out)
-    return out
-
-
-def _kernel_keys(mask: torch.Tensor | None, B: int, q: int, keys: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Per row b, what the kernel's attention takes (rowinv.attend): spec (count, offset) per query row and
-    the keys each row sees, one list after another, in index order. Built once per mask, with no loop
-    over rows (the layers of one pass share their mask)."""
-    memo = _scope.row_exact.memo
-    if mask is not None and memo.get("kernel_mask") is mask:
-        return memo["kernel_keys"]
-    out = []
-    for b in range(B):
-        if mask is None:  # every row sees every key: a prefix
-            out.append((torch.tensor([keys, -1] * q, dtype=torch.int64), torch.zeros(1, dtype=torch.int64)))
-            continue
-        lister = _scope.row_exact.kernel_keys
-        listed = lister(mask[b, 0, :q, :keys]) if lister is not None else None
-        if listed is not None:
-            out.append(listed)
-            continue
-        vis = mask[b, 0, :q, :keys] == 0
-        counts = vis.sum(-1)
-        spec = torch.stack([counts, counts.cumsum(0) - counts], -1).reshape(-1)
-        out.append((spec.contiguous(), vis.nonzero()[:, 1].contiguous()))
-    memo.update(kernel_mask=mask, kernel_keys=out)
-    return out
-
-
-def _kernel_rows(attend: Callable, query, key, value, mask, scaling) -> torch.Tensor | None:
-    """All rows of a decoding step (main rows and stream rows) through the row-invariant kernel's attention
-    ([B, q, Hq, D]), or None where it cannot take them (not fp32 on the CPU, no kernel): then one sdpa
-    call per main row and one masked call for the stream rows."""
-    if query.dtype != torch.float32 or query.device.type != "cpu":
-        return None
-    B, _, q, _ = query.shape
-    scale = float(scaling) if scaling is not None else query.shape[-1] ** -0.5
-    outs = []
-    for b, (spec, keys) in enumerate(_kernel_keys(mask, B, q, key.shape[2])):
-        out = attend(query[b], key[b], value[b], spec, keys, scale)
-        if out is None:
-            return None
-        outs.append(out)
-    return torch.stack(outs) if len(outs) > 1 else outs[0][None]
-
-
-def _batch_prompts(module, query, key, value, mask, scaling, dropout) -> torch.Tensor:
-    """A prefill of several prompts, padded on the right (`prefill.pad_steps`): each row's prompt as its own
-    causal call over its own keys, as a prompt alone is computed (`causal_prompt`), so a batch's K/V and
-    tokens are bit for bit those of each prompt decoded alone; the rows after it (padding, outputs never kept)
-    through a masked call. query [B, H, n, D], mask [B, 1, n, keys] additive; returns [B, n, H, D]."""
-    n = query.shape[2]
-    sees = mask[:, 0, :, :n] == 0
-    causal = torch.ones(n, n, dtype=torch.bool, device=mask.device).tril()
-    alone = (sees == causal).all(-1) & (mask[:, 0, :, n:] != 0).all(-1)  # [B, n]: row i sees keys 0..i only
-    rows = []
-    for b, m in enumerate(alone.long().cumprod(-1).sum(-1).tolist()):
-        parts = [_sdpa(module, query[b:b + 1, :, :m], key[b:b + 1, :, :m], value[b:b + 1, :, :m], None, scaling,
-                       dropout)] if m else []
-        if m < n:
-            parts.append(_sdpa(module, query[b:b + 1, :, m:], key[b:b + 1], value[b:b + 1], mask[b:b + 1, :, m:],
-                               scaling, dropout))
-        rows.append(torch.cat(parts, dim=1) if len(parts) > 1 else parts[0])
-    return torch.cat(rows)
-
-
-def kernel_step_keys(module: nn.Module, mask: torch.Tensor | None, B: int, q: int, keys: int):
-    """(the kernel's attention, [(spec, keys)] per row) where this attention module's call in the current
-    decoding step would go through the row-invariant kernel (`_row_exact_forward`), else None: a caller that
-    runs the kernel's attention itself then computes what the module would."""
-    scope: _RowExact | None = getattr(_scope, "row_exact", None)
-    if (scope is None or not scope.per_row or scope.kernel is None
-            or module.config._attn_implementation != ROW_EXACT_ATTENTION):
-        return None
-    return scope.kernel, _kernel_keys(mask, B, q, keys)
-
-
-def _row_exact_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """Attention in which each row of a decoding step is computed over exactly the keys it may see, by
-    itself: so a main row computes what a plain one-row pass over the same cache computes, bit for bit,
-    and with row-invariant Linears (rowinv, int4) a speculative pass scores its main rows exactly as plain
-    decoding would. Where the row-invariant kernel runs, all rows of a step are one call of its attention
-    (rowinv.attend: each row summed alone, in a fixed order); elsewhere each main row is a one-row sdpa call
-    (a slice of the cache when it sees a prefix, as in a chain) and the stream rows (index >= the row
-    state's n_main) one masked call. A prefill's main rows are one sdpa call, the same in plain and
-    speculative decoding. query [B, Hq, q, D]; returns [B, q, Hq, D] like transformers' sdpa."""
-    scope: _RowExact | None = getattr(_scope, "row_exact", None)  # set by `row_exact_attention`
-    if scope is None:  # outside a decoding step (transformers' own generate): plain sdpa
-        return _sdpa(module, query, key, value, attention_mask, scaling, dropout, **kwargs), None
-    state, per_row = scope.state, scope.per_row
-    B, _, q, _ = query.shape
-    n = state.n_main if state is not None and state.n_main is not None else q
-    mask = attention_mask
-    parts = []
-    if not per_row and scope.causal_prompt:  # one prompt, empty cache: causal, as transformers' own prefill
-        parts.append(_sdpa(module, query[:, :, :n], key[:, :, :n], value[:, :, :n], None, scaling, dropout))
-    elif not per_row and B > 1 and mask is not None and kwargs.get("s_aux") is None:
-        parts.append(_batch_prompts(module, query[:, :, :n], key, value, mask[:, :, :n], scaling, dropout))
-    elif not per_row:
-        parts.append(_sdpa(module, query[:, :, :n], key, value, None if mask is None else mask[:, :, :n],
-                           scaling, dropout, **kwargs))
+def layer_path(model: nn.Module) -> dict:
+    """Which path the decoder layers take and why: {"path": "kernel" | "modules", "why": ...}. "kernel": every layer
+    runs as the kernel's whole-layer direct step (bound and checked bit for bit at load); "modules": transformers' own
+    modules run them, because the family's layer form is one the kernel's steps do not compute, or the model is not
+    on the row-invariant kernel (its precision or device), or the load-time check kept the modules."""
+    layers = decoder_layers(model)
+    family = families.FAMILIES.get(getattr(causal_lm(model).config, "model_type", ""))
+    if layers and all(layer.__dict__.get(DIRECT_STEP) is not None for layer in layers):
+        return {"path": "kernel", "why": "whole-layer steps on the row-invariant kernel"}
+    if getattr(causal_lm(model).config, "specstream_kernel", "torch") != "rowinv":
+        why = "the Linears are not on the row-invariant kernel (precision or device)"
+    elif family is not None and family.form:
+        why = f"{family.name}: {family.form}; the kernel's whole-layer steps do not compute it yet"
     else:
-        use = scope.kernel is not None and kwargs.get("s_aux") is None
-        kernel = _kernel_rows(scope.kernel, query, key, value, mask, scaling) if use else None
-        if kernel is not None:  # every row, stream rows too, in one call
-            return kernel, None
-        seen = _visible_keys(mask, B, n, key.shape[2])
-        rows = []
-        for b in range(B):
-            outs = []
-            for i, s in enumerate(seen[b]):
-                if isinstance(s, int):  # its prefix: a view of the cache, as in a plain pass
-                    k, v = key[b:b + 1, :, :s], value[b:b + 1, :, :s]
-                else:
-                    k, v = key[b:b + 1].index_select(2, s), value[b:b + 1].index_select(2, s)
-                # without a mask, as transformers' sdpa computes a one-row step (its generate agrees)
-                outs.append(_sdpa(module, query[b:b + 1, :, i:i + 1], k, v, None, scaling, dropout))
-            rows.append(torch.cat(outs, dim=1) if len(outs) > 1 else outs[0])
-        parts.append(torch.cat(rows, dim=0) if B > 1 else rows[0])
-    if n < q:  # stream rows: their own call
-        parts.append(_sdpa(module, query[:, :, n:], key, value, None if mask is None else mask[:, :, n:],
-                           scaling, dropout, **kwargs))
-    return (torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]), None
+        why = "the layer steps were not bound (a load-time check kept the modules)"
+    return {"path": "modules", "why": why}
+
+
+def shared_prefix_attention(model: nn.Module, prefix_kv):
+    """Every decoder layer attends over [prefix_kv(layer) | what the cache returns] while inside
+    (`compat_attention.shared_prefix_attention`)."""
+    return compat_attention.shared_prefix_attention(decoder_layers(model), prefix_kv)
 
 
 def use_row_exact_attention(model: nn.Module) -> None:
-    """Name the row-exact attention in every decoder layer, once (int4 engines): outside
-    `row_exact_attention` it is plain sdpa, so transformers' own generate on the model is unchanged."""
-    from transformers import AttentionInterface
-
-    if ROW_EXACT_ATTENTION not in AttentionInterface._global_mapping:
-        AttentionInterface.register(ROW_EXACT_ATTENTION, _row_exact_forward)
-    for layer in decoder_layers(model):
-        if layer.self_attn.config._attn_implementation != ROW_EXACT_ATTENTION:
-            set_attention_implementation(layer, ROW_EXACT_ATTENTION)
-
-
-@contextmanager
-def row_exact_attention(row_state, per_row: bool, causal_prompt: bool = False, kernel: Callable | None = None,
-                        kernel_keys: Callable | None = None):
-    """Inside, layers that use the row-exact attention (`use_row_exact_attention`) compute main rows one by
-    one (per_row: a decoding step) or as one block (a prefill). row_state: the stream parameters' RowState
-    (which rows are main rows), or None. causal_prompt: the block is one prompt on an empty cache (its main
-    rows see exactly the keys before them), computed as transformers computes a prompt. kernel: the
-    row-invariant kernel's attention (`rowinv.attend`; `CpuKernel.attention` in backends/) for decoding steps, or
-    None for sdpa's one-row calls (int4 engines: their plain decoding stays transformers' own, bit for bit);
-    kernel_keys: what lists the keys a mask [q, keys] lets its rows see as the kernel's attention takes them
-    (`rowinv_steps.mask_keys`), or None (torch's ops)."""
-    previous = getattr(_scope, "row_exact", None)
-    _scope.row_exact = _RowExact(row_state, per_row, {}, causal_prompt, kernel, kernel_keys)
-    try:
-        yield
-    finally:
-        _scope.row_exact = previous
+    """Name the row-exact attention in every decoder layer, once (`compat_attention.use_row_exact_attention`)."""
+    compat_attention.use_row_exact_attention(decoder_layers(model))

@@ -177,11 +177,9 @@ def load_config(base: str):
 
 
 def check_architecture(config) -> None:
-    model_type = getattr(config, "model_type", None)
-    if model_type not in compat.SUPPORTED_MODEL_TYPES:
-        raise SpecstreamError(
-            f"unsupported architecture {model_type!r}; supported families: {compat.supported_names()}"
-        )
+    reason = compat.refusal(config)  # one line naming what is missing (mixture-of-experts, encoder-decoder, ...)
+    if reason is not None:
+        raise SpecstreamError(reason)
 
 
 def load_tokenizer(base: str):

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from specstream_core.model import compat
+
 
 def local_visibility(visible: torch.Tensor, carriers: torch.Tensor | None, gamma: int) -> torch.Tensor:
     """Boolean [B, q, q] visibility among this step's rows.
@@ -67,8 +69,12 @@ def stream_positions(positions: torch.Tensor, carriers: torch.Tensor, gamma: int
 
 
 def additive_mask(prefix_lens: list[int], local: torch.Tensor, q_pos: torch.Tensor, dtype: torch.dtype,
-                  window: int | None = None) -> torch.Tensor:
-    """Float mask [B, 1, q, max(P)+q] for a step whose rows are written after each sequence's prefix."""
+                  window: int | tuple | None = None) -> torch.Tensor:
+    """Float mask [B, 1, q, max(P)+q] for a step whose rows are written after each sequence's prefix. window: the
+    attention window in tokens (a row sees keys less than `window` positions behind it), or each layer's
+    (`compat.sliding_window`): then a `compat.PerLayer` of one mask per distinct window."""
+    if isinstance(window, tuple):
+        return compat.PerLayer({w: additive_mask(prefix_lens, local, q_pos, dtype, w) for w in set(window)}, window)
     B, q, _ = local.shape
     total = max(prefix_lens) + q
     device = local.device

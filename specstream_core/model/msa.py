@@ -102,11 +102,13 @@ def _one_call(model, steps, layers, birth: int, ids, positions, visible, prefix,
     whole-layer steps), everything each run needs made before it. The same numbers as the step below; None where the
     backend cannot take the step."""
     ready = steps.stream_stack_ready(layers[:birth], layers[birth:])
-    if ready is None:
+    if ready is None or isinstance(window, tuple):  # layers with different windows: one by one
         return None
     h = compat.embed(model, ids)
     mask = masks.additive_mask(prefix, visible, positions, h.dtype, window)
     pe = compat.rotary(model, h, positions)
+    if isinstance(pe, compat.PerLayer):  # RoPE per layer type: one by one
+        return None
     top_mask, top_pe = _stream_tables(model, h, positions, visible, carriers, gamma, prefix, window)
     n, final = h.shape[1], compat.final_norm_module(model)
     norm = steps.kernel_norm(final)  # the final norm inside the call where the backend can apply it
@@ -154,7 +156,8 @@ def _bottom(model, layers, ids, positions, visible, prefix, cache, window, grad:
 def run_layers(layers, h: torch.Tensor, mask, pe, cache, steps) -> torch.Tensor:
     """The layers one after another (`compat.run_layer`), or all in one call where the backend's layer steps
     (`steps`: `backends.bound`) can take this step together (`run_stack`: the same numbers)."""
-    out = steps.run_stack(layers, h, mask, pe, cache)
+    per_layer = isinstance(mask, compat.PerLayer) or isinstance(pe, compat.PerLayer)  # layers that differ: one by one
+    out = None if per_layer else steps.run_stack(layers, h, mask, pe, cache)
     if out is not None:
         return out
     for layer in layers:

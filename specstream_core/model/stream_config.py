@@ -20,7 +20,7 @@ def check_gamma(gamma, name: str = "gamma", most: int = MAX_GAMMA) -> None:
     """The one check of a stream count γ (stream sets, training, the CLI's --gamma)."""
     if isinstance(gamma, bool) or not isinstance(gamma, int) or not 1 <= gamma <= most:
         raise SpecstreamError(f"{name} must be between 1 and {most}, got {gamma!r}")
-ADAPTER_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+ADAPTER_TARGETS = ("q_proj", "k_proj", "v_proj", "qkv_proj", "o_proj", "gate_proj", "up_proj", "gate_up_proj", "down_proj")
 
 
 @dataclass(frozen=True)
