@@ -75,7 +75,7 @@ class LayerArgs(ctypes.Structure):
                 ("kind", _ptr), ("w", _ptr), ("dm", _ptr), ("n", _ptr), ("lora", _ptr), ("rank", _i64),
                 ("down_kind", _i64), ("down_w", _ptr), ("down_dm", _ptr), ("down_A", _ptr), ("down_B", _ptr),
                 ("draft", _ptr), ("q_norm", _ptr), ("k_norm", _ptr), ("qk_eps", _f32), ("qk_whole", _i64),
-                ("post_norms", _i64)]
+                ("post_norms", _i64), ("lora_fused", _i64)]
 
 
 class StepArgs(ctypes.Structure):

@@ -28,7 +28,7 @@ FAMILIES = {
     "phi3": Family("Phi-3", ("Phi3RMSNorm",), "fused qkv_proj and gate_up_proj"),
     "gemma3_text": Family("Gemma 3", (), "(1 + weight) RMSNorms, norms after attention and MLP, q/k norms, "
                           "a scaled embedding", rope_per_layer=True),
-    "olmo2": Family("OLMo 2", (), "norms after attention and MLP, q/k norms over the whole projection"),
+    "olmo2": Family("OLMo 2", ("Olmo2RMSNorm",), "norms after attention and MLP, q/k norms over the whole projection"),
 }
 SUPPORTED_MODEL_TYPES = {k: f.name for k, f in FAMILIES.items()}
 # RMSNorm classes whose forward is Llama's: weight * (x.float() * rsqrt(mean(x^2) + variance_epsilon))

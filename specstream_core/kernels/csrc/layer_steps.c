@@ -184,11 +184,14 @@ static int front(const layer_args *layer, const step_args *step, const draft_arg
   int failed = !x || !qkv || !qr || !a || !o ? RI_NO_MEMORY : RI_OK;
   const int post = layer->post_norms != 0; /* OLMo 2: the norms after attention and after the MLP, none before */
   const float *xa = post ? h : x;          /* what q/k/v (then gate/up) read */
+  const int fl = layer->lora_fused != 0, at_o = fl ? 2 : 6; /* the adapters' layout; o's A in lora */
   if (!failed) {
     if (!post) rmsnorm_f32(h, q, d, layer->w1, layer->eps, x);
     for (int64_t i = 0, col = 0; i < n_qkv_parts && !failed; col += n[i], i++)
       failed = lin_rows(kind[i], w[i], dm[i], DRAFT_PART(dr, i), xa, q, n_main, d, n[i], qkv + col, n_qkv, threads);
-    if (!failed && n_main < q) { /* q, k, v adapters (lora: A, B of q, k, v, o, gate, up) */
+    if (!failed && n_main < q && fl) /* one q/k/v adapter (lora: A, B of q/k/v, o, gate/up) */
+      failed = lora_add(xa, q, n_main, d, lora[0], lora[1], rank, qkv, n_qkv, n_qkv, threads);
+    else if (!failed && n_main < q) { /* q, k, v adapters (lora: A, B of q, k, v, o, gate, up) */
       failed = lora_add(xa, q, n_main, d, lora[0], lora[1], rank, qkv, n_qkv, H * D, threads);
       if (!failed) failed = lora_add(xa, q, n_main, d, lora[2], lora[3], rank, qkv + H * D, n_qkv, Hkv * D, threads);
       if (!failed)
@@ -215,7 +218,7 @@ static int front(const layer_args *layer, const step_args *step, const draft_arg
   }
   if (!failed) {
     failed = lin_rows(kind[o_at], w[o_at], dm[o_at], DRAFT_PART(dr, o_at), a, q, n_main, H * D, d, o, d, threads);
-    if (!failed && n_main < q) failed = lora_add(a, q, n_main, H * D, lora[6], lora[7], rank, o, d, d, threads);
+    if (!failed && n_main < q) failed = lora_add(a, q, n_main, H * D, lora[at_o], lora[at_o + 1], rank, o, d, d, threads);
   }
   if (!failed) {
     if (post) rmsnorm_f32(o, q, d, layer->w1, layer->eps, o); /* h + norm(attention's output) */
@@ -225,7 +228,8 @@ static int front(const layer_args *layer, const step_args *step, const draft_arg
     for (int64_t i = 0, col = 0; i < n_gu_parts && !failed; col += n[o_at + 1 + i], i++)
       failed = lin_rows(kind[o_at + 1 + i], w[o_at + 1 + i], dm[o_at + 1 + i], DRAFT_PART(dr, o_at + 1 + i), xa, q,
                         n_main, d, n[o_at + 1 + i], gu + col, n_gu, threads);
-    if (!failed && n_main < q) {
+    if (!failed && n_main < q && fl) failed = lora_add(xa, q, n_main, d, lora[4], lora[5], rank, gu, n_gu, n_gu, threads);
+    else if (!failed && n_main < q) {
       failed = lora_add(xa, q, n_main, d, lora[8], lora[9], rank, gu, n_gu, I, threads);
       if (!failed) failed = lora_add(xa, q, n_main, d, lora[10], lora[11], rank, gu + I, n_gu, I, threads);
     }

@@ -305,6 +305,8 @@ typedef struct {
   int64_t qk_whole;   /* 0: q_norm, k_norm [D] over each head (Qwen3); 1: [H D], [Hkv D] over the whole projection (OLMo 2) */
   int64_t post_norms; /* 0: w1, w2 normalize the attention's and the MLP's inputs (Llama); 1: their outputs, before each
                          residual add (OLMo 2) */
+  int64_t lora_fused; /* 0: lora holds the adapters of q, k, v, o, gate, up; 1: of q/k/v, o, gate/up as one Linear each
+                         (Phi-3's qkv_proj and gate_up_proj) */
 } layer_args;
 
 /* What every layer of one step shares: its rows, the model's shape, the RoPE tables, where the cache is written,

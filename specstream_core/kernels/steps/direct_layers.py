@@ -118,7 +118,7 @@ class DirectStep:
         self.stores = kernel_rope and self.llama and rope is _llama_rope() and self._stacked(self.qkv)
         self.front = self._front_weights(parts) if kernel_rope else None
         self.back = self._back_weights(parts.down) if self.front is not None else None
-        fused = self.qkv is not None or self.gate_up is not None or len(parts.qkv) != 3
+        fused = self.qkv is not None or self.gate_up is not None  # int4's fused calls: one part, several copies
         draft = (draft_weights.kernel_drafts(self.front.drafts, parts.down, _kernel_part, len(self.front.linears.n),
                                              fused)
                  if self.back is not None else None)
@@ -165,14 +165,15 @@ class DirectStep:
                 or norms[0].variance_epsilon != norms[1].variance_epsilon
                 or len({n.variance_epsilon for n in qk}) > 1):
             return None
-        adapters = lora_weights([m for m in wrapped if m is not getattr(m, "base", m)], 6)
-        if adapters is False or (adapters is not None and len(wrapped) != 6):
+        adapters = lora_weights([m for m in wrapped if m is not getattr(m, "base", m)], len(wrapped))
+        if adapters is False:
             return None
         width = gate_up[0][3] // (2 if len(gate_up) == 1 else 1) if gate_up_fused is None else None
         slices = gate_up_fused.slices if gate_up_fused is not None else [(0, width), (width, 2 * width)]
         drafts = [getattr(m, "draft", None) for m in wrapped]
         form = rowinv_steps.LayerForm(*(n.weight if n is not None else None for n in (parts.q_norm, parts.k_norm)),
-                                      float(qk[0].variance_epsilon) if qk else 0.0, parts.whole, parts.post)
+                                      float(qk[0].variance_epsilon) if qk else 0.0, parts.whole, parts.post,
+                                      len(wrapped) == 3)
         return _Front((norms[0].weight, norms[1].weight), float(norms[0].variance_epsilon),
                       rowinv_steps.FrontLinears(qkv, o, gate_up), adapters, slices,
                       None if all(d is None for d in drafts) else [_kernel_part(d) if d is not None else None for d in drafts],

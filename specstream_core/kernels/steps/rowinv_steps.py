@@ -63,18 +63,21 @@ class FrontLinears:
 
 class LayerForm(NamedTuple):
     """A layer's form where it is not Llama's (layer_args' last fields): q/k RMSNorms before RoPE (fp32 weights, their
-    eps; `whole`: over the whole projection, OLMo 2, else over each head, Qwen3), and `post`: the layer's two norms after
-    the attention and after the MLP, before each residual add (OLMo 2), instead of before them."""
+    eps; `whole`: over the whole projection, OLMo 2, else over each head, Qwen3), `post`: the layer's two norms after
+    the attention and after the MLP, before each residual add (OLMo 2), instead of before them, and `fused_adapters`:
+    the stream-row adapters' layout."""
     q_norm: torch.Tensor | None = None
     k_norm: torch.Tensor | None = None
     qk_eps: float = 0.0
     whole: bool = False
     post: bool = False
+    fused_adapters: bool = False  # the row adapters are of q/k/v, o and gate/up as one Linear each (Phi-3's)
 
     def fields(self) -> tuple:
-        """layer_args' q_norm, k_norm, qk_eps, qk_whole, post_norms"""
+        """layer_args' q_norm, k_norm, qk_eps, qk_whole, post_norms, lora_fused"""
         return (None if self.q_norm is None else self.q_norm.data_ptr(),
-                None if self.k_norm is None else self.k_norm.data_ptr(), self.qk_eps, int(self.whole), int(self.post))
+                None if self.k_norm is None else self.k_norm.data_ptr(), self.qk_eps, int(self.whole), int(self.post),
+                int(self.fused_adapters))
 
 
 LLAMA_FORM = LayerForm()
@@ -136,10 +139,12 @@ def _step(q: int, d: int, heads: int, kv_heads: int, head_dim: int, pe, cap: int
 
 def draft_linears(front: list[tuple], down: tuple, min_rows: int) -> library.DraftArgs:
     """A layer's draft Linears for its stream rows (`kernels/draft_weights.py`) as the kernel's draft_args: the front's
-    parts in `FrontLinears`' order (q, k, v, o, gate, up), then down, each (kind, weight, scales or None, outputs)."""
-    if len(front) != 6:
-        raise ValueError("draft Linears take q, k, v, o, gate and up one call each")
-    arrays = FrontLinears(front[:3], front[3], front[4:])
+    parts in `FrontLinears`' order (q, k, v, o, gate, up; or Phi-3's q/k/v, o, gate/up), then down, each (kind, weight,
+    scales or None, outputs)."""
+    if len(front) not in (6, 3):
+        raise ValueError("draft Linears take q, k, v, o, gate and up (or q/k/v, o, gate/up) one call each")
+    nq = 3 if len(front) == 6 else 1
+    arrays = FrontLinears(front[:nq], front[nq], front[nq + 1:])
     draft = library.DraftArgs(*_addresses(arrays)[:3], down[0], down[1].data_ptr(),
                               None if down[2] is None else down[2].data_ptr(), min_rows)
     draft.keep = (arrays, down)  # the arrays and tensors it points into
