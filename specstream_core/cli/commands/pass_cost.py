@@ -14,6 +14,7 @@ import datetime
 import json
 import os
 import platform
+import sys
 import warnings
 
 from specstream_core.cli.args import write_text
@@ -25,6 +26,9 @@ from specstream_core.model.stream_config import check_gamma
 
 def add_arguments(p) -> None:
     p.add_argument("--base", help="base model directory or hub id (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--random-shape", metavar="NAME", help="instead of --base: a random model at a real checkpoint's "
+                   "shape (qwen3-0.6b, gemma-3-1b, phi-4-mini: bench/real_shapes.py), fresh streams; int4, int4-a8, fp32 "
+                   "or bf16")
     p.add_argument("--streams", default="", help="stream directory, or several separated by commas (default: the "
                    "default model's lossless streams; with --base: fresh streams)")
     p.add_argument("--gamma", type=int, default=4, help="streams of fresh (untrained) stream parameters")
@@ -91,9 +95,12 @@ def run(args) -> int:
 
     from specstream_core.bench.plots import pass_cost_figure, svg_bars
     from specstream_core.decoding.engine import Engine
+    from specstream_core.bench import real_shapes
     from specstream_core.bench.pass_cost import figure_series, markdown, measure, to_json
 
     verify_rows, precisions, stream_dirs = _plan(args)
+    if args.random_shape and (args.base or args.streams):
+        raise SpecstreamError("--random-shape makes its own model and fresh streams: leave out --base and --streams")
     if args.threads:
         torch.set_num_threads(args.threads)
     from specstream_core.bench.roofline import measure_machine
@@ -105,12 +112,15 @@ def run(args) -> int:
           f"{torch.get_num_threads()} thread(s))", flush=True)
     runs = []
     for streams_arg in stream_dirs:
-        base, streams = defaults.resolve(args.base, streams_arg)
+        base, streams = (f"random {args.random_shape}", None) if args.random_shape else defaults.resolve(args.base,
+                                                                                                         streams_arg)
         for precision in precisions:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # fresh streams cost the same as trained ones: no warning here
-                engine = Engine.load(base, streams_dir=streams, precision=precision, device=args.device,
-                                     gamma=args.gamma, n_stream_layers=args.n_stream_layers)
+                engine = (real_shapes.random_engine(args.random_shape, precision, args.gamma, args.n_stream_layers)
+                          if args.random_shape else
+                          Engine.load(base, streams_dir=streams, precision=precision, device=args.device,
+                                      gamma=args.gamma, n_stream_layers=args.n_stream_layers))
             name = os.path.basename(streams.rstrip("/")) if streams else f"fresh streams (γ {args.gamma})"
             measured = set()
             for asked in args.stream_weights:
@@ -132,7 +142,9 @@ def run(args) -> int:
 
     print(tables)
     if args.json:
-        write_text(args.json, json.dumps({"runs": runs}, indent=1) + "\n")
+        command = "python -m specstream_core " + " ".join(sys.argv[1:])
+        host = {"cpu": _cpu_name(), "cores": os.cpu_count(), "system": platform.platform()}
+        write_text(args.json, json.dumps({"command": command, "host": host, "runs": runs}, indent=1) + "\n")
     if args.markdown:
         write_text(args.markdown, tables)
     if args.plots:
@@ -142,3 +154,12 @@ def run(args) -> int:
         pass_cost_figure(runs).write_html(os.path.join(args.plots, "pass-cost.html"), include_plotlyjs="cdn",
                                           full_html=True)
     return 0
+
+
+def _cpu_name() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), else what `platform` says."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
