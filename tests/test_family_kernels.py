@@ -57,6 +57,7 @@ def test_ss_on_the_kernel_equals_transformers_greedy_in_fp32(family):
     reference = [hf_greedy(model, ids, 10) for ids in items]  # before the kernel goes under the model
     engine = _engine(model, "fp32")
     assert layer_forms.kernel_covers(engine.model) == (True, "")  # every layer one kernel call, stream layers too
+    assert engine.backend.layer_path() == (True, "")  # what the label asks
     assert _decode(engine, items, "ss") == reference
     assert _decode(engine, items, "ss", batch=True) == reference
 
@@ -118,6 +119,6 @@ def test_the_probe_refuses_steps_without_the_qk_norms(monkeypatch):
 def test_a_form_the_kernel_does_not_compute_says_so():
     """Gemma 3's layers run on the library's modules; what the kernel covers says why."""
     engine = _engine(tiny_model("gemma3_text", seed=5, hidden=128, num_attention_heads=4, num_key_value_heads=2), "fp32")
-    covered, why = layer_forms.kernel_covers(engine.model)
+    covered, why = engine.backend.layer_path()
     assert not covered and "Gemma 3" in why
     assert not direct_layers.run_stack(compat.decoder_layers(engine.model), torch.zeros(1, 1, 128), None, None, None)

@@ -15,10 +15,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from specstream_core import backends
+from specstream_core.decoding.engine import Engine
 from specstream_core.errors import SpecstreamError
 from specstream_core.kernels.heads import int8_head
 from specstream_core.kernels.linears import int4, rowinv
 from specstream_core.model import compat
+from specstream_core.model.streams import StreamParams
 
 # name -> (model type, config fields), from the checkpoints' config.json files
 SHAPES: dict[str, tuple[str, dict]] = {
@@ -154,10 +157,6 @@ def random_engine(name: str, precision: str = "int4", gamma: int = 4, n_stream_l
                   seed: int = 0):
     """An `Engine` on `random_model(name, precision)` with fresh streams (γ `gamma`), no tokenizer (token ids only),
     prepared as `Engine.load` prepares a loaded model."""
-    from specstream_core import backends
-    from specstream_core.decoding.engine import Engine
-    from specstream_core.model.streams import StreamParams
-
     model = random_model(name, precision, seed)
     backends.prepare(model, precision)
     streams = StreamParams.fresh(model, gamma=gamma, n_stream_layers=n_stream_layers)

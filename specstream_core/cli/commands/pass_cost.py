@@ -81,7 +81,8 @@ def _settings(args, engine, base: str, streams: str, machine, stream_weights: st
     from specstream_core.kernels.linears import rowinv
 
     return {"model": base, "streams": streams, "precision": engine.precision, "device": str(engine.device),
-            "linears": rowinv.linears_label(engine.model), "stream_weights": stream_weights,
+            "linears": rowinv.linears_label(engine.model), "layers": _layers_label(engine),
+            "stream_weights": stream_weights,
             "stream_min_rows": draft_weights.MIN_ROWS,
             "threads": torch.get_num_threads(), "context": args.context, "repeats": args.repeats,
             "gamma": engine.streams.cfg.gamma, "n_stream_layers": engine.streams.cfg.n_stream_layers,
@@ -94,8 +95,6 @@ def run(args) -> int:
     import torch
 
     from specstream_core.bench.plots import pass_cost_figure, svg_bars
-    from specstream_core.decoding.engine import Engine
-    from specstream_core.bench import real_shapes
     from specstream_core.bench.pass_cost import figure_series, markdown, measure, to_json
 
     verify_rows, precisions, stream_dirs = _plan(args)
@@ -115,12 +114,7 @@ def run(args) -> int:
         base, streams = (f"random {args.random_shape}", None) if args.random_shape else defaults.resolve(args.base,
                                                                                                          streams_arg)
         for precision in precisions:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # fresh streams cost the same as trained ones: no warning here
-                engine = (real_shapes.random_engine(args.random_shape, precision, args.gamma, args.n_stream_layers)
-                          if args.random_shape else
-                          Engine.load(base, streams_dir=streams, precision=precision, device=args.device,
-                                      gamma=args.gamma, n_stream_layers=args.n_stream_layers))
+            engine = _engine(args, base, streams, precision)
             name = os.path.basename(streams.rstrip("/")) if streams else f"fresh streams (γ {args.gamma})"
             measured = set()
             for asked in args.stream_weights:
@@ -163,3 +157,23 @@ def _cpu_name() -> str:
             return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         return platform.processor() or platform.machine()
+
+
+def _layers_label(engine) -> str:
+    """What runs the decoder layers: the kernel's whole-layer steps, or the library's modules and why."""
+    covered, why = engine.backend.layer_path()
+    return "whole-layer kernel steps" if covered else f"modules: {why}"
+
+
+def _engine(args, base: str, streams: str | None, precision: str):
+    """The engine a run measures: the base model at `precision` (fresh streams where none are given), or a random model
+    at a real shape (`--random-shape`)."""
+    from specstream_core.bench import real_shapes
+    from specstream_core.decoding.engine import Engine
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # fresh streams cost the same as trained ones: no warning here
+        if args.random_shape:
+            return real_shapes.random_engine(args.random_shape, precision, args.gamma, args.n_stream_layers)
+        return Engine.load(base, streams_dir=streams, precision=precision, device=args.device, gamma=args.gamma,
+                           n_stream_layers=args.n_stream_layers)
