@@ -147,6 +147,20 @@ def available_specs(env=None) -> dict[str, ModelSpec]:
     return specs
 
 
+def layers_note(spec: ModelSpec) -> str:
+    """The model line's word on the path its decoder layers take, read from a local checkpoint's config.json before
+    it loads: "" for a family of Llama's layer form (the kernel's whole-layer steps, where it runs), else the module
+    path and why (`families`; the race's meters then say what ran: `race.linears_shown`)."""
+    from specstream_core.model import families
+
+    try:
+        with open(os.path.join(spec.base, "config.json")) as f:
+            family = families.FAMILIES.get(json.load(f).get("model_type"))
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return f" · layers: module path ({family.name}: {family.form})" if family and not family.kernel_steps else ""
+
+
 def default_device() -> str:
     try:
         import torch

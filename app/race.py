@@ -21,6 +21,7 @@ from typing import Callable, Iterator
 from specstream_core.decoding.config import DecodeConfig
 from specstream_core.decoding.mismatch import difference_at, first_difference
 from specstream_core.kernels.linears import rowinv
+from specstream_core.model import compat
 from specstream_core.model.devices import SyncTimer
 
 from .traces import checked, is_speculative
@@ -179,7 +180,10 @@ def linears_shown(engine) -> str:
     label = rowinv.linears_label(model)
     if label == "torch" and str(getattr(engine, "device", "cpu")) == "cpu" and not rowinv.available():
         label += f" ({rowinv.unavailable_reason() or 'no C kernel on this host'})"
-    return label
+    if not hasattr(compat.causal_lm(model), "model"):
+        return label
+    path = compat.layer_path(model)  # the decoder layers: the kernel's whole-layer steps, or the modules and why
+    return label + f" · layers: {path['path']}" + (f" ({path['why']})" if path["path"] == "modules" else "")
 
 
 def _difference(engine, prompt, sides: dict, lock) -> dict | None:

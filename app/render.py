@@ -10,7 +10,7 @@ from specstream_core.model import exactness
 from specstream_core.model.loading import resolve_precision
 from specstream_core.model.streams import read_stream_config
 
-from .models import ModelSpec, default_device, spec_gamma
+from .models import ModelSpec, default_device, layers_note, spec_gamma
 from .race import RaceView, SideView, number, outputs_equal, speedup, tau
 
 log = logging.getLogger("specstream.lab")
@@ -119,7 +119,7 @@ def model_info(spec: ModelSpec | None, mode: str) -> str:
         return f"⚠ the {mode} streams of {spec.name!r} cannot be read on this host"
     equals = exactness.for_base(spec.base, spec.precision, spec.device or "cpu", mode)
     return (f"**γ = {gamma}** speculative streams · {mode} mode · {trained} streams · precision "
-            f"{shown_precision(spec)} · greedy output equals {equals}")
+            f"{shown_precision(spec)} · greedy output equals {equals}{layers_note(spec)}")
 
 
 def render_text(side: SideView, tinted: bool, placeholder: str = "", selected: int | None = None) -> str:

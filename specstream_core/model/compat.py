@@ -137,7 +137,7 @@ def layer_path(model: nn.Module) -> dict:
         return {"path": "kernel", "why": "whole-layer steps on the row-invariant kernel"}
     if getattr(causal_lm(model).config, "specstream_kernel", "torch") != "rowinv":
         why = "the Linears are not on the row-invariant kernel (precision or device)"
-    elif family is not None and family.form:
+    elif family is not None and not family.kernel_steps:
         why = f"{family.name}: {family.form}; the kernel's whole-layer steps do not compute it yet"
     else:
         why = "the layer steps were not bound (a load-time check kept the modules)"

@@ -174,6 +174,20 @@ def _kernel_rows(attend: Callable, query, key, value, mask, scaling) -> torch.Te
     return torch.stack(outs) if len(outs) > 1 else outs[0][None]
 
 
+def _causal(mask: torch.Tensor | None, n: int) -> bool:
+    """Whether a one-prompt prefill's n main rows each see exactly the keys up to their own (no attention window cuts
+    in): then one causal call computes them as transformers computes a prompt. Checked once per mask (the layers of
+    one pass share it; layers with another window have another)."""
+    memo = _scope.row_exact.memo
+    if mask is None or memo.get("causal_mask") is mask:
+        return mask is None or memo["causal"]
+    causal = torch.ones(n, n, dtype=torch.bool, device=mask.device).tril()
+    seen = mask[:, 0, :n] == 0  # [B, n, keys]
+    result = bool(torch.equal(seen[:, :, :n], causal.expand_as(seen[:, :, :n])) and not seen[:, :, n:].any())
+    memo.update(causal_mask=mask, causal=result)
+    return result
+
+
 def _batch_prompts(module, query, key, value, mask, scaling, dropout) -> torch.Tensor:
     """A prefill of several prompts, padded on the right (`prefill.pad_steps`): each row's prompt as its own
     causal call over its own keys, as a prompt alone is computed (`causal_prompt`), so a batch's K/V and
@@ -222,8 +236,7 @@ def _row_exact_forward(module, query, key, value, attention_mask, scaling=None, 
     n = state.n_main if state is not None and state.n_main is not None else q
     mask = attention_mask
     parts = []
-    window = kwargs.get("sliding_window")  # this layer's window (Mistral, Qwen, Gemma 3 pass it), or None
-    if not per_row and scope.causal_prompt and (not window or n <= window):  # one prompt, empty cache: causal
+    if not per_row and scope.causal_prompt and _causal(mask, n):  # one prompt, empty cache: causal
         parts.append(_sdpa(module, query[:, :, :n], key[:, :, :n], value[:, :, :n], None, scaling, dropout))
     elif not per_row and B > 1 and mask is not None and kwargs.get("s_aux") is None:
         parts.append(_batch_prompts(module, query[:, :, :n], key, value, mask[:, :, :n], scaling, dropout))

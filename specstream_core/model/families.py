@@ -17,6 +17,7 @@ class Family:
     norms: tuple[str, ...]  # its RMSNorm classes whose forward is Llama's (the kernel's row-invariant norm computes it)
     form: str = ""  # how its layers differ from Llama's, where they do ("" for Llama's form)
     rope_per_layer: bool = False  # one RoPE table per layer type (`rotary_emb(h, positions, layer_type)`)
+    kernel_steps: bool = True  # the kernel's whole-layer steps compute its layer form (else: the module path)
 
 
 # model_type -> family. Each family is covered by the test suite (tests/test_families*.py, test_lossless.py).
@@ -27,7 +28,7 @@ FAMILIES = {
     "qwen3": Family("Qwen3", ("Qwen3RMSNorm",), "RMSNorm on q and k per head"),
     "phi3": Family("Phi-3", ("Phi3RMSNorm",), "fused qkv_proj and gate_up_proj"),
     "gemma3_text": Family("Gemma 3", (), "(1 + weight) RMSNorms, norms after attention and MLP, q/k norms, "
-                          "a scaled embedding", rope_per_layer=True),
+                          "a scaled embedding", rope_per_layer=True, kernel_steps=False),
     "olmo2": Family("OLMo 2", ("Olmo2RMSNorm",), "norms after attention and MLP, q/k norms over the whole projection"),
 }
 SUPPORTED_MODEL_TYPES = {k: f.name for k, f in FAMILIES.items()}
@@ -53,7 +54,7 @@ def refusal(config) -> str | None:
         return (f"unsupported architecture {model_type!r}: an encoder-decoder model; the engine decodes with a "
                 f"decoder-only stack and has no cross-attention to an encoder ({supported})")
     if model_type in MULTIMODAL or getattr(config, "vision_config", None) is not None:
-        text = " (its text model alone, e.g. 'gemma3_text', is supported)" if model_type == "gemma3" else ""
+        text = " (its text model alone, model_type 'gemma3_text', is supported)" if model_type == "gemma3" else ""
         return (f"unsupported architecture {model_type!r}: a multimodal model; the engine takes token ids only and "
                 f"has no image or audio encoder{text} ({supported})")
     experts = getattr(config, "num_local_experts", None) or getattr(config, "num_experts", None)

@@ -63,7 +63,7 @@ def run(args) -> int:
     stats = {**result.stats, **first}
     if cfg.mode == "ss" and not engine.exact and not args.json:
         print("note: " + NOT_EXACT_NOTE.format(precision=engine.precision), file=sys.stderr)
-    from specstream_core.model import exactness
+    from specstream_core.model import compat, exactness
 
     hint = exactness.auto_hint(engine) if args.precision == "auto" else None
     if hint and not args.json:  # auto chose the checkpoint's own precision: name the faster ones
@@ -73,7 +73,8 @@ def run(args) -> int:
     if args.json:
         print(json.dumps({"token_ids": result.token_ids, "text": result.text, "stats": stats,
                           "mode": cfg.mode, "model": engine.name, "precision": engine.precision,
-                          "exact": cfg.mode == "ar" or engine.exact, "equals": stats["equals"]}))
+                          "exact": cfg.mode == "ar" or engine.exact, "equals": stats["equals"],
+                          "layers": compat.layer_path(engine.model)}))  # kernel or module path, and why
     else:
         print(result.text)
         print(summary(cfg.mode, engine.precision, stats), file=sys.stderr)

@@ -357,8 +357,9 @@ def bind(layers, check) -> bool:
     if not layers or any(type(layer).__name__ not in LAYERS or layer.self_attn.config._attn_implementation
                          not in _functions() for layer in layers):
         return False
-    try:
-        steps = [DirectStep(layer) for layer in layers]
+    try:  # a layer of another family's form keeps a step only where it is a whole kernel layer (else it adds nothing)
+        made = [(layer, DirectStep(layer)) for layer in layers]
+        layers, steps = [m[0] for m in made if m[1].llama or m[1].whole], [m[1] for m in made if m[1].llama or m[1].whole]
         for layer, step in zip(layers, steps):
             layer.__dict__[_ATTR] = step
         direct = check()
@@ -375,7 +376,7 @@ def bind(layers, check) -> bool:
     else:
         warnings.warn("direct layer steps are off for this model: they did not reproduce its layers bit for bit",
                       stacklevel=2)
-    return same
+    return same and bool(steps)
 
 
 def _llama_rope():
