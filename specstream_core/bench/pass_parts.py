@@ -15,12 +15,12 @@ weight reads come to this machine's bandwidth, and the rest is what no kernel ca
 from __future__ import annotations
 
 import statistics
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
+from specstream_core.bench import clocks
 from specstream_core.kernels.linears import int4_a8, rowinv
 from specstream_core.kernels.heads import merged_head
 from specstream_core.kernels.steps import rowinv_steps
@@ -36,11 +36,11 @@ class Parts:
 def _timer(fn, spent: dict[str, float], part: str):
     """fn, with the time spent inside it added to spent[part]."""
     def timed(*args, **kwargs):
-        t = time.perf_counter()
+        t = clocks.now()
         try:
             return fn(*args, **kwargs)
         finally:
-            spent[part] += time.perf_counter() - t
+            spent[part] += clocks.now() - t
     return timed
 
 
@@ -70,9 +70,9 @@ def measure_parts(kinds, rounds: int = 5) -> dict[str, Parts]:
         for _ in range(rounds):
             for _, label, _, run in kinds:
                 spent.update(linears=0.0, attention=0.0)
-                t = time.perf_counter()
+                t = clocks.now()
                 run()
-                total = time.perf_counter() - t
+                total = clocks.now() - t
                 per[label].append((spent["linears"], spent["attention"], total - spent["linears"] - spent["attention"]))
     return {label: Parts(*(round(statistics.median(x[i] for x in v) * 1e3, 3) for i in range(3)))
             for label, v in per.items()}

@@ -38,6 +38,9 @@ def add_arguments(p) -> None:
                    "are computed with, each measured in turn (auto, same, int4-a8: kernels/draft_weights.py)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="time passes and the roofline's loops by "
+                   "wall time, or by this process's CPU time (on a machine other processes share: the time spent "
+                   "preempted left out; one thread)")
     p.add_argument("--context", type=int, default=256, help="tokens already in the KV cache")
     p.add_argument("--verify-rows", default="2,3,5,9", help="chain lengths of the draft-verification passes")
     p.add_argument("--repeats", type=int, default=30, help="timed rounds (median)")
@@ -62,6 +65,8 @@ def _plan(args) -> tuple[tuple[int, ...], list[str], list[str | None]]:
         raise SpecstreamError(f"--repeats must be between 1 and 10000, got {args.repeats}")
     if args.context < 1:
         raise SpecstreamError(f"--context must be at least 1 token, got {args.context}")
+    if args.random_shape and (args.base or args.streams):
+        raise SpecstreamError("--random-shape makes its own model and fresh streams: leave out --base and --streams")
     stream_dirs = [x.strip() for x in args.streams.split(",") if x.strip()] or [None]
     args.stream_weights = [x.strip() for x in args.stream_weights.split(",") if x.strip()] or ["auto"]
     bad = [x for x in args.stream_weights if x not in draft_weights.KINDS]
@@ -84,7 +89,7 @@ def _settings(args, engine, base: str, streams: str, machine, stream_weights: st
             "linears": rowinv.linears_label(engine.model), "layers": _layers_label(engine),
             "stream_weights": stream_weights,
             "stream_min_rows": draft_weights.MIN_ROWS,
-            "threads": torch.get_num_threads(), "context": args.context, "repeats": args.repeats,
+            "threads": torch.get_num_threads(), "clock": args.clock, "context": args.context, "repeats": args.repeats,
             "gamma": engine.streams.cfg.gamma, "n_stream_layers": engine.streams.cfg.n_stream_layers,
             "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
             "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
@@ -98,12 +103,14 @@ def run(args) -> int:
     from specstream_core.bench.pass_cost import figure_series, markdown, measure, to_json
 
     verify_rows, precisions, stream_dirs = _plan(args)
-    if args.random_shape and (args.base or args.streams):
-        raise SpecstreamError("--random-shape makes its own model and fresh streams: leave out --base and --streams")
     if args.threads:
         torch.set_num_threads(args.threads)
+    from specstream_core.bench import clocks
     from specstream_core.bench.roofline import measure_machine
 
+    if args.clock == "cpu" and torch.get_num_threads() != 1:
+        raise SpecstreamError("--clock cpu times one thread: use it with --threads 1")
+    clocks.use(args.clock)
     machine = measure_machine()  # once, with the threads the passes use
     print(f"this machine: {machine.bandwidth_gbs:.1f} GB/s read, {machine.peak_gflops:.0f} GFLOP/s at most "
           f"(vector FMAs {machine.fma_gflops:.0f}, torch's matmul {machine.matmul_gflops:.0f}"
