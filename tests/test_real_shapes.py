@@ -52,3 +52,31 @@ def test_unknown_shapes_and_precisions_are_refused():
         real_shapes.config_of("llama-70b")
     with pytest.raises(SpecstreamError, match="int4"):
         real_shapes.random_model("qwen3-0.6b", "nf4")
+
+
+@needs_kernel
+def test_pass_cost_measures_a_random_shape_on_the_cpu_clock(monkeypatch, tmp_path):
+    """`pass-cost --random-shape`: the run names the shape, the layers' path, the clock, the command and the host."""
+    import json
+
+    from specstream_core.bench import clocks
+    from specstream_core.cli import main
+
+    model_type, fields = real_shapes.SHAPES["qwen3-0.6b"]
+    monkeypatch.setitem(real_shapes.SHAPES, "qwen3-0.6b", (model_type, {
+        **fields, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "head_dim": 32,
+        "vocab_size": 512}))
+    out = tmp_path / "pc.json"
+    try:
+        rc = main(["pass-cost", "--random-shape", "qwen3-0.6b", "--precisions", "int4", "--gamma", "1", "--context",
+                   "8", "--repeats", "1", "--verify-rows", "2", "--clock", "cpu", "--no-progress", "--json", str(out)])
+    finally:
+        clocks.use("wall")
+    assert rc == 0
+    saved = json.loads(out.read_text())
+    assert "--random-shape qwen3-0.6b" in saved["command"] and saved["host"]["cores"] >= 1
+    (run,) = saved["runs"]
+    settings = run["settings"]
+    assert settings["model"] == "random qwen3-0.6b" and settings["clock"] == "cpu"
+    assert settings["layers"] == "whole-layer kernel steps" and run["passes"][0]["median_ms"] > 0
+    assert main(["pass-cost", "--random-shape", "qwen3-0.6b", "--base", "x", "--no-progress"]) == 2

@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv)
     args = parser.parse_args(argv)
+    args._argv = argv  # the command as given, for results that record it
     try:
         from specstream_core.model import hub_access
 

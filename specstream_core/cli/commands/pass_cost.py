@@ -14,6 +14,7 @@ import datetime
 import json
 import os
 import platform
+import shlex
 import sys
 import warnings
 
@@ -143,7 +144,7 @@ def run(args) -> int:
 
     print(tables)
     if args.json:
-        command = "python -m specstream_core " + " ".join(sys.argv[1:])
+        command = "python -m specstream_core " + shlex.join(getattr(args, "_argv", sys.argv[1:]))
         host = {"cpu": _cpu_name(), "cores": os.cpu_count(), "system": platform.platform()}
         write_text(args.json, json.dumps({"command": command, "host": host, "runs": runs}, indent=1) + "\n")
     if args.markdown:
