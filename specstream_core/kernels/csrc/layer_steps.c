@@ -37,6 +37,10 @@ static int lin_rows(int kind, const void *w, const float *dm, int dkind, const v
  *   x = rmsnorm(h, w1); qkv = x Wqkv^T; q and k rotated, k and v stored in the cache (rope_store);
  *   a = attention over the cache (attend_f32: spec/keys say what each row sees); h2 = h + a Wo^T;
  *   gu = rmsnorm(h2, w2) Wgu^T.
+ * Other families' forms (layer_args' last fields, kernels/steps/layer_forms.py): q and k normalized before RoPE
+ * (qk_norm: Qwen3, OLMo 2), the two norms after the attention and after the MLP instead of before them (post_norms:
+ * OLMo 2, h2 = h + rmsnorm(a Wo^T, w1), out = h2 + rmsnorm(down(...), w2)), RoPE over the first R dimensions of a
+ * head (step_args' R: Phi-4-mini), q/k/v and gate/up one Linear each (Phi-3: n_qkv_parts, n_gu_parts of 1).
  * One call instead of ~25 Python-level operations. h [q, d] in; h2 [q, d], gu [q, n_gu] out. Returns RI_OK, or
  * the first failure (RI_NO_MEMORY, RI_BAD_SHAPE: a head over MAX_D ...). */
 #define LORA_MAX_RANK 256
