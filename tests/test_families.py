@@ -5,7 +5,7 @@ equals plain decoding at every precision the CPU offers, alone and in batches.""
 import pytest
 import torch
 
-from specstream_core import DecodeConfig, Engine
+from specstream_core import DecodeConfig, Engine, cli
 from specstream_core.backends import a8_available
 from specstream_core.model import compat
 from helpers import randomized
@@ -48,10 +48,14 @@ def test_ss_equals_transformers_generate(family_dir, precision, kernel):
     assert [r.token_ids for r in engine.generate_batch(PROMPTS, SS)] == refs, family
 
 
-@pytest.mark.parametrize("precision", ["bf16", "int4", "int4-a8"])
+@pytest.mark.parametrize("precision", ["bf16", "int4", "int4-a8", "nf4"])
 def test_ss_equals_ar_at_every_precision(family_dir, precision):
+    """Every precision the engine calls exact on a CPU (`loading.is_exact`; bitsandbytes' int8 it labels not exact:
+    its outlier split depends on the other rows of a call)."""
     if precision == "int4-a8" and not a8_available():
         pytest.skip("int4-a8 needs AVX512-VNNI and the kernel")
+    if precision == "nf4":
+        pytest.importorskip("bitsandbytes")
     family, path, _ = family_dir
     engine = _engine(path, precision)
     plain = [engine.generate(ids, AR).token_ids for ids in PROMPTS]
@@ -70,3 +74,38 @@ def test_the_layer_path_is_named(family_dir):
         assert where["path"] == "modules" and compat.families.FAMILIES[family].name in where["why"], where
     else:  # Qwen3, Phi-3, OLMo 2: every layer one kernel call (kernels/steps/layer_forms.py)
         assert where["path"] == "kernel", where
+
+
+def test_medusa_heads_and_traces(family_dir):
+    """Medusa heads draft on each family's final hidden states, the tree verifier keeps the output exact, and the
+    speculative trace of a family's decoding is one the lab and `trace` accept."""
+    from dataclasses import replace
+
+    from specstream_core.decoding.drafters.medusa import MedusaDrafter
+    from specstream_core.decoding.trace import validate
+    from specstream_core.model.medusa_heads import MedusaHeads
+
+    family, path, refs = family_dir
+    engine = _engine(path, "fp32")
+    heads = MedusaHeads.fresh(engine.model, 3)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in heads.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    for ids, ref in zip(PROMPTS, refs):
+        assert engine.generate(ids, SS, MedusaDrafter(heads, engine.logits, (3, 2, 1), budget=16)).token_ids == ref
+    trace = engine.generate(PROMPTS[0], replace(SS, trace=True)).trace
+    assert validate(trace) and [t for s in trace["steps"] for t in s["emitted"]] == refs[0], family
+
+
+def test_json_names_the_layer_path(family_dir, capsys):
+    """`generate --json` says which path the decoder layers took, and why where it is the modules."""
+    import json
+
+    family, path, _ = family_dir
+    argv = ["generate", "--base", path, "--raw", "--prompt", "abc", "--gamma", "3", "--max-new-tokens", "4",
+            "--precision", "fp32", "--json", "--no-warmup"]
+    capsys.readouterr()
+    assert cli.main(argv) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["layers"] == compat.layer_path(_engine(path, "fp32").model), family

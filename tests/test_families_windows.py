@@ -1,6 +1,6 @@
 """Sliding windows smaller than the prompt plus the draft tree: tree passes that cross a window's edge stay exact.
 Gemma 3 (local layers interleaved with global ones), Qwen3 with use_sliding_window (windows from max_window_layers
-on: layers that differ) and Mistral (one window for every layer), saved and loaded as a user loads them."""
+on: layers that differ), Mistral and Phi-3 (one window for every layer), saved and loaded as a user loads them."""
 
 import pytest
 import torch
@@ -16,7 +16,7 @@ NEW = 16
 PROMPTS = prompts(3, seed=7, min_len=8, max_len=20)  # every prompt longer than the window
 CASES = {"gemma3_text": dict(sliding_window=WINDOW),
          "qwen3": dict(use_sliding_window=True, sliding_window=WINDOW, max_window_layers=2),
-         "mistral": dict(sliding_window=WINDOW)}
+         "mistral": dict(sliding_window=WINDOW), "phi3": dict(sliding_window=WINDOW)}
 SS = DecodeConfig(mode="ss", max_new_tokens=NEW, stop_on_eos=False, tree_topk=(4, 3, 2, 1))
 AR = DecodeConfig(mode="ar", max_new_tokens=NEW, stop_on_eos=False)
 
@@ -37,7 +37,8 @@ def test_windows_are_read_per_layer(windowed):
     from transformers import AutoConfig
 
     windows = compat.sliding_window(AutoConfig.from_pretrained(path))
-    expected = {"gemma3_text": (WINDOW, None) * 2, "qwen3": (None, None, WINDOW, WINDOW), "mistral": WINDOW}
+    expected = {"gemma3_text": (WINDOW, None) * 2, "qwen3": (None, None, WINDOW, WINDOW), "mistral": WINDOW,
+                "phi3": WINDOW}
     assert windows == expected[family]
 
 
@@ -56,3 +57,22 @@ def test_tree_passes_across_the_window_edge_stay_exact(windowed, precision):
     if precision == "auto":
         engine.window = None  # the windows matter here: the whole context gives other tokens
         assert [engine.generate(ids, SS).token_ids for ids in PROMPTS] != refs, family
+
+
+def test_gemma3_rope_per_layer_type_from_tables():
+    """Gemma 3's local and global layers rotate by different bases: each layer type gets its own table, made by the
+    module itself and equal to its output value for value."""
+    from tiny_models import tiny_model
+
+    model = tiny_model("gemma3_text", max_position_embeddings=8192)
+    module = compat.inner_model(model).rotary_emb
+    h = torch.zeros(1, 1, 64)
+    for positions in (torch.tensor([[0]]), torch.tensor([[300, 301, 301, 302]]), torch.tensor([[5000, 7000]])):
+        with torch.inference_mode():
+            got = compat.rotary(model, h, positions)
+        assert isinstance(got, compat.PerLayer) and got.kinds == ("sliding_attention", "full_attention") * 2
+        for kind in got.kinds[:2]:
+            want = module(h, positions, kind)
+            assert torch.equal(got[kind][0], want[0]) and torch.equal(got[kind][1], want[1]), kind
+    assert not torch.equal(got["sliding_attention"][0], got["full_attention"][0])
+    assert module.__dict__["_specstream_rope_full_attention"][1][0].shape[0] == 8192  # a table, doubled for 7000

@@ -8,15 +8,13 @@ engine registers are in `compat_attention` and RoPE's tables in `compat_rope`, b
 
 from __future__ import annotations
 
-
 import torch
 from torch import nn
 
-from specstream_core.model import compat_rope, families
+from specstream_core.model import compat_attention, compat_rope, families
 from specstream_core.model.compat_attention import (  # noqa: F401  (re-exported: the glue's one namespace)
     ROW_EXACT_ATTENTION, SHARED_PREFIX_ATTENTION, _kernel_keys, _row_exact_forward, _scope, _shared_prefix_forward,
     kernel_step_keys, register_shared_prefix_attention, row_exact_attention, set_attention_implementation)
-from specstream_core.model import compat_attention
 from specstream_core.model.compat_rope import ROPE_TABLE_MIN, _rope_table  # noqa: F401
 from specstream_core.model.families import LLAMA_RMS_NORMS, SUPPORTED_MODEL_TYPES, refusal, supported_names  # noqa: F401
 
@@ -114,10 +112,11 @@ def rotary(model: nn.Module, h: torch.Tensor, position_ids: torch.Tensor):
     layer type (Gemma 3: local and global layers' bases) gets a `PerLayer` of them."""
     module = inner_model(model).rotary_emb
     config = causal_lm(model).config
-    if not families.FAMILIES[config.model_type].rope_per_layer:
+    family = families.FAMILIES.get(config.model_type)
+    if family is None or not family.rope_per_layer:
         return compat_rope.rotary(module, h, position_ids)
     types = tuple(config.layer_types[:config.num_hidden_layers])
-    return PerLayer({t: module(h, position_ids, t) for t in set(types)}, types)
+    return PerLayer({t: compat_rope.rotary(module, h, position_ids, t) for t in set(types)}, types)
 
 
 def attention_linear(layer: nn.Module) -> nn.Module:
@@ -133,8 +132,11 @@ def layer_path(model: nn.Module) -> dict:
     on the row-invariant kernel (its precision or device), or the load-time check kept the modules."""
     layers = decoder_layers(model)
     family = families.FAMILIES.get(getattr(causal_lm(model).config, "model_type", ""))
-    if layers and all(layer.__dict__.get(DIRECT_STEP) is not None for layer in layers):
-        return {"path": "kernel", "why": "whole-layer steps on the row-invariant kernel"}
+    steps = [layer.__dict__.get(DIRECT_STEP) for layer in layers]
+    if steps and all(step is not None for step in steps):
+        whole = all(getattr(step, "whole", False) for step in steps)
+        return {"path": "kernel", "why": "whole-layer steps on the row-invariant kernel" if whole else
+                "direct layer steps on the row-invariant kernel (the kernel's fused parts, the rest torch's)"}
     if getattr(causal_lm(model).config, "specstream_kernel", "torch") != "rowinv":
         why = "the Linears are not on the row-invariant kernel (precision or device)"
     elif family is not None and not family.kernel_steps:

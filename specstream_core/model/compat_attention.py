@@ -100,10 +100,30 @@ class _RowExact(NamedTuple):
     """What `row_exact_attention` sets for the layers inside it."""
     state: object  # the stream parameters' RowState (which rows are main rows), or None
     per_row: bool  # a decoding step: each main row its own call
-    memo: dict  # per-mask visible keys, shared by the layers of one pass
+    memo: dict  # kind -> [(mask, what was computed of it)]: shared by the layers of one pass (`_memo`)
     causal_prompt: bool  # a prefill of one prompt on an empty cache
     kernel: Callable | None  # the row-invariant kernel's attention (rowinv.attend) for decoding steps, or None
     kernel_keys: Callable | None  # what lists a mask's keys for it (rowinv_steps.mask_keys), or None: torch's ops
+
+
+MEMO_MASKS = 4  # masks a memo keeps per kind: a pass has one, or one per distinct window (`compat.PerLayer`)
+
+
+def _memo(kind: str, mask: torch.Tensor | None):
+    """What was computed of `mask` (this very tensor) for `kind` inside the current `row_exact_attention`, or None:
+    the layers of one pass share their mask (two or more where layers differ in window, alternating)."""
+    if mask is None:
+        return None
+    return next((value for m, value in _scope.row_exact.memo.get(kind, ()) if m is mask), None)
+
+
+def _remember(kind: str, mask: torch.Tensor | None, value):
+    """Keep `value` as what was computed of `mask` for `kind` (the tensor itself held: its identity is the key)."""
+    if mask is not None:
+        kept = _scope.row_exact.memo.setdefault(kind, [])
+        kept.append((mask, value))
+        del kept[:-MEMO_MASKS]
+    return value
 
 
 def _sdpa(module, query, key, value, mask, scaling, dropout, **kwargs) -> torch.Tensor:
@@ -115,9 +135,9 @@ def _sdpa(module, query, key, value, mask, scaling, dropout, **kwargs) -> torch.
 def _visible_keys(mask: torch.Tensor | None, B: int, n: int, keys: int) -> list[list]:
     """Per row b and main row i: the number of keys when it sees a prefix, else the index of those it
     sees. Computed once per mask (the layers of one pass share their mask)."""
-    memo = _scope.row_exact.memo
-    if mask is not None and memo.get("mask") is mask:
-        return memo["seen"]
+    seen = _memo("seen", mask)
+    if seen is not None:
+        return seen
     out = []
     for b in range(B):
         row = []
@@ -128,17 +148,16 @@ def _visible_keys(mask: torch.Tensor | None, B: int, n: int, keys: int) -> list[
             seen = (mask[b, 0, i] == 0).nonzero()[:, 0]
             row.append(seen.numel() if not seen.numel() or int(seen[-1]) == seen.numel() - 1 else seen)
         out.append(row)
-    memo.update(mask=mask, seen=out)
-    return out
+    return _remember("seen", mask, out)
 
 
 def _kernel_keys(mask: torch.Tensor | None, B: int, q: int, keys: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per row b, what the kernel's attention takes (rowinv.attend): spec (count, offset) per query row and
     the keys each row sees, one list after another, in index order. Built once per mask, with no loop
     over rows (the layers of one pass share their mask)."""
-    memo = _scope.row_exact.memo
-    if mask is not None and memo.get("kernel_mask") is mask:
-        return memo["kernel_keys"]
+    listed = _memo("kernel_keys", mask)
+    if listed is not None:
+        return listed
     out = []
     for b in range(B):
         if mask is None:  # every row sees every key: a prefix
@@ -153,8 +172,7 @@ def _kernel_keys(mask: torch.Tensor | None, B: int, q: int, keys: int) -> list[t
         counts = vis.sum(-1)
         spec = torch.stack([counts, counts.cumsum(0) - counts], -1).reshape(-1)
         out.append((spec.contiguous(), vis.nonzero()[:, 1].contiguous()))
-    memo.update(kernel_mask=mask, kernel_keys=out)
-    return out
+    return _remember("kernel_keys", mask, out)
 
 
 def _kernel_rows(attend: Callable, query, key, value, mask, scaling) -> torch.Tensor | None:
@@ -178,14 +196,15 @@ def _causal(mask: torch.Tensor | None, n: int) -> bool:
     """Whether a one-prompt prefill's n main rows each see exactly the keys up to their own (no attention window cuts
     in): then one causal call computes them as transformers computes a prompt. Checked once per mask (the layers of
     one pass share it; layers with another window have another)."""
-    memo = _scope.row_exact.memo
-    if mask is None or memo.get("causal_mask") is mask:
-        return mask is None or memo["causal"]
+    if mask is None:
+        return True
+    known = _memo("causal", mask)
+    if known is not None:
+        return known
     causal = torch.ones(n, n, dtype=torch.bool, device=mask.device).tril()
     seen = mask[:, 0, :n] == 0  # [B, n, keys]
     result = bool(torch.equal(seen[:, :, :n], causal.expand_as(seen[:, :, :n])) and not seen[:, :, n:].any())
-    memo.update(causal_mask=mask, causal=result)
-    return result
+    return _remember("causal", mask, result)
 
 
 def _batch_prompts(module, query, key, value, mask, scaling, dropout) -> torch.Tensor:

@@ -177,7 +177,8 @@ def bottom_hidden(model, ids: torch.Tensor, n_bottom: int) -> torch.Tensor:
         x = seq[None]
         T = x.shape[1]
         pos = torch.arange(T, device=x.device)[None]
-        rows.append(_bottom(model, layers, x, pos, masks.causal_visibility(T, 1, x.device), [0], None, None, False,
+        rows.append(_bottom(model, layers, x, pos, masks.causal_visibility(T, 1, x.device), [0], None,
+                            compat.sliding_window(model.config), False,
                             backends.bound(model)))
     return torch.cat(rows)
 

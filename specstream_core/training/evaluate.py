@@ -64,7 +64,8 @@ def evaluate_streams(model, streams: StreamParams, ids: torch.Tensor, weight: to
         w = weight[start:start + batch_size].to(device)
         B, T = x.shape
         pos = torch.arange(T, device=device).expand(B, T)
-        out = msa.forward(model, x, pos, masks.causal_visibility(T, B, device), streams=streams, carriers=pos)
+        out = msa.forward(model, x, pos, masks.causal_visibility(T, B, device), streams=streams, carriers=pos,
+                          window=compat.sliding_window(model.config))
         main_t = shifted_targets(x, w, 1)
         valid_main = main_t != IGNORE
         main_hits += int((head(out.main).argmax(-1) == main_t)[valid_main].sum())

@@ -31,7 +31,8 @@ def base_hidden(model, ids: torch.Tensor) -> torch.Tensor:
     B, T = ids.shape
     positions = torch.arange(T, device=ids.device).expand(B, T)
     with torch.no_grad():
-        return msa.forward(model, ids, positions, masks.causal_visibility(T, B, ids.device)).main
+        return msa.forward(model, ids, positions, masks.causal_visibility(T, B, ids.device),
+                           window=compat.sliding_window(model.config)).main
 
 
 def medusa_loss(model, heads: MedusaHeads, ids: torch.Tensor, weight: torch.Tensor, decay: float = 0.8):

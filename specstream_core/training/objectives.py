@@ -35,7 +35,8 @@ class StreamObjective(nn.Module):
         # only positions with a stream target carry streams: fewer rows in the (1+γ)-wide layers
         carriers, pad = stream_carriers(weight, gamma)
         out = msa.forward(self.model, ids, positions, visible, streams=self.streams, carriers=carriers,
-                          frozen_bottom=self.cfg.frozen_bottom, birth_hidden=birth_hidden)
+                          frozen_bottom=self.cfg.frozen_bottom, birth_hidden=birth_hidden,
+                          window=compat.sliding_window(self.model.config))
         head = compat.lm_head(self.model)
         parts = {}
         loss = ids.new_zeros((), dtype=torch.float32)
@@ -66,7 +67,8 @@ class StreamObjective(nn.Module):
         """The main rows' final hidden states as the base gives them (the shared LoRA switched off)."""
         with self.model.disable_adapter():
             out = msa.forward(self.model, ids, positions, visible, streams=self.streams, carriers=carriers[:, :1],
-                              num_streams=1, frozen_bottom=True, birth_hidden=birth_hidden)
+                              num_streams=1, frozen_bottom=True, birth_hidden=birth_hidden,
+                              window=compat.sliding_window(self.model.config))
         return out.main
 
 
