@@ -70,8 +70,10 @@ def test_the_layer_path_is_named(family_dir):
     assert where["path"] in ("kernel", "modules")
     if where["path"] == "modules":
         assert where["why"] and "\n" not in where["why"]
-    if family in ("gemma3_text", "olmo2"):  # layer forms the kernel's whole-layer steps do not compute
+    if not compat.families.FAMILIES[family].kernel_steps:  # layer forms the kernel's whole-layer steps do not compute
         assert where["path"] == "modules" and compat.families.FAMILIES[family].name in where["why"], where
+    else:  # Qwen3, Phi-3, OLMo 2: every layer one kernel call (kernels/steps/layer_forms.py)
+        assert where["path"] == "kernel", where
 
 
 def test_medusa_heads_and_traces(family_dir):

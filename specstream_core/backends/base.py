@@ -63,6 +63,10 @@ class Backend:
         if self.row_exact:
             compat.use_row_exact_attention(model)
 
+    def layer_path(self) -> tuple[bool, str]:
+        """(whether the kernel's whole-layer steps run the decoder layers, why not where they do not)."""
+        return False, "the Linears are not on the row-invariant kernel (precision or device): the library's modules run"
+
     def draft_precision(self) -> str:
         """The name a stream set records this precision's fastest draft under (`decode_fields`)."""
         return self.precision

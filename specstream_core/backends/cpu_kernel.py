@@ -21,7 +21,7 @@ from specstream_core.backends.base import Backend
 from specstream_core.kernels import amx_tiles, draft_weights
 from specstream_core.kernels.heads import certified_head, greedy, int8_head, merged_head
 from specstream_core.kernels.linears import rowinv
-from specstream_core.kernels.steps import direct_layers, layer_stacks, rowinv_steps
+from specstream_core.kernels.steps import direct_layers, layer_forms, layer_stacks, rowinv_steps
 from specstream_core.model import compat
 
 
@@ -53,6 +53,11 @@ class CpuKernel(Backend):
         self._tiled: tuple | None = None  # (the model, the row state, `_tiled_streams` for them): asked every step
         if streams is not None and getattr(self.lm_head, "a8", False):  # the 8-bit head laid out now, while the
             self.merged_head()  # engine is still small: its two copies meet below the first decoding's peak
+
+    def layer_path(self) -> tuple[bool, str]:
+        """Whether every decoder layer runs as a whole kernel step (`layer_forms.kernel_covers`: the families whose
+        form the kernel computes, bound and found exact at `bind`), and why not where not."""
+        return layer_forms.kernel_covers(self.model)
 
     def draft_precision(self) -> str:
         return rowinv.draft_precision(self.precision)

@@ -23,13 +23,13 @@ a g-deep draft can give at most τ = g+1.
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import asdict, dataclass
 from typing import Callable
 
 import torch
 
 from specstream_core.model import compat, msa
+from specstream_core.bench import clocks
 from specstream_core.kernels.heads import greedy, int8_head
 from specstream_core.kernels.linears import rowinv
 from specstream_core.model.cache import KVCache
@@ -217,9 +217,9 @@ def _time_kinds(kinds, repeats: int, progress: bool) -> tuple[dict[str, list[flo
         for r in tqdm(range(repeats), disable=not progress, desc="pass cost", unit="round"):
             order = kinds[r % len(kinds):] + kinds[: r % len(kinds)]  # rotate: none always first
             for _, label, _, run in order:
-                t = time.perf_counter()
+                t = clocks.now()
                 run()
-                times[label].append(time.perf_counter() - t)
+                times[label].append(clocks.now() - t)
     return times, rows
 
 

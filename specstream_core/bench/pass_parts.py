@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import ctypes
 import statistics
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
 from specstream_core.kernels import library
+from specstream_core.bench import clocks
 from specstream_core.kernels.linears import int4_a8, rowinv
 from specstream_core.kernels.heads import certified_head, int8_head, merged_head
 from specstream_core.kernels.steps import rowinv_steps
@@ -54,13 +54,13 @@ def _timer(fn, spent: dict[str, float], part: str):
     outer one's part."""
     def timed(*args, **kwargs):
         spent["depth"] += 1
-        t = time.perf_counter()
+        t = clocks.now()
         try:
             return fn(*args, **kwargs)
         finally:
             spent["depth"] -= 1
             if not spent["depth"]:
-                spent[part] += time.perf_counter() - t
+                spent[part] += clocks.now() - t
     return timed
 
 
@@ -96,9 +96,9 @@ def measure_parts(kinds, rounds: int = 5) -> dict[str, Parts]:
                 for _, label, _, run in kinds:
                     spent.update(linears=0.0, attention=0.0, head=0.0)
                     _clock(lib, True)
-                    t = time.perf_counter()
+                    t = clocks.now()
                     run()
-                    total = time.perf_counter() - t
+                    total = clocks.now() - t
                     kernel = spent["linears"] + spent["attention"] + spent["head"]
                     per[label].append((spent["linears"] + spent["head"], spent["attention"], total - kernel,
                                        *_below(_clock(lib, True), spent["head"], kernel, total - kernel)))

@@ -21,11 +21,11 @@ import ctypes
 import os
 import statistics
 import threading
-import time
 from dataclasses import asdict, dataclass
 
 import torch
 
+from specstream_core.bench import clocks
 from specstream_core.kernels import builder, library
 
 BURN_SOURCE = os.path.join(library.CSRC, "bench", "burn.c")  # the roofs' loops: built apart, never shipped in the kernel
@@ -72,9 +72,9 @@ def _median_seconds(fn, repeats: int) -> float:
     fn()  # warm-up
     times = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = clocks.now()
         fn()
-        times.append(time.perf_counter() - t0)
+        times.append(clocks.now() - t0)
     return statistics.median(times)
 
 

@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     args._command = "python -m specstream_core " + shlex.join(argv)  # what a result file records
+    args._argv = argv  # the command as given, for results that record it
     try:
         from specstream_core.model import hub_access
 

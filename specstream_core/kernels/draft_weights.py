@@ -95,12 +95,13 @@ def kernel_drafts(front_parts: list | None, down: nn.Module, kernel_part, count:
     """A layer's draft Linears as the kernel's whole-layer step takes them (`rowinv_steps.draft_linears`), from the
     direct step's parts of its q, k, v, o, gate and up copies (`front_parts`, None where none has one) and its down
     projection (its `draft`); kernel_part: `direct_layers._kernel_part`; count: the front's calls; fused: q/k/v or
-    gate/up one call. None where the layer has no copies; False where the kernel cannot take them (not all seven, one
-    call each)."""
+    gate/up one call. None where the layer has no copies; False where the kernel cannot take them (not all there, one
+    call each: seven, or Phi-3's four)."""
     down_draft = getattr(down, "draft", None)
     if front_parts is None and down_draft is None:
         return None
     down_part = kernel_part(down_draft) if down_draft is not None else None
-    if front_parts is None or down_part is None or any(p is None for p in front_parts) or fused or count != 6:
+    if (front_parts is None or down_part is None or any(p is None for p in front_parts) or fused
+            or count != len(front_parts)):
         return False
     return rowinv_steps.draft_linears(front_parts, down_part, MIN_ROWS)

@@ -20,7 +20,7 @@ from specstream_core.kernels import builder
 CSRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc")
 SOURCES = sorted(glob.glob(os.path.join(CSRC, "*.c")))  # built together into one library
 HEADERS = sorted(glob.glob(os.path.join(CSRC, "*.h")))
-ABI = 17  # rowinv.h's ROWINV_ABI: the signatures and structures below
+ABI = 18  # rowinv.h's ROWINV_ABI: the signatures and structures below
 
 
 class Status(enum.IntEnum):
@@ -69,19 +69,21 @@ class DraftArgs(ctypes.Structure):
 
 class LayerArgs(ctypes.Structure):
     """rowinv.h's layer_args: what a step takes of one layer that stays the same from step to step (its norms, its
-    Linears' arrays of kind, weight, scales and outputs, its row adapters, its down projection, its draft Linears)."""
+    Linears' arrays of kind, weight, scales and outputs, its row adapters, its down projection, its draft Linears, and
+    its form where not Llama's: q/k norms before RoPE, norms after attention and the MLP instead of before)."""
     _fields_ = [("w1", _ptr), ("w2", _ptr), ("eps", _f32), ("n_qkv_parts", _i64), ("n_gu_parts", _i64),
                 ("kind", _ptr), ("w", _ptr), ("dm", _ptr), ("n", _ptr), ("lora", _ptr), ("rank", _i64),
                 ("down_kind", _i64), ("down_w", _ptr), ("down_dm", _ptr), ("down_A", _ptr), ("down_B", _ptr),
-                ("draft", _ptr)]
+                ("draft", _ptr), ("q_norm", _ptr), ("k_norm", _ptr), ("qk_eps", _f32), ("qk_whole", _i64),
+                ("post_norms", _i64), ("lora_fused", _i64)]
 
 
 class StepArgs(ctypes.Structure):
     """rowinv.h's step_args: what every layer of one step shares (rows, the model's shape, RoPE tables, cache slots,
-    attention keys, the first stream row, torch's vector exp for SiLU, threads)."""
+    attention keys, the first stream row, torch's vector exp for SiLU, threads, the dimensions RoPE rotates)."""
     _fields_ = [("q", _i64), ("d", _i64), ("H", _i64), ("Hkv", _i64), ("D", _i64), ("cos", _ptr), ("sin", _ptr),
                 ("cap", _i64), ("start", _i64), ("spec", _ptr), ("keys", _ptr), ("scaling", _f32), ("n_main", _i64),
-                ("expv", _ptr), ("threads", _i64)]
+                ("expv", _ptr), ("threads", _i64), ("R", _i64)]
 
 
 class LayerRun(ctypes.Structure):
@@ -112,6 +114,7 @@ SIGNATURES: dict[str, tuple] = {
     "rmsnorm_f32": (None, [_ptr, _i64, _i64, _ptr, _f32, _ptr]),
     "rope_store": (None, [_ptr, _i64, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _i64, _i64]),
     "silu_rows": (None, [_ptr, _i64, _i64, _i64, _ptr, _ptr]),
+    "qk_norm": (None, [_ptr, _i64, _i64, _i64, _i64, _i64, _ptr, _ptr, _f32, _i64]),
     "lora_rows": (_i32, [_ptr, _i64, _i64, _ptr, _ptr, _i64, _i64, _ptr]),
     "layer_front": (_i32, [ctypes.POINTER(LayerArgs), ctypes.POINTER(StepArgs), _ptr, _ptr, _ptr, _ptr, _ptr]),
     "layer_back": (_i32, [_ptr, _ptr, _ptr, _i64, _i64, _i64, _i64, _i32, _ptr, _ptr, _ptr, _ptr, _i64, _i64, _ptr,

@@ -25,12 +25,11 @@ FAMILIES = {
     "llama": Family("Llama", ("LlamaRMSNorm",)),
     "qwen2": Family("Qwen2", ("Qwen2RMSNorm",)),
     "mistral": Family("Mistral", ("MistralRMSNorm",)),
-    "qwen3": Family("Qwen3", ("Qwen3RMSNorm",), "RMSNorm on q and k per head", kernel_steps=False),
-    "phi3": Family("Phi-3", ("Phi3RMSNorm",), "fused qkv_proj and gate_up_proj", kernel_steps=False),
+    "qwen3": Family("Qwen3", ("Qwen3RMSNorm",), "RMSNorm on q and k per head"),
+    "phi3": Family("Phi-3", ("Phi3RMSNorm",), "fused qkv_proj and gate_up_proj"),
     "gemma3_text": Family("Gemma 3", (), "(1 + weight) RMSNorms, norms after attention and MLP, q/k norms, "
                           "a scaled embedding", rope_per_layer=True, kernel_steps=False),
-    "olmo2": Family("OLMo 2", (), "norms after attention and MLP, q/k norms over the whole projection",
-                    kernel_steps=False),
+    "olmo2": Family("OLMo 2", ("Olmo2RMSNorm",), "norms after attention and MLP, q/k norms over the whole projection"),
 }
 SUPPORTED_MODEL_TYPES = {k: f.name for k, f in FAMILIES.items()}
 # RMSNorm classes whose forward is Llama's: weight * (x.float() * rsqrt(mean(x^2) + variance_epsilon))

@@ -25,6 +25,9 @@ from specstream_core.model.stream_config import check_gamma
 
 def add_arguments(p) -> None:
     p.add_argument("--base", help="base model directory or hub id (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--random-shape", metavar="NAME", help="instead of --base: a random model at a real checkpoint's "
+                   "shape (qwen3-0.6b, gemma-3-1b, phi-4-mini: bench/real_shapes.py), fresh streams; int4, int4-a8, fp32 "
+                   "or bf16")
     p.add_argument("--streams", default="", help="stream directory, or several separated by commas (default: the "
                    "default model's lossless streams; with --base: fresh streams)")
     p.add_argument("--gamma", type=int, default=4, help="streams of fresh (untrained) stream parameters")
@@ -34,6 +37,9 @@ def add_arguments(p) -> None:
                    "are computed with, each measured in turn (auto, same, int4-a8: kernels/draft_weights.py)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="time passes and the roofline's loops by "
+                   "wall time, or by this process's CPU time (on a machine other processes share: the time spent "
+                   "preempted left out; one thread)")
     p.add_argument("--context", type=int, default=256, help="tokens already in the KV cache")
     p.add_argument("--verify-rows", default="2,3,5,9", help="chain lengths of the draft-verification passes")
     p.add_argument("--drafts", default="recommended", help="draft passes, NODESxSTREAMS separated by commas (4x1: 4 "
@@ -61,6 +67,8 @@ def _plan(args) -> tuple[tuple[int, ...], list[str], list[str | None]]:
         raise SpecstreamError(f"--repeats must be between 1 and 10000, got {args.repeats}")
     if args.context < 1:
         raise SpecstreamError(f"--context must be at least 1 token, got {args.context}")
+    if args.random_shape and (args.base or args.streams):
+        raise SpecstreamError("--random-shape makes its own model and fresh streams: leave out --base and --streams")
     stream_dirs = [x.strip() for x in args.streams.split(",") if x.strip()] or [None]
     args.stream_weights = [x.strip() for x in args.stream_weights.split(",") if x.strip()] or ["auto"]
     bad = [x for x in args.stream_weights if x not in draft_weights.KINDS]
@@ -95,9 +103,10 @@ def _settings(args, engine, base: str, streams: str, machine, stream_weights: st
     from specstream_core.kernels.linears import rowinv
 
     return {"model": base, "streams": streams, "precision": engine.precision, "device": str(engine.device),
-            "linears": rowinv.linears_label(engine.model), "stream_weights": stream_weights,
+            "linears": rowinv.linears_label(engine.model), "layers": _layers_label(engine),
+            "stream_weights": stream_weights,
             "stream_min_rows": draft_weights.MIN_ROWS,
-            "threads": torch.get_num_threads(), "context": args.context, "repeats": args.repeats,
+            "threads": torch.get_num_threads(), "clock": args.clock, "context": args.context, "repeats": args.repeats,
             "gamma": engine.streams.cfg.gamma, "n_stream_layers": engine.streams.cfg.n_stream_layers,
             "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
             "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
@@ -108,14 +117,17 @@ def run(args) -> int:
     import torch
 
     from specstream_core.bench.plots import pass_cost_figure, svg_bars
-    from specstream_core.decoding.engine import Engine
     from specstream_core.bench.pass_cost import figure_series, markdown, measure, to_json
 
     verify_rows, precisions, stream_dirs = _plan(args)
     if args.threads:
         torch.set_num_threads(args.threads)
+    from specstream_core.bench import clocks
     from specstream_core.bench.roofline import measure_machine
 
+    if args.clock == "cpu" and torch.get_num_threads() != 1:
+        raise SpecstreamError("--clock cpu times one thread: use it with --threads 1")
+    clocks.use(args.clock)
     machine = measure_machine()  # once, with the threads the passes use
     print(f"this machine: {machine.bandwidth_gbs:.1f} GB/s read, {machine.peak_gflops:.0f} GFLOP/s at most "
           f"(vector FMAs {machine.fma_gflops:.0f}, torch's matmul {machine.matmul_gflops:.0f}"
@@ -123,12 +135,10 @@ def run(args) -> int:
           f"{torch.get_num_threads()} thread(s))", flush=True)
     runs = []
     for streams_arg in stream_dirs:
-        base, streams = defaults.resolve(args.base, streams_arg)
+        base, streams = (f"random {args.random_shape}", None) if args.random_shape else defaults.resolve(args.base,
+                                                                                                         streams_arg)
         for precision in precisions:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # fresh streams cost the same as trained ones: no warning here
-                engine = Engine.load(base, streams_dir=streams, precision=precision, device=args.device,
-                                     gamma=args.gamma, n_stream_layers=args.n_stream_layers)
+            engine = _engine(args, base, streams, precision)
             name = os.path.basename(streams.rstrip("/")) if streams else f"fresh streams (γ {args.gamma})"
             measured = set()
             for asked in args.stream_weights:
@@ -162,3 +172,23 @@ def run(args) -> int:
         pass_cost_figure(runs).write_html(os.path.join(args.plots, "pass-cost.html"), include_plotlyjs="cdn",
                                           full_html=True)
     return 0
+
+
+def _layers_label(engine) -> str:
+    """What runs the decoder layers: the kernel's whole-layer steps, or the library's modules and why."""
+    covered, why = engine.backend.layer_path()
+    return "whole-layer kernel steps" if covered else f"modules: {why}"
+
+
+def _engine(args, base: str, streams: str | None, precision: str):
+    """The engine a run measures: the base model at `precision` (fresh streams where none are given), or a random model
+    at a real shape (`--random-shape`)."""
+    from specstream_core.bench import real_shapes
+    from specstream_core.decoding.engine import Engine
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # fresh streams cost the same as trained ones: no warning here
+        if args.random_shape:
+            return real_shapes.random_engine(args.random_shape, precision, args.gamma, args.n_stream_layers)
+        return Engine.load(base, streams_dir=streams, precision=precision, device=args.device, gamma=args.gamma,
+                           n_stream_layers=args.n_stream_layers)

@@ -45,6 +45,10 @@ static int lin_rows(int kind, const void *w, const float *dm, int dkind, const v
  *   x = rmsnorm(h, w1); qkv = x Wqkv^T; q and k rotated, k and v stored in the cache (rope_store);
  *   a = attention over the cache (attend_f32: spec/keys say what each row sees); h2 = h + a Wo^T;
  *   gu = rmsnorm(h2, w2) Wgu^T.
+ * Other families' forms (layer_args' last fields, kernels/steps/layer_forms.py): q and k normalized before RoPE
+ * (qk_norm: Qwen3, OLMo 2), the two norms after the attention and after the MLP instead of before them (post_norms:
+ * OLMo 2, h2 = h + rmsnorm(a Wo^T, w1), out = h2 + rmsnorm(down(...), w2)), RoPE over the first R dimensions of a
+ * head (step_args' R: Phi-4-mini), q/k/v and gate/up one Linear each (Phi-3: n_qkv_parts, n_gu_parts of 1).
  * One call instead of ~25 Python-level operations. h [q, d] in; h2 [q, d], gu [q, n_gu] out. Returns RI_OK, or
  * the first failure (RI_NO_MEMORY, RI_BAD_SHAPE: a head over MAX_D ...). */
 #define LORA_MAX_RANK 256
@@ -151,6 +155,25 @@ static int lora_add(const float *x, int64_t q, int64_t n, int64_t K, const float
 #define TILE_STREAM_ROWS 8
 int attend_tiles_rows(void) { return TILE_STREAM_ROWS; } /* rowinv_steps.TiledStreams decides by it too */
 
+/* ---- q/k norms (Qwen3, OLMo 2) ------------------------------------------------------------------------------
+ * RMSNorm of q's and k's columns of fused q/k/v rows (qkv [q, ld], q at column 0, k at H D) in place, before RoPE, as
+ * the modules compute them on this kernel (`RowInvariantNorm`: rmsnorm_f32, each row alone): whole = 0, each head's D
+ * values with q_w, k_w [D] (Qwen3's q_norm, k_norm over the head dimension); whole = 1, all H D (Hkv D) values of a row
+ * with q_w [H D], k_w [Hkv D] (OLMo 2's, over the whole projection). k_w NULL: q only. */
+void qk_norm(float *qkv, int64_t q, int64_t ld, int64_t H, int64_t Hkv, int64_t D, const float *q_w, const float *k_w,
+             float eps, int64_t whole) {
+  for (int64_t t = 0; t < q; t++) {
+    float *row = qkv + t * ld;
+    if (whole) {
+      rmsnorm_f32(row, 1, H * D, q_w, eps, row);
+      if (k_w) rmsnorm_f32(row + H * D, 1, Hkv * D, k_w, eps, row + H * D);
+    } else {
+      rmsnorm_f32(row, H, D, q_w, eps, row);
+      if (k_w) rmsnorm_f32(row + H * D, Hkv, D, k_w, eps, row + H * D);
+    }
+  }
+}
+
 /* The layer's Linears (`layer`), in order: n_qkv_parts writing q's, k's and v's columns of qkv side by side (one fused
  * call, or q, k and v), o, then n_gu_parts writing gate's and up's columns of gu (one fused call, or gate and
  * up): kind[i], w[i], dm[i] (LIN_Q4's scales, else NULL), n[i] outputs. lora: NULL, or the A and B weights of
@@ -174,19 +197,27 @@ static int front(const layer_args *layer, const step_args *step, const draft_arg
   float *qr = KEPT(float, q * H * D), *a = KEPT(float, q * H * D);
   float *o = KEPT(float, q * d);
   int failed = !x || !qkv || !qr || !a || !o ? RI_NO_MEMORY : RI_OK;
+  const int post = layer->post_norms != 0; /* OLMo 2: the norms after attention and after the MLP, none before */
+  const float *xa = post ? h : x;          /* what q/k/v (then gate/up) read */
+  const int fl = layer->lora_fused != 0, at_o = fl ? 2 : 6; /* the adapters' layout; o's A in lora */
   if (!failed) {
-    rmsnorm_f32(h, q, d, layer->w1, layer->eps, x);
+    if (!post) rmsnorm_f32(h, q, d, layer->w1, layer->eps, x);
     for (int64_t i = 0, col = 0; i < n_qkv_parts && !failed; col += n[i], i++)
-      failed = lin_rows(kind[i], w[i], dm[i], DRAFT_PART(dr, i), x, q, n_main, d, n[i], qkv + col, n_qkv, threads);
-    if (!failed && n_main < q) { /* q, k, v adapters (lora: A, B of q, k, v, o, gate, up) */
-      failed = lora_add(x, q, n_main, d, lora[0], lora[1], rank, qkv, n_qkv, H * D, threads);
-      if (!failed) failed = lora_add(x, q, n_main, d, lora[2], lora[3], rank, qkv + H * D, n_qkv, Hkv * D, threads);
+      failed = lin_rows(kind[i], w[i], dm[i], DRAFT_PART(dr, i), xa, q, n_main, d, n[i], qkv + col, n_qkv, threads);
+    if (!failed && n_main < q && fl) /* one q/k/v adapter (lora: A, B of q/k/v, o, gate/up) */
+      failed = lora_add(xa, q, n_main, d, lora[0], lora[1], rank, qkv, n_qkv, n_qkv, threads);
+    else if (!failed && n_main < q) { /* q, k, v adapters (lora: A, B of q, k, v, o, gate, up) */
+      failed = lora_add(xa, q, n_main, d, lora[0], lora[1], rank, qkv, n_qkv, H * D, threads);
+      if (!failed) failed = lora_add(xa, q, n_main, d, lora[2], lora[3], rank, qkv + H * D, n_qkv, Hkv * D, threads);
       if (!failed)
-        failed = lora_add(x, q, n_main, d, lora[4], lora[5], rank, qkv + (H + Hkv) * D, n_qkv, Hkv * D, threads);
+        failed = lora_add(xa, q, n_main, d, lora[4], lora[5], rank, qkv + (H + Hkv) * D, n_qkv, Hkv * D, threads);
     }
   }
+  if (!failed && layer->q_norm) qk_norm(qkv, q, n_qkv, H, Hkv, D, layer->q_norm, layer->k_norm, layer->qk_eps,
+                                        layer->qk_whole);
   if (!failed) {
-    rope_store(qkv, 1, q, H, Hkv, D, step->cos, step->sin, qr, k_cache, v_cache, cap, step->start);
+    rope_store_r(qkv, 1, q, H, Hkv, D, step->R ? step->R : D, step->cos, step->sin, qr, k_cache, v_cache, cap,
+                 step->start);
     /* stream rows on tiles where the layer's Linears are, 8 or more of them (attend_tiles; rowinv_steps.TiledStreams,
      * the modules' path, decides alike) */
     int64_t first = q - n_main >= TILE_STREAM_ROWS && kind[0] == LIN_BF16X ? n_main : q;
@@ -204,17 +235,20 @@ static int front(const layer_args *layer, const step_args *step, const draft_arg
   }
   if (!failed) {
     failed = lin_rows(kind[o_at], w[o_at], dm[o_at], DRAFT_PART(dr, o_at), a, q, n_main, H * D, d, o, d, threads);
-    if (!failed && n_main < q) failed = lora_add(a, q, n_main, H * D, lora[6], lora[7], rank, o, d, d, threads);
+    if (!failed && n_main < q) failed = lora_add(a, q, n_main, H * D, lora[at_o], lora[at_o + 1], rank, o, d, d, threads);
   }
   if (!failed) {
+    if (post) rmsnorm_f32(o, q, d, layer->w1, layer->eps, o); /* h + norm(attention's output) */
     for (int64_t i = 0; i < q * d; i++) h2[i] = h[i] + o[i];
-    rmsnorm_f32(h2, q, d, layer->w2, layer->eps, x);
+    if (!post) rmsnorm_f32(h2, q, d, layer->w2, layer->eps, x);
+    xa = post ? h2 : x;
     for (int64_t i = 0, col = 0; i < n_gu_parts && !failed; col += n[o_at + 1 + i], i++)
-      failed = lin_rows(kind[o_at + 1 + i], w[o_at + 1 + i], dm[o_at + 1 + i], DRAFT_PART(dr, o_at + 1 + i), x, q,
+      failed = lin_rows(kind[o_at + 1 + i], w[o_at + 1 + i], dm[o_at + 1 + i], DRAFT_PART(dr, o_at + 1 + i), xa, q,
                         n_main, d, n[o_at + 1 + i], gu + col, n_gu, threads);
-    if (!failed && n_main < q) {
-      failed = lora_add(x, q, n_main, d, lora[8], lora[9], rank, gu, n_gu, I, threads);
-      if (!failed) failed = lora_add(x, q, n_main, d, lora[10], lora[11], rank, gu + I, n_gu, I, threads);
+    if (!failed && n_main < q && fl) failed = lora_add(xa, q, n_main, d, lora[4], lora[5], rank, gu, n_gu, n_gu, threads);
+    else if (!failed && n_main < q) {
+      failed = lora_add(xa, q, n_main, d, lora[8], lora[9], rank, gu, n_gu, I, threads);
+      if (!failed) failed = lora_add(xa, q, n_main, d, lora[10], lora[11], rank, gu + I, n_gu, I, threads);
     }
   }
   return failed;
@@ -235,7 +269,7 @@ int layer_front(const layer_args *layer, const step_args *step, const float *h, 
  * (RI_NO_MEMORY ...). */
 static int back(const float *h2, const float *a, const float *up, int64_t ld_up, int64_t q, int64_t I, int64_t d,
                 int kind, const void *w, const float *dm, const float *lora_A, const float *lora_B, int64_t rank,
-                int64_t n_main, const draft_args *dr, float *out, int threads) {
+                int64_t n_main, const draft_args *dr, const float *post_w, float eps, float *out, int threads) {
   float *m = KEPT(float, q * I), *y = KEPT(float, q * d);
   int failed = !m || !y ? RI_NO_MEMORY : RI_OK;
   clock_section = lora_A && n_main < q ? CLK_STREAM : CLK_MAIN;
@@ -246,6 +280,7 @@ static int back(const float *h2, const float *a, const float *up, int64_t ld_up,
                            y, d, threads)
                 : lin(kind, w, dm, m, q, I, d, y, d, threads);
     if (!failed && lora_A && n_main < q) failed = lora_add(m, q, n_main, I, lora_A, lora_B, rank, y, d, d, threads);
+    if (!failed && post_w) rmsnorm_f32(y, q, d, post_w, eps, y); /* OLMo 2: h2 + norm(the MLP's output) */
     if (!failed)
       for (int64_t i = 0; i < q * d; i++) out[i] = h2[i] + y[i];
   }
@@ -254,7 +289,7 @@ static int back(const float *h2, const float *a, const float *up, int64_t ld_up,
 int layer_back(const float *h2, const float *a, const float *up, int64_t ld_up, int64_t q, int64_t I, int64_t d,
                int kind, const void *w, const float *dm, const float *lora_A, const float *lora_B, int64_t rank,
                int64_t n_main, float *out, int threads) {
-  return back(h2, a, up, ld_up, q, I, d, kind, w, dm, lora_A, lora_B, rank, n_main, NULL, out, threads);
+  return back(h2, a, up, ld_up, q, I, d, kind, w, dm, lora_A, lora_B, rank, n_main, NULL, NULL, 0.0f, out, threads);
 }
 
 /* ---- A whole layer's step, and runs of layers -------------------------------------------------------------
@@ -278,8 +313,8 @@ static int layer_step(const layer_args *layer, const step_args *step, const floa
   if (!failed) {
     silu_rows(gu, n_gu, q, I, act, step->expv);
     failed = back(h2, act, gu + I, n_gu, q, I, d, (int)layer->down_kind, layer->down_w, layer->down_dm,
-                  lora ? layer->down_A : NULL, layer->down_B, layer->rank, lora ? step->n_main : q, lora ? dr : NULL, out,
-                  (int)step->threads);
+                  lora ? layer->down_A : NULL, layer->down_B, layer->rank, lora ? step->n_main : q, lora ? dr : NULL,
+                  layer->post_norms ? layer->w2 : NULL, layer->eps, out, (int)step->threads);
   }
   CLOCK_ADD(clock_section, CLK_LAYERS);
   clock_section = CLK_MAIN;

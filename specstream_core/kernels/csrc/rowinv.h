@@ -32,7 +32,7 @@
 #include <string.h>
 
 /* Bumped whenever an exported function's signature or a structure below changes (kernels/library.py checks it) */
-#define ROWINV_ABI 17
+#define ROWINV_ABI 18
 
 /* What the calls that can fail return (kernels/library.py's Status names them alike) */
 enum {
@@ -267,6 +267,11 @@ RI_HIDDEN void linear_f32b_ld(const float *x, int64_t M, int64_t K, const float 
 RI_HIDDEN void linear_bf16b_ld(const float *x, int64_t M, int64_t K, const uint16_t *W, int64_t N, float *y,
                                int64_t ldy, int threads);
 
+/* ---- RoPE of the first R dimensions of each head (rowwise.c; rope_store: R = D) ---------------------------- */
+RI_HIDDEN void rope_store_r(const float *qkv, int64_t B, int64_t q, int64_t H, int64_t Hkv, int64_t D, int64_t R,
+                            const float *cos, const float *sin, float *q_out, float *k_cache, float *v_cache, int64_t cap,
+                            int64_t start);
+
 /* ---- The layer steps' structures (kernels/library.py mirrors each as a ctypes.Structure) ---------------
  * The kinds of a layer's Linears (layer_steps.c's `lin`): LIN_F32, LIN_BF16: weight [N, K]; LIN_F32B, LIN_BF16B: the
  * same weights blocked; LIN_Q4: `linear_q4`'s nibbles and scales; LIN_Q4A8: `linear_q4a8_ld`'s; LIN_BF16X: bf16 on AMX
@@ -306,6 +311,14 @@ typedef struct {
   const void *down_w;
   const float *down_dm, *down_A, *down_B;
   const draft_args *draft; /* NULL, or the layer's draft Linears for its stream rows */
+  /* the layer's form where it is not Llama's (all zero / NULL: Llama's): */
+  const float *q_norm, *k_norm; /* NULL, or RMSNorms of q and of k before RoPE (qk_norm): Qwen3, OLMo 2 */
+  float qk_eps;
+  int64_t qk_whole;   /* 0: q_norm, k_norm [D] over each head (Qwen3); 1: [H D], [Hkv D] over the whole projection (OLMo 2) */
+  int64_t post_norms; /* 0: w1, w2 normalize the attention's and the MLP's inputs (Llama); 1: their outputs, before each
+                         residual add (OLMo 2) */
+  int64_t lora_fused; /* 0: lora holds the adapters of q, k, v, o, gate, up; 1: of q/k/v, o, gate/up as one Linear each
+                         (Phi-3's qkv_proj and gate_up_proj) */
 } layer_args;
 
 /* What every layer of one step shares: its rows, the model's shape, the RoPE tables, where the cache is written,
@@ -320,6 +333,8 @@ typedef struct {
   int64_t n_main;             /* the first stream row (rows from there on get the adapters' deltas); q: none */
   const void *expv;           /* torch's vector exp (silu_rows), for whole layers; NULL for layer_front */
   int64_t threads;
+  int64_t R;                  /* the dimensions of a head RoPE rotates (cos, sin: [q, R]), the rest passed as they are
+                                 (Phi-4-mini's partial rotary: 96 of 128); 0: all D */
 } step_args;
 
 /* A run of consecutive layers in one call: the step, the layers' count and arguments, and their caches
@@ -367,6 +382,8 @@ int64_t mask_keys(const float *mask, int64_t ld, int64_t q, int64_t keys, int64_
 void rmsnorm_f32(const float *x, int64_t rows, int64_t d, const float *w, float eps, float *y);
 void rope_store(const float *qkv, int64_t B, int64_t q, int64_t H, int64_t Hkv, int64_t D, const float *cos,
                 const float *sin, float *q_out, float *k_cache, float *v_cache, int64_t cap, int64_t start);
+void qk_norm(float *qkv, int64_t q, int64_t ld, int64_t H, int64_t Hkv, int64_t D, const float *q_w, const float *k_w,
+             float eps, int64_t whole);
 void silu_rows(const float *x, int64_t ld, int64_t q, int64_t n, float *y, const void *expv);
 int lora_rows(const float *x, int64_t m, int64_t K, const uint16_t *At, const uint16_t *Bt, int64_t r, int64_t N,
               float *delta);

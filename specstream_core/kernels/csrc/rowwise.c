@@ -34,11 +34,13 @@ void rmsnorm_f32(const float *x, int64_t rows, int64_t d, const float *w, float 
  * q rotated into q_out [B, q, H, D]; k rotated and v as they are into the cache's slots start .. start + q
  * of each row (k_cache, v_cache: [B, Hkv, capacity, D] buffers, capacity `cap`). The rotation is
  * transformers' apply_rotary_pos_emb in fp32, (x * cos) + (rotate_half(x) * sin) with
- * rotate_half(x) = (-x2, x1): each product and the sum rounded on its own, so never contracted to an fma
+ * rotate_half(x) = (-x2, x1) (over the first R dimensions of a head where RoPE is partial: Phi-3's
+ * `q_rot`, the rest `q_pass` as it is; rope_store rotates all D): each product and the sum rounded on its own, so never contracted to an fma
  * (fp-contract off), and bit for bit what its torch ops compute. cos, sin: [B, q, D]. */
 __attribute__((optimize("fp-contract=off")))
-static void rotate(const float *x, const float *c, const float *s, int64_t D, float *out) {
-  int64_t h = D / 2;
+static void rotate(const float *x, const float *c, const float *s, int64_t D, int64_t R, float *out) {
+  int64_t h = R / 2; /* the first R dimensions rotated (c, s: [R]), the rest as they are (partial rotary) */
+  if (R < D) memcpy(out + R, x + R, (size_t)(D - R) * sizeof(float));
   for (int64_t i = 0; i < h; i++) {
     float a = x[i] * c[i], b = -x[i + h] * s[i];
     float e = x[i + h] * c[i + h], f = x[i] * s[i + h];
@@ -49,14 +51,19 @@ static void rotate(const float *x, const float *c, const float *s, int64_t D, fl
 
 void rope_store(const float *qkv, int64_t B, int64_t q, int64_t H, int64_t Hkv, int64_t D, const float *cos,
                 const float *sin, float *q_out, float *k_cache, float *v_cache, int64_t cap, int64_t start) {
+  rope_store_r(qkv, B, q, H, Hkv, D, D, cos, sin, q_out, k_cache, v_cache, cap, start);
+}
+void rope_store_r(const float *qkv, int64_t B, int64_t q, int64_t H, int64_t Hkv, int64_t D, int64_t R,
+                  const float *cos, const float *sin, float *q_out, float *k_cache, float *v_cache, int64_t cap,
+                  int64_t start) {
   int64_t width = (H + 2 * Hkv) * D;
   for (int64_t b = 0; b < B; b++)
     for (int64_t t = 0; t < q; t++) {
-      const float *row = qkv + (b * q + t) * width, *c = cos + (b * q + t) * D, *s = sin + (b * q + t) * D;
-      for (int64_t j = 0; j < H; j++) rotate(row + j * D, c, s, D, q_out + ((b * q + t) * H + j) * D);
+      const float *row = qkv + (b * q + t) * width, *c = cos + (b * q + t) * R, *s = sin + (b * q + t) * R;
+      for (int64_t j = 0; j < H; j++) rotate(row + j * D, c, s, D, R, q_out + ((b * q + t) * H + j) * D);
       for (int64_t j = 0; j < Hkv; j++) {
         int64_t slot = ((b * Hkv + j) * cap + start + t) * D;
-        rotate(row + (H + j) * D, c, s, D, k_cache + slot);
+        rotate(row + (H + j) * D, c, s, D, R, k_cache + slot);
         memcpy(v_cache + slot, row + (H + Hkv + j) * D, (size_t)D * sizeof(float));
       }
     }

@@ -27,7 +27,6 @@ differ (another transformers version, another architecture) or wherever a step n
 
 from __future__ import annotations
 
-import sys
 import warnings
 from typing import NamedTuple
 
@@ -36,10 +35,10 @@ from torch import nn
 
 from specstream_core.model import compat
 from specstream_core.kernels import draft_weights
-from specstream_core.kernels.steps import layer_stacks, rowinv_steps
+from specstream_core.kernels.steps import layer_forms, layer_stacks, rowinv_steps
 from specstream_core.kernels.linears import rowinv
 
-LAYERS = ("LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer")  # forward of Llama's form
+LAYERS = tuple(layer_forms.FORMS)  # Llama's form and the families' forms the kernel's whole-layer steps compute
 _ATTR = compat.DIRECT_STEP
 
 
@@ -56,12 +55,13 @@ def _fused_parts(mods: list[nn.Module]):
 
 class _Front(NamedTuple):
     """What `rowinv_steps.layer_front` takes of one layer (`DirectStep._front_weights`)."""
-    norms: tuple[torch.Tensor, torch.Tensor]  # the two norms' fp32 weights
+    norms: tuple[torch.Tensor, torch.Tensor]  # the two norms' fp32 weights (before, or `form.post` after, attention and MLP)
     eps: float
     linears: rowinv_steps.FrontLinears  # q/k/v (fused or three), o, gate/up (fused or two)
     adapters: tuple | None  # `lora_weights`
     slices: list  # gate's and up's columns of the gate/up output
     drafts: list | None  # the kernel parts of q, k, v, o, gate and up's stream-row copies (`draft_weights.kernel_drafts`)
+    form: rowinv_steps.LayerForm  # q/k norms, norms after attention and MLP (`layer_forms`)
 
 
 def _kernel_part(module: nn.Module) -> tuple | None:
@@ -97,38 +97,44 @@ class DirectStep:
     """One decoder layer's inference step: `step(h, mask, pe, cache)` equals `compat.run_layer` on it."""
 
     def __init__(self, layer: nn.Module):
-        attn, mlp = layer.self_attn, layer.mlp
-        self.layer, self.attn = layer, attn
-        self.norm1, self.norm2 = layer.input_layernorm.forward, layer.post_attention_layernorm.forward
+        attn, parts = layer.self_attn, layer_forms.parts(layer)
+        self.layer, self.attn, self.parts = layer, attn, parts
+        self.llama = parts.llama  # Llama's form: where the kernel's steps cannot take a step, this step's modules do
+        self.norm1, self.norm2 = parts.norms[0].forward, parts.norms[1].forward
         self.head_dim, self.layer_idx, self.scaling = attn.head_dim, attn.layer_idx, attn.scaling
-        self.rope = sys.modules[type(attn).__module__].apply_rotary_pos_emb  # the library's own
-        self.qkv = _fused_parts([attn.q_proj, attn.k_proj, attn.v_proj])
-        self.projections = (attn.q_proj.forward, attn.k_proj.forward, attn.v_proj.forward)
-        self.o_proj = attn.o_proj.forward
-        self.gate_up = _fused_parts([mlp.gate_proj, mlp.up_proj])
-        self.gate, self.up, self.down, self.act = mlp.gate_proj.forward, mlp.up_proj.forward, mlp.down_proj.forward, mlp.act_fn
+        rope = layer_forms.kernel_rope(attn)  # the library's own, where it is Llama's rotation
+        self.qkv = _fused_parts(parts.qkv)
+        self.projections = tuple(m.forward for m in parts.qkv)
+        self.o_proj = parts.o.forward
+        self.gate_up = _fused_parts(parts.gate_up)
+        self.down, self.act = parts.down.forward, parts.act
+        self.gate, self.up = (m.forward for m in parts.gate_up) if len(parts.gate_up) == 2 else (None, None)
         self.functions = _functions()
         self.heads, self.kv_heads = attn.config.num_attention_heads, attn.config.num_key_value_heads
         self.widths = [self.head_dim * n for n in (self.heads, self.kv_heads, self.kv_heads)]
-        kernel_rope = rowinv.available() and self.rope is _llama_rope()  # what rope_store computes
+        self.rope = rope
+        kernel_rope = rowinv.available() and rope is not None  # what rope_store computes
         # q/k/v in one int4 call whose rows RoPE and the cache write can take in one kernel call
-        self.stores = kernel_rope and self._stacked(self.qkv)
-        self.front = self._front_weights(layer) if kernel_rope else None
-        self.back = self._back_weights(mlp.down_proj) if self.front is not None else None
-        draft = (draft_weights.kernel_drafts(self.front.drafts, mlp.down_proj, _kernel_part, len(self.front.linears.n),
-                                             self.qkv is not None or self.gate_up is not None)
+        self.stores = kernel_rope and self.llama and rope is _llama_rope() and self._stacked(self.qkv)
+        self.front = self._front_weights(parts) if kernel_rope else None
+        self.back = self._back_weights(parts.down) if self.front is not None else None
+        fused = self.qkv is not None or self.gate_up is not None  # int4's fused calls: one part, several copies
+        draft = (draft_weights.kernel_drafts(self.front.drafts, parts.down, _kernel_part, len(self.front.linears.n),
+                                             fused)
                  if self.back is not None else None)
         # the whole step one kernel call: SiLU as torch computes it (`rowinv_steps.silu_exp`), the down projection's
         # adapter (if any) of the front's rank and rows
-        self.whole = (self.back is not None and _is_silu(mlp.act_fn) and rowinv_steps.silu_exp() is not None
+        self.whole = (self.back is not None and _is_silu(parts.act) and rowinv_steps.silu_exp() is not None
                       and (self.back.lora is None) == (self.front.adapters is None)
                       and (self.back.lora is None or (self.back.lora[2] == self.front.adapters[1]
                                                       and self.back.lora[3] is self.front.adapters[2])))
-        if draft is False or (draft is not None and not self.whole):  # draft Linears run in whole steps only
+        # draft Linears run in whole steps only; so do the other families' forms (layer_back has no post-norm)
+        if draft is False or ((draft is not None or not self.llama) and not self.whole):
             self.front = self.back = None
             self.whole = False
         self.stack_args = (rowinv_steps.stack_layer(self.front.norms, self.front.eps, self.front.linears,
-                                                    self.front.adapters, self.back, draft) if self.whole else None)
+                                                    self.front.adapters, self.back, draft, self.front.form)
+                           if self.whole else None)
         self.stack_memo: tuple | None = None  # (the steps of a run that starts here, `layer_stacks` made of them)
         self.impl_memo: tuple | None = None  # (the configs of a run that starts here, the attention implementation named)
 
@@ -136,35 +142,42 @@ class DirectStep:
         """A fused q/k/v call whose rows are q's, k's and v's heads in order (what the kernel steps read)."""
         return qkv is not None and [b - a for a, b in qkv.slices] == self.widths
 
-    def _front_weights(self, layer: nn.Module) -> "_Front | None":
+    def _front_weights(self, parts: layer_forms.LayerParts) -> "_Front | None":
         """What `rowinv_steps.layer_front` takes of this layer, where it can take the layer: q/k/v, o and
         gate/up without biases on the kernel (fp32 or bf16 weights, or 4-bit; q/k/v and gate/up one fused int4
         call each or one call per Linear, with q's, k's and v's heads in order), row-invariant norms with fp32
         weights and one epsilon, and either no stream-row adapters or all of q/k/v/o/gate/up's on the kernel
-        (`lora_weights`); else None."""
-        attn, mlp = layer.self_attn, layer.mlp
-        wrapped = [attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj]
+        (`lora_weights`; q/k/v and gate/up one Linear each, as Phi-3's: none); q/k norms (where the form has them) also
+        row-invariant with fp32 weights; else None."""
+        wrapped = [*parts.qkv, parts.o, *parts.gate_up]
+        nq = len(parts.qkv)
         bases = [getattr(m, "base", m) if type(m).__name__ == "StreamRowLoRA" else m for m in wrapped]
-        qkv_fused, gate_up_fused = _fused_parts(bases[:3]), _fused_parts(bases[4:])
-        qkv, o, gate_up = _parts(bases[:3], qkv_fused), _kernel_part(bases[3]), _parts(bases[4:], gate_up_fused)
-        norms = (layer.input_layernorm, layer.post_attention_layernorm)
+        qkv_fused, gate_up_fused = _fused_parts(bases[:nq]), _fused_parts(bases[nq + 1:])
+        qkv, o, gate_up = _parts(bases[:nq], qkv_fused), _kernel_part(bases[nq]), _parts(bases[nq + 1:], gate_up_fused)
+        norms = parts.norms
+        qk = [n for n in (parts.q_norm, parts.k_norm) if n is not None]
         if (qkv is None or o is None or gate_up is None or self.head_dim > 512
                 or (qkv_fused is not None and not self._stacked(qkv_fused))
-                or (qkv_fused is None and [p[3] for p in qkv] != self.widths)
-                or (gate_up_fused is None and gate_up[0][3] != gate_up[1][3])
-                or not all(isinstance(n, rowinv.RowInvariantNorm) and n.weight.dtype is torch.float32
-                           and n.weight.is_contiguous() for n in norms)
-                or norms[0].variance_epsilon != norms[1].variance_epsilon):
+                or (qkv_fused is None and [p[3] for p in qkv] not in (self.widths, [sum(self.widths)]))
+                or (gate_up_fused is None and len(gate_up) == 2 and gate_up[0][3] != gate_up[1][3])
+                or (len(gate_up) == 1 and gate_up[0][3] % 2)
+                or not all(_kernel_norm_weight(n) for n in (*norms, *qk))
+                or norms[0].variance_epsilon != norms[1].variance_epsilon
+                or len({n.variance_epsilon for n in qk}) > 1):
             return None
         adapters = lora_weights([m for m in wrapped if m is not getattr(m, "base", m)], len(wrapped))
         if adapters is False:
             return None
-        width = gate_up[0][3] if gate_up_fused is None else None
+        width = gate_up[0][3] // (2 if len(gate_up) == 1 else 1) if gate_up_fused is None else None
         slices = gate_up_fused.slices if gate_up_fused is not None else [(0, width), (width, 2 * width)]
         drafts = [getattr(m, "draft", None) for m in wrapped]
+        form = rowinv_steps.LayerForm(*(n.weight if n is not None else None for n in (parts.q_norm, parts.k_norm)),
+                                      float(qk[0].variance_epsilon) if qk else 0.0, parts.whole, parts.post,
+                                      len(wrapped) == 3)
         return _Front((norms[0].weight, norms[1].weight), float(norms[0].variance_epsilon),
                       rowinv_steps.FrontLinears(qkv, o, gate_up), adapters, slices,
-                      None if all(d is None for d in drafts) else [_kernel_part(d) if d is not None else None for d in drafts])
+                      None if all(d is None for d in drafts) else [_kernel_part(d) if d is not None else None for d in drafts],
+                      form)
 
     @staticmethod
     def _back_weights(down: nn.Module) -> "rowinv_steps.BackLinear | None":
@@ -234,6 +247,8 @@ class DirectStep:
                                           attention, self.scaling, n_main)
             if out is not None:
                 return out, None
+        if not self.llama:  # the other forms: whole layers only
+            return None
         adapters = None if f.adapters is None else (f.adapters[0], f.adapters[1], n_main)
         return rowinv_steps.layer_front(h, f.norms, f.eps, f.linears, self.heads, self.kv_heads, pe, where, attention,
                                         self.scaling, adapters)
@@ -260,6 +275,8 @@ class DirectStep:
             act = self.act(y[..., a:b])
             out = rowinv_steps.layer_back(h, act, y, c, self.back) if self.back is not None else None
             return out if out is not None else h + self.down(act * y[..., c:d])
+        if not self.llama:  # the step is not one the kernel takes: the library's modules compute it
+            return None
         x = self.norm1(h)
         stored = self._store(x, pe, cache) if self.stores else None
         if stored is not None:
@@ -287,6 +304,11 @@ def run_stack(layers, h: torch.Tensor, mask, pe, cache) -> torch.Tensor | None:
     first = ready[0]
     return rowinv_steps.layer_stack(call.layers, h, call.caches, first.heads, first.kv_heads, first.head_dim, pe,
                                     call.start, call.attention, first.scaling, call.n_main, call.pointers)
+
+
+def _kernel_norm_weight(norm: nn.Module) -> bool:
+    """A norm the kernel computes as the module does (`rowinv.RowInvariantNorm`), with a contiguous fp32 weight."""
+    return isinstance(norm, rowinv.RowInvariantNorm) and norm.weight.dtype is torch.float32 and norm.weight.is_contiguous()
 
 
 def _is_silu(act) -> bool:
@@ -335,8 +357,9 @@ def bind(layers, check) -> bool:
     if not layers or any(type(layer).__name__ not in LAYERS or layer.self_attn.config._attn_implementation
                          not in _functions() for layer in layers):
         return False
-    try:
-        steps = [DirectStep(layer) for layer in layers]
+    try:  # a layer of another family's form keeps a step only where it is a whole kernel layer (else it adds nothing)
+        made = [(layer, DirectStep(layer)) for layer in layers]
+        layers, steps = [m[0] for m in made if m[1].llama or m[1].whole], [m[1] for m in made if m[1].llama or m[1].whole]
         for layer, step in zip(layers, steps):
             layer.__dict__[_ATTR] = step
         direct = check()
@@ -353,7 +376,7 @@ def bind(layers, check) -> bool:
     else:
         warnings.warn("direct layer steps are off for this model: they did not reproduce its layers bit for bit",
                       stacklevel=2)
-    return same
+    return same and bool(steps)
 
 
 def _llama_rope():

@@ -61,17 +61,54 @@ class FrontLinears:
         self.n_gate_up = sum(p[3] for p in gate_up)
 
 
+class LayerForm(NamedTuple):
+    """A layer's form where it is not Llama's (layer_args' last fields): q/k RMSNorms before RoPE (fp32 weights, their
+    eps; `whole`: over the whole projection, OLMo 2, else over each head, Qwen3), `post`: the layer's two norms after
+    the attention and after the MLP, before each residual add (OLMo 2), instead of before them, and `fused_adapters`:
+    the stream-row adapters' layout."""
+    q_norm: torch.Tensor | None = None
+    k_norm: torch.Tensor | None = None
+    qk_eps: float = 0.0
+    whole: bool = False
+    post: bool = False
+    fused_adapters: bool = False  # the row adapters are of q/k/v, o and gate/up as one Linear each (Phi-3's)
+
+    def fields(self) -> tuple:
+        """layer_args' q_norm, k_norm, qk_eps, qk_whole, post_norms, lora_fused"""
+        return (None if self.q_norm is None else self.q_norm.data_ptr(),
+                None if self.k_norm is None else self.k_norm.data_ptr(), self.qk_eps, int(self.whole), int(self.post),
+                int(self.fused_adapters))
+
+
+LLAMA_FORM = LayerForm()
+
+
+def qk_norm(qkv: torch.Tensor, heads: int, kv_heads: int, head_dim: int, q_w: torch.Tensor, k_w: torch.Tensor | None,
+            eps: float, whole: bool = False) -> torch.Tensor:
+    """q's and k's columns of fused q/k/v rows (qkv [..., (heads + 2 kv_heads) head_dim] fp32) through their RMSNorms,
+    in place (layer_steps.c's qk_norm, which the layer steps run before RoPE): each head's values with q_w, k_w
+    [head_dim] (Qwen3), or, `whole`, all of a row's q (k) values with q_w [heads head_dim] (OLMo 2). Each row alone, as
+    `rowinv.rmsnorm` computes it. Returns qkv."""
+    if not qkv.is_contiguous():
+        raise ValueError("qk_norm takes contiguous rows")
+    ld = qkv.shape[-1]
+    _library().qk_norm(qkv.data_ptr(), qkv.numel() // ld, ld, heads, kv_heads, head_dim, q_w.data_ptr(),
+                       None if k_w is None else k_w.data_ptr(), eps, int(whole))
+    return qkv
+
+
 def layer_front(h: torch.Tensor, norms: tuple[torch.Tensor, torch.Tensor], eps: float, linears: FrontLinears,
                 heads: int, kv_heads: int, pe, cache_slots, attention: tuple[torch.Tensor, torch.Tensor], scaling: float,
-                adapters=None) -> tuple[torch.Tensor, torch.Tensor] | None:
+                adapters=None, form: LayerForm = LLAMA_FORM) -> tuple[torch.Tensor, torch.Tensor] | None:
     """One sequence's decoding step through a Llama-form layer up to its MLP's activation, in one kernel call
     (layer_steps.c's layer_front: rmsnorm, the q/k/v call(s), `rope_store`, `attend`, o, the residual add, rmsnorm,
     the gate/up call(s), each as the modules call them). h [1, q, d] fp32 contiguous; norms: the two norms'
     fp32 weights; linears: `FrontLinears` (fp32, bf16 or 4-bit); pe: (cos, sin) [1, q, D]; cache_slots:
     `KVCache.slots`; attention: (spec, keys) as `attend` takes them; adapters: None, or (`pointers` of the
     stream-row adapters' A and B weights of q, k, v, o, gate, up; their rank; the first stream row): rows from
-    there on get each adapter's delta as StreamRowLoRA adds it. Returns (h2 = h + attention output, gate/up
-    output), or None where the kernel declined."""
+    there on get each adapter's delta as StreamRowLoRA adds it; form: `LayerForm` (a layer whose norms come after
+    attention, `post`, takes `layer_step` only). Returns (h2 = h + attention output, gate/up output), or None where the
+    kernel declined."""
     lib = _library()
     _, q, d = h.shape
     head_dim = linears.n_qkv // (heads + 2 * kv_heads)
@@ -79,7 +116,8 @@ def layer_front(h: torch.Tensor, norms: tuple[torch.Tensor, torch.Tensor], eps: 
     h2, gu = torch.empty(1, q, d), torch.empty(1, q, linears.n_gate_up)
     lora, rank, n_main = adapters if adapters is not None else (None, 0, q)
     layer = library.LayerArgs(norms[0].data_ptr(), norms[1].data_ptr(), eps, *linears.counts, *_addresses(linears),
-                              None if lora is None else ctypes.addressof(lora), rank)
+                              None if lora is None else ctypes.addressof(lora), rank, 0, None, None, None, None, None,
+                              *form.fields())
     step = _step(q, d, heads, kv_heads, head_dim, pe, k_buf.shape[2], start, attention, scaling, n_main, None)
     failed = lib.layer_front(layer, step, h.data_ptr(), k_buf.data_ptr(), v_buf.data_ptr(), h2.data_ptr(), gu.data_ptr())
     return None if failed else (h2, gu)
@@ -96,15 +134,17 @@ def _step(q: int, d: int, heads: int, kv_heads: int, head_dim: int, pe, cap: int
     """What every layer of a step shares, as the kernel's step_args."""
     (cos, sin), (spec, keys) = pe, attention
     return library.StepArgs(q, d, heads, kv_heads, head_dim, cos.data_ptr(), sin.data_ptr(), cap, start, spec.data_ptr(),
-                            keys.data_ptr(), scaling, n_main, expv, torch.get_num_threads())
+                            keys.data_ptr(), scaling, n_main, expv, torch.get_num_threads(), cos.shape[-1])
 
 
 def draft_linears(front: list[tuple], down: tuple, min_rows: int) -> library.DraftArgs:
     """A layer's draft Linears for its stream rows (`kernels/draft_weights.py`) as the kernel's draft_args: the front's
-    parts in `FrontLinears`' order (q, k, v, o, gate, up), then down, each (kind, weight, scales or None, outputs)."""
-    if len(front) != 6:
-        raise ValueError("draft Linears take q, k, v, o, gate and up one call each")
-    arrays = FrontLinears(front[:3], front[3], front[4:])
+    parts in `FrontLinears`' order (q, k, v, o, gate, up; or Phi-3's q/k/v, o, gate/up), then down, each (kind, weight,
+    scales or None, outputs)."""
+    if len(front) not in (6, 3):
+        raise ValueError("draft Linears take q, k, v, o, gate and up (or q/k/v, o, gate/up) one call each")
+    nq = 3 if len(front) == 6 else 1
+    arrays = FrontLinears(front[:nq], front[nq], front[nq + 1:])
     draft = library.DraftArgs(*_addresses(arrays)[:3], down[0], down[1].data_ptr(),
                               None if down[2] is None else down[2].data_ptr(), min_rows)
     draft.keep = (arrays, down)  # the arrays and tensors it points into
@@ -258,19 +298,19 @@ def stream_row(state, q: int) -> int:
 
 
 def stack_layer(norms, eps: float, linears: FrontLinears, adapters, down: BackLinear,
-                draft: library.DraftArgs | None = None):
+                draft: library.DraftArgs | None = None, form: LayerForm = LLAMA_FORM):
     """What a whole layer's step takes of one layer that stays the same from step to step, as the kernel's layer_args:
     a C array holding a pointer to it (what `layer_stack` takes; the structure stays alive with it, the tensors and
     arrays it points into with the layer's step). adapters: `layer_front`'s (pointers, rank, row state) or None; draft:
-    the stream rows' draft Linears (`draft_linears`), or None."""
+    the stream rows' draft Linears (`draft_linears`), or None; form: the layer's `LayerForm`."""
     kind, w, dm, _ = down.part
     a_w, b_w = (down.lora[0].data_ptr(), down.lora[1].data_ptr()) if down.lora is not None else (None, None)
     layer = library.LayerArgs(norms[0].data_ptr(), norms[1].data_ptr(), eps, *linears.counts, *_addresses(linears),
                               None if adapters is None else ctypes.addressof(adapters[0]),
                               0 if adapters is None else adapters[1], kind, w.data_ptr(),
                               None if dm is None else dm.data_ptr(), a_w, b_w,
-                              None if draft is None else ctypes.addressof(draft))
-    layer.keep = draft
+                              None if draft is None else ctypes.addressof(draft), *form.fields())
+    layer.keep = (draft, form)
     return (ctypes.POINTER(library.LayerArgs) * 1)(ctypes.pointer(layer))
 
 
