@@ -74,7 +74,7 @@ def test_pass_cost_measures_a_random_shape_on_the_cpu_clock(monkeypatch, tmp_pat
         clocks.use("wall")
     assert rc == 0
     saved = json.loads(out.read_text())
-    assert "--random-shape qwen3-0.6b" in saved["command"] and saved["host"]["cores"] >= 1
+    assert "--random-shape qwen3-0.6b" in saved["command"] and "cores" in saved["host"]
     (run,) = saved["runs"]
     settings = run["settings"]
     assert settings["model"] == "random qwen3-0.6b" and settings["clock"] == "cpu"
