@@ -179,8 +179,8 @@ def race_views(cache: EngineCache, model_name, mode, text, topk_v, prune_v, budg
     layers = ()
     if engine.streams is not None:
         layers = tuple(range(engine.streams.cfg.birth_layer, engine.streams.cfg.num_layers))
-    yield {**race_html(RaceView(SideView(), SideView())), "msg": "", "download": gr.update(value=None,
-                                                                                            interactive=False)}
+    empty = RaceView(SideView(), SideView(), lanes={k: SideView() for k in chosen}, shown=lanes.shown_lane(chosen))
+    yield {**race_html(empty), "msg": "", "download": gr.update(value=None, interactive=False)}
     t0 = last_live = time.monotonic()
     for view in race(engine, text, cfg, lock, attention_layers=layers, lanes=chosen):
         if time.monotonic() - t0 > limits.EVENT_TIME_LIMIT_S:
@@ -343,7 +343,7 @@ def lane_picker(spec: ModelSpec | None, mode: str, chosen=None) -> tuple[list, l
     gamma = spec_gamma(spec, mode) if spec is not None else 1
     note = lanes_note(reasons, lanes.draft_line(fast) + "; the settings below change it",
                       lanes.draft_line(lanes.teaching_config(fast, gamma)))
-    return choices, keep or ["fast"], note
+    return choices, keep or [k for _, k in choices[:1]], note
 
 
 def _pickers(lab: Lab, spec, mode, chosen) -> dict:

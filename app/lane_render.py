@@ -10,9 +10,8 @@ from .lanes import LABELS, SHORT
 from .race import RaceView, SideView, number, tau
 from .render import render_badge, render_text
 
-ROW_NAMES = {"plain": "plain (AR)", "fast": "speculative (SS) · fastest draft",
-             "teaching": "speculative (SS) · teaching draft", "lookup": "prompt lookup", "medusa": "Medusa heads",
-             "assisted": "assisted · layer draft"}
+ROW_NAMES = {"plain": "plain (AR)", "fast": "speculative (SS)", "teaching": "SS teaching", "lookup": "prompt lookup",
+             "medusa": "Medusa heads", "assisted": "assisted"}
 
 
 def lane_speedup(lane: SideView, plain: SideView) -> float | None:
@@ -25,36 +24,33 @@ def _check(side: SideView, key: str) -> str:
     if key == "plain":
         return "referent"
     if side.identical is None:
-        return "…" if not side.done else "–"
+        return "racing…" if not side.done else "–"
     return "✔ identical" if side.identical else "≠ differs"
 
 
 def render_lane_table(view: RaceView) -> str:
-    """Every lane in one table; the row the per-pass views follow is marked."""
+    """Every lane in one table (τ, tokens/s, speedup over plain decoding, the check against it); the lane the per-pass
+    views follow is underlined. Compact, so that six lanes stay in the first screen at 1280×720."""
     plain = view.ar
     rows = []
     for key, side in view.lanes.items():
-        s = {k: number(side.stats.get(k)) for k in ("new_tokens", "forward_passes", "tokens_per_s", "wall_s")}
+        s = {k: number(side.stats.get(k)) for k in ("new_tokens", "tokens_per_s")}
         x = lane_speedup(side, plain) if key != "plain" else 1.0
-        state = "done" if side.done else "racing…"
         mark = ' class="lab-shown"' if key == view.shown and len(view.lanes) > 2 else ""
-        rows.append(f'<tr{mark} data-lane="{html.escape(key)}"><th>{html.escape(ROW_NAMES.get(key, key))}</th>'
-                    f'<td>{s["new_tokens"]:.0f}</td><td>{s["forward_passes"]:.0f}</td><td>{tau(side.stats):.2f}</td>'
-                    f'<td>{s["tokens_per_s"]:.1f}</td><td>{"–" if x is None else f"{x:.2f}×"}</td>'
-                    f'<td>{s["wall_s"]:.2f} s</td><td class="lab-check">{_check(side, key)}</td><td>{state}</td></tr>')
+        rows.append(f'<tr{mark} data-lane="{html.escape(key)}" title="{html.escape(LABELS.get(key, key))}">'
+                    f'<th>{html.escape(ROW_NAMES.get(key, key))}</th><td>{s["new_tokens"]:.0f}</td>'
+                    f'<td>{tau(side.stats):.2f}</td><td>{s["tokens_per_s"]:.1f}</td>'
+                    f'<td>{"–" if x is None else f"{x:.2f}×"}</td><td class="lab-check">{_check(side, key)}</td></tr>')
     skipped = "".join(f'<tr class="lab-skipped"><th>{html.escape(ROW_NAMES.get(k, k))}</th>'
-                      f'<td colspan="8">not raced: {html.escape(why)}</td></tr>' for k, why in view.skipped.items()
+                      f'<td colspan="5">not raced: {html.escape(why)}</td></tr>' for k, why in view.skipped.items()
                       if k in LABELS)
-    where = "replayed trace" if view.replay else (f"elapsed {number(view.elapsed_s):.2f} s "
-                                                  f"({len(view.lanes)} lanes, interleaved pass by pass)")
+    where = "replayed trace" if view.replay else (f"elapsed {number(view.elapsed_s):.2f} s, {len(view.lanes)} lanes "
+                                                  "interleaved pass by pass")
     if view.precision and view.device:  # what actually ran, not what the model line resolved beforehand
         where += f" · {view.precision} on {view.device}" + (f" · Linears: {view.linears}" if view.linears else "")
-    notes = [where]
-    notes += [f"{ROW_NAMES[k]}: {d}" for k, d in view.drafts.items() if k in view.lanes]
-    return ('<table class="lab-meters"><tr><th></th><th>tokens</th><th>forward passes</th><th>τ</th>'
-            '<th>tokens/s</th><th>speedup</th><th>own time</th><th>= plain</th><th></th></tr>'
-            f'{"".join(rows)}{skipped}</table>'
-            f'<div class="lab-note">{" · ".join(html.escape(n) for n in notes)}</div>')
+    return ('<table class="lab-meters lab-lane-table"><tr><th></th><th>tokens</th><th>τ</th><th>tokens/s</th>'
+            f'<th>speedup</th><th>= plain</th></tr>{"".join(rows)}{skipped}</table>'
+            f'<div class="lab-note">{html.escape(where)}</div>')
 
 
 def render_lane_badge(view: RaceView) -> str:
@@ -71,7 +67,7 @@ def render_lane_badge(view: RaceView) -> str:
     differ = [SHORT.get(k, k) for k, same in known.items() if not same]
     if not differ:
         why = ("sampling: each lane draws from the same distribution, the same text this time" if view.sampling
-               else f"greedy decoding: every draft is checked by the one verifier; {referent}")
+               else f"greedy · {referent}")
         return (f'<div class="lab-badge equal" data-equal="true">✔ all {len(known)} lanes identical to plain decoding'
                 f'<div class="lab-note">{html.escape(why)}</div></div>')
     why = ("expected in sampling mode: the lanes consume random numbers differently" if view.sampling
@@ -99,6 +95,7 @@ def lanes_note(reasons: dict[str, str], fast: str, teaching: str) -> str:
 
 LANE_CSS = """
 .lab-meters tr.lab-shown th { text-decoration: underline; }
+.lab-lane-table th, .lab-lane-table td { padding: 3px 8px; white-space: nowrap; }
 .lab-meters tr.lab-skipped th, .lab-meters tr.lab-skipped td { color: #555; text-align: left; }
 .lab-lanes { display: grid; grid-template-columns: repeat(auto-fit, minmax(280px, 1fr)); gap: 10px; }
 .lab-lane-name { font-weight: 600; margin: 2px 0 4px; }

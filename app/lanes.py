@@ -21,6 +21,8 @@ import os
 import threading
 from dataclasses import replace
 
+import torch
+
 from specstream_core.decoding.config import NODE_BUDGET, DecodeConfig
 from specstream_core.decoding.tree import cartesian_size
 
@@ -116,12 +118,16 @@ class LaneAssets:
             from specstream_core.model.medusa_heads import MedusaHeads, recommended_topk
 
             heads = MedusaHeads.load(self.spec.medusa, engine.model)
+            with torch.inference_mode():  # warm-up: a first call pays one-off costs that would land in the race
+                heads(torch.zeros(heads.cfg.hidden_size, device=engine.device))
             return heads, recommended_topk(self.spec.medusa) or (1,) * heads.cfg.num_heads
         from specstream_core.model.layer_draft import load_assistant
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             draft, _ = load_assistant(self.spec.draft, self.spec.base, str(engine.device))
+        with torch.inference_mode():
+            draft(input_ids=torch.zeros(1, 4, dtype=torch.long, device=engine.device))
         return draft
 
 

@@ -72,7 +72,6 @@ class RaceView:
     skipped: dict[str, str] = field(default_factory=dict)  # lanes left out of the race, and why
     plain_equals: str = ""  # what plain decoding's output equals at this precision (`exactness`)
     equals: str = ""  # a replayed trace's own label: what its lane's output equals
-    drafts: dict[str, str] = field(default_factory=dict)  # lane -> its draft in one line
     traces: dict[str, dict] = field(default_factory=dict)  # final: every speculative lane's trace
     live: dict | None = None  # while racing: the shown lane's trace so far (`live_trace`)
 
@@ -155,8 +154,7 @@ def race(engine, prompt, cfg: DecodeConfig, lock=None, min_interval: float = 0.1
     common = {"sampling": cfg.temperature > 0, "precision": str(getattr(engine, "precision", "")),
               "stream_mode": getattr(getattr(engine.streams, "cfg", None), "mode", "lossless"),
               "device": str(device), "exact": getattr(engine, "exact", None), "linears": linears_shown(engine),
-              "shown": shown, "skipped": skipped, "plain_equals": exactness.for_engine(engine, runs["plain"][0]),
-              "drafts": {k: lanes_.draft_line(c) for k, (c, _) in runs.items() if k in lanes_.STREAM_LANES}}
+              "shown": shown, "skipped": skipped, "plain_equals": exactness.for_engine(engine, runs["plain"][0])}
     t0, last, turn = time.perf_counter(), 0.0, 0
     order = list(sides)
 

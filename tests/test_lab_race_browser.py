@@ -92,16 +92,19 @@ def test_a_race_of_every_lane_on_the_default_model(server, browser, width, heigh
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(server)
     page.wait_for_selector("#run")
-    offered = page.eval_on_selector_all("#lanes input[type=checkbox]", "els => els.map(e => e.value)")
-    assert sorted(offered) == sorted(LANES), offered  # every lane's assets are here: none disabled
+    from app.lanes import LABELS
+
+    offered = page.eval_on_selector_all("#lanes label", "els => els.map(e => e.innerText.trim())")
+    assert offered == [LABELS[k] for k in LANES], offered  # every lane's assets are here: none left out
     assert "teaching draft" in page.inner_text("#lanes-note") and "4,3,2,1" in page.inner_text("#lanes-note")
     for lane in LANES:
-        box = page.locator(f"#lanes input[type=checkbox][value='{lane}']")
+        box = page.locator("#lanes label", has_text=LABELS[lane]).locator("input[type=checkbox]")
         if not box.is_checked():
             box.check()
     page.fill("#max-new input[type=number]", str(MAX_NEW))
     page.press("#max-new input[type=number]", "Enter")
     page.fill("#prompt textarea", PROMPT)
+    page.evaluate("() => window.scrollTo(0, 0)")  # checking the boxes may have scrolled the page a little
     page.click("#run button, button#run")
     page.wait_for_selector("#equal-badge .lab-badge.equal, #equal-badge .lab-badge.differ", timeout=240_000)
     badge = page.inner_text("#equal-badge")
