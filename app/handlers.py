@@ -101,7 +101,12 @@ def views_of_step(trace, index, layer=None, head=None, deadline=None, ss: SideVi
 def race_html(view: RaceView) -> dict:
     return {"ar_out": render_text(view.ar, False, "…"), "ss_out": render_text(view.ss, True, "…"),
             "meters": render_lane_table(view), "speed": render_speedup(view), "badge": render_lane_badge(view),
-            "lanes_out": render_lane_texts(view), "ss_head": f"### {lanes.LABELS.get(view.shown, view.shown)}"}
+            "lanes_out": render_lane_texts(view), "ss_head": lane_heading(view.shown)}
+
+
+def lane_heading(lane: str) -> str:
+    """The heading over the speculative text: the lane's name (a known lane only: a trace's text never reaches it)."""
+    return f"### {lanes.LABELS.get(lane, 'Speculative streaming')}"
 
 
 def live_views(view: RaceView) -> dict:
@@ -115,7 +120,8 @@ def live_views(view: RaceView) -> dict:
 
 def lane_choice(view: RaceView) -> dict:
     """The pass views' lane picker after a race: its speculative lanes, the shown one chosen."""
-    choices = [(lanes.LABELS[k], k) for k in view.traces] or [(lanes.LABELS.get(view.shown, view.shown), view.shown)]
+    choices = [(lanes.LABELS[k], k) for k in view.traces if k in lanes.LABELS] or [
+        (lanes.LABELS.get(view.shown, "Speculative streaming"), view.shown)]
     return {"view_lane": gr.update(choices=choices, value=view.shown, interactive=len(choices) > 1)}
 
 
@@ -274,7 +280,7 @@ def on_view_lane(lab: Lab, blobs, lane, layer, head):
         trace = Trace.unpack(blobs[lane])
         index = most_telling_step(trace)
         out = views_of_step(trace, index, layer, head)
-        out.update({"trace_state": blobs[lane], "ss_head": f"### {lanes.LABELS.get(lane, lane)}", "msg": "",
+        out.update({"trace_state": blobs[lane], "ss_head": lane_heading(lane), "msg": "",
                     "step": gr.update(minimum=0, maximum=max(1, len(trace["steps"]) - 1), value=index)})
         return _keyed(lab, out)
     except Exception as exc:

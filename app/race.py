@@ -300,7 +300,8 @@ def _lanes_from_trace(view: RaceView, trace: dict, plain, spec) -> None:
     """The lanes of a recorded race (meta.lab.lanes: every lane's stats and check; this trace's own lane in
     full); a two-lane trace: plain decoding and speculative streaming."""
     lab = trace["meta"].get("lab") or {}
-    view.shown = lab.get("lane") or ("fast" if is_speculative(trace) else "plain")
+    lane = lab.get("lane")  # a trace's text: only a known lane's key is kept
+    view.shown = lane if lane in lanes_.LABELS else ("fast" if is_speculative(trace) else "plain")
     view.equals = trace["meta"].get("equals", "")
     if isinstance(plain, list) and isinstance(spec, list):
         view.ss.identical = plain == spec

@@ -231,3 +231,19 @@ def _state(out: dict):
     import gradio as gr
 
     return next(v for k, v in out.items() if isinstance(k, gr.State) and isinstance(v, dict))
+
+
+def test_a_recorded_lane_table_never_reaches_the_page_as_html(five_lanes):
+    """A trace's lane names and stats are data: unknown lanes are dropped, the shown lane falls back to a known one."""
+    import copy
+
+    from app.handlers import lane_choice, race_html
+    from app.race import view_from_trace
+
+    trace = copy.deepcopy(five_lanes[-1].traces["lookup"])
+    trace["meta"]["lab"]["lane"] = "<img src=x onerror=alert(1)>"
+    trace["meta"]["lab"]["lanes"].append({"lane": "<b>x</b>", "stats": {"new_tokens": 1}, "identical": True})
+    view = view_from_trace(trace)
+    assert view.shown == "fast" and "<b>x</b>" not in view.lanes
+    out = {**race_html(view), **lane_choice(view)}
+    assert not any("<img" in str(v) or "<b>x" in str(v) for v in out.values()), out
