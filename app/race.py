@@ -1,12 +1,13 @@
-"""The race: plain (AR) and speculative (SS) decoding of one prompt on the same engine, interleaved one
-forward pass each in turn so neither has the machine to itself, each timed on its own: a side's `wall_s` counts
-only its own `step()` calls, on a clock that waits for the device (`devices.SyncTimer`: on CUDA a pass's queued
-work is charged to the side that queued it, not to the other one).
+"""The race: the lanes (`lanes.py`: plain decoding, speculative streaming at two drafts, prompt lookup, Medusa heads,
+assisted generation) decode one prompt on the same engine, interleaved one forward pass each per round, the order
+rotating, so none has the machine to itself, each timed on its own: a lane's `wall_s` counts only its own `step()`
+calls, on a clock that waits for the device (`devices.SyncTimer`: on CUDA a pass's queued work is charged to the
+lane that queued it, not to another one).
 
-    for view in race(engine, prompt, cfg, lock):   # a RaceView after every few passes
+    for view in race(engine, prompt, cfg, lock, lanes=["fast", "medusa"]):   # a RaceView after every few passes
         show(view)
 
-`render.py` turns a RaceView into HTML; `view_from_trace` rebuilds one from a recorded trace
+`render.py` and `lane_render.py` turn a RaceView into HTML; `view_from_trace` rebuilds one from a recorded trace
 (replay, no model needed). Nothing here touches Gradio.
 """
 
