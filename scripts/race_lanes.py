@@ -58,7 +58,7 @@ def main() -> int:
             rows[key]["identical"] += bool(side.identical)
         print(label, {k: round(v.stats["tokens_per_s"] / plain, 2) for k, v in final.lanes.items()}, flush=True)
     out = {"command": f"python scripts/race_lanes.py --max-new {args.max_new} --threads {args.threads}",
-           "host": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {args.threads} thread(s)",
+           "host": f"{cpu_name()}, {os.cpu_count()} cores, {args.threads} thread(s)",
            "date": time.strftime("%Y-%m-%d"), "model": name, "precision": engine.precision, "races": races,
            "max_new_tokens": args.max_new, "equals": final.plain_equals,
            "lanes": {k: {"label": LABELS[k], "speedup_median": round(statistics.median(r["speedups"]), 3),
@@ -69,6 +69,14 @@ def main() -> int:
         json.dump(out, f, indent=1)
     print(json.dumps(out["lanes"], indent=1))
     return 0
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":
