@@ -115,7 +115,8 @@ def live_views(view: RaceView) -> dict:
         return {}
     trace = validate(view.live)
     last = len(trace["steps"]) - 1
-    return {"tree_plot": figures.tree_figure(trace, last), "accept_plot": figures.acceptance_figure(trace, selected=last)}
+    return {"tree_plot": figures.tree_figure(trace, last), "accept_plot": figures.acceptance_figure(trace, selected=last),
+            "step": gr.update(minimum=0, maximum=last, value=last, interactive=False)}
 
 
 def lane_choice(view: RaceView) -> dict:
@@ -186,7 +187,9 @@ def race_views(cache: EngineCache, model_name, mode, text, topk_v, prune_v, budg
     if engine.streams is not None:
         layers = tuple(range(engine.streams.cfg.birth_layer, engine.streams.cfg.num_layers))
     empty = RaceView(SideView(), SideView(), lanes={k: SideView() for k in chosen}, shown=lanes.shown_lane(chosen))
-    yield {**race_html(empty), "msg": "", "download": gr.update(value=None, interactive=False)}
+    yield {**race_html(empty), "msg": "", "download": gr.update(value=None, interactive=False),
+           "view_lane": gr.update(choices=[(lanes.LABELS[k], k) for k in chosen if k != "plain"], value=empty.shown,
+                                  interactive=False)}
     t0 = last_live = time.monotonic()
     for view in race(engine, text, cfg, lock, attention_layers=layers, lanes=chosen):
         if time.monotonic() - t0 > limits.EVENT_TIME_LIMIT_S:

@@ -177,6 +177,7 @@ def test_the_tree_and_tau_views_update_while_the_race_runs(lanes_engine, monkeyp
     live = [v for v in views[1:-1] if "tree_plot" in v]
     assert len(live) >= 3 and all("accept_plot" in v for v in live)
     assert live[0]["tree_plot"].to_json() != live[-1]["tree_plot"].to_json()
+    assert [v["step"]["value"] for v in live] == sorted(v["step"]["value"] for v in live)  # the latest pass
     final = views[-1]
     assert set(final["lane_traces"]) == {"fast", "teaching"}
     assert [k for _, k in final["view_lane"]["choices"]] == ["fast", "teaching"] and final["view_lane"]["value"] == "fast"
