@@ -205,3 +205,25 @@ def test_selected_pass_in_both_texts():
     assert '\n\n<span class="tok sel-pass" title=' in shown["ar_out"] and shown["ar_out"].count("sel-pass") == 1
     assert shown["ss_out"].count("sel-pass nl") == 1 and shown["ss_out"].count("sel-pass") == 2
     assert "sel-pass nl" in selection_html(plain, ss, 2)["ar_out"]
+
+
+def test_every_way_a_trace_opens_sets_every_output_of_the_page(replay_demo, recorded, tmp_path):
+    """A shared link, a recorded run, an upload and a preset each give a value to every output they are wired to
+    (the race's lanes and lane picker included), so nothing of an earlier race is left on the page."""
+    from app.presets import presets, trace_path
+
+    def wired(name):
+        return {id(b) for b in next(f for f in replay_demo.fns.values() if getattr(f.fn, "__name__", "") == name).outputs}
+
+    label = next(k for k in presets() if trace_path(k))
+    link = handler(replay_demo, "on_share")(recorded.pack())[component(replay_demo, "share-link")]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(recorded))
+    opened = {"on_open": list(handler(replay_demo, "on_open")(None, request(trace=link[len("?trace="):])))[-1],
+              "recorded": list(handler(replay_demo, "on_open")(label, request()))[-1],
+              "on_upload": handler(replay_demo, "on_upload")(str(path)),
+              "on_preset": handler(replay_demo, "on_preset")(label)}
+    for name, out in opened.items():
+        assert {id(b) for b in out} == wired("on_open" if name == "recorded" else name), name
+    assert "lanes" not in opened["on_upload"][component(replay_demo, "lane-outputs")]  # no race's lanes left
+
