@@ -24,7 +24,8 @@ from specstream_core.errors import SpecstreamError
 
 from . import handlers, limits
 from .admission import client_keys
-from .export import figure_pack, pack_name
+from .export import figure_pack, lane_of, pack_name
+from .lanes import LABELS
 from .race import view_from_trace
 from .render import message
 from .trace_store import TraceStore
@@ -85,7 +86,8 @@ def on_pack(lab, blob, index, layer, head, request: gr.Request = None):
             with open(path, "wb") as f:
                 f.write(figure_pack(trace, i, layer, head))
             yield {lab.c.export["pack"]: gr.update(value=path, interactive=True),
-                   lab.c.msg: message(f"The figure pack of pass {i} is ready: Download figure pack.", "info")}
+                   lab.c.msg: message(f"The figure pack of pass {i}{_of_lane(trace)} is ready: Download figure pack.",
+                                      "info")}
     except SpecstreamError as exc:
         yield {lab.c.msg: message(str(exc))}
     except Exception as exc:
@@ -98,13 +100,21 @@ def on_share(lab, blob, request: gr.Request = None):
     if blob is None:
         return {lab.c.msg: message("Run the race or open a trace first: the link shares it.", "info")}
     try:
-        trace_id = store_for(lab).put(Trace.unpack(blob))
-        return {lab.c.export["link"]: f"?trace={trace_id}", lab.c.msg: ""}
+        trace = Trace.unpack(blob)
+        trace_id = store_for(lab).put(trace)
+        note = message(f"The link reopens this race's trace{_of_lane(trace)}.", "info") if lane_of(trace) else ""
+        return {lab.c.export["link"]: f"?trace={trace_id}", lab.c.msg: note}
     except SpecstreamError as exc:
         return {lab.c.msg: message(str(exc))}
     except Exception as exc:
         log.exception("share failed")
         return {lab.c.msg: message(f"internal error ({type(exc).__name__}); see the server log")}
+
+
+def _of_lane(trace) -> str:
+    """' of <lane>' for a lane of a multi-lane race (the lane whose views are shown), else nothing."""
+    lane = lane_of(trace)
+    return f" of {LABELS[lane]}" if lane else ""
 
 
 # the share box shows the whole address: this page's, with its query replaced by ?trace=<id>

@@ -19,7 +19,7 @@ from app.race import Piece, SideView
 from app.trace_store import TraceStore, valid_id
 from helpers import component, handler
 from hostile import PAYLOAD, deep_json, html_everywhere
-from specstream_core.decoding.trace import load_trace
+from specstream_core.decoding.trace import load_trace, validate
 from specstream_core.errors import SpecstreamError
 
 RECORDED = "assets/smollm2/traces/math-my-kid-is-stuck-on-this-one-can-you-walk-us-thr.json"
@@ -227,3 +227,15 @@ def test_every_way_a_trace_opens_sets_every_output_of_the_page(replay_demo, reco
         assert {id(b) for b in out} == wired("on_open" if name == "recorded" else name), name
     assert "lanes" not in opened["on_upload"][component(replay_demo, "lane-outputs")]  # no race's lanes left
 
+
+def test_the_pack_and_the_link_name_the_lane_they_show(replay_demo, recorded):
+    lane = copy.deepcopy(recorded)
+    lane["meta"].setdefault("lab", {})["lane"] = "teaching"
+    lane = validate(lane)
+    assert "-teaching-pass3.zip" in pack_name(lane, 3) and "-teaching-" not in pack_name(recorded, 3)
+    with zipfile.ZipFile(io.BytesIO(figure_pack(lane, 3))) as z:
+        assert json.loads(z.read("pass-003/about.json"))["lane"].endswith("teaching draft")
+    shared = handler(replay_demo, "on_share")(lane.pack())
+    assert "teaching draft" in shared[component(replay_demo, "lab-message")]
+    shown = list(handler(replay_demo, "on_open")(None, request(trace=shared[component(replay_demo, "share-link")][7:])))
+    assert shown[-1][component(replay_demo, "ss-heading")].endswith("teaching draft")
