@@ -1,6 +1,6 @@
 """The multi-lane race in a real browser on the default model (SmolLM2-135M-Instruct with its stream set, Medusa heads
 and layer draft from assets/smollm2/): the real server (app.py, subprocess, 127.0.0.1) driven by headless Chromium
-through playwright, at 1280×720 and 1920×1080. Every lane is picked, the race finishes with every lane identical to
+through playwright. Every lane is picked, the race (at 1280×720) finishes with every lane identical to
 plain decoding, the result stays in the first screen and the console stays clean. Short races (16 new tokens).
 
 Needs /usr/bin/chromium and the playwright package, as tests/test_app_browser.py (SPECSTREAM_ALLOW_NO_BROWSER=1
@@ -83,15 +83,16 @@ IN_VIEW = """s => { const r = document.querySelector(s).getBoundingClientRect();
            && window.scrollY === 0; }"""
 
 
-@pytest.mark.parametrize("width,height", [(1280, 720), (1920, 1080)])
-def test_a_race_of_every_lane_on_the_default_model(server, browser, width, height):
-    context = browser.new_context(viewport={"width": width, "height": height})
+def test_a_race_of_every_lane_on_the_default_model(server, browser):
+    # long: one race (the slow part) at 1280×720, its result then checked at 1920×1080 too, then the views switched
+    # to the teaching lane, whose pass the figure pack names, and no console error
+    context = browser.new_context(accept_downloads=True, viewport={"width": 1280, "height": 720})
     page = context.new_page()
     errors = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(server)
-    page.wait_for_selector("#run")
+    page.wait_for_selector("#lanes label")  # the picker's choices are drawn
     from app.lanes import LABELS
 
     offered = page.eval_on_selector_all("#lanes label", "els => els.map(e => e.innerText.trim())")
@@ -118,7 +119,27 @@ def test_a_race_of_every_lane_on_the_default_model(server, browser, width, heigh
     assert len(texts) == 4 and all(t == plain for t in texts), (plain, texts)  # the lanes beside the shown one
     assert page.inner_text("#ss-output .lab-text").strip() == plain
     assert page.eval_on_selector_all("#lane-outputs .lab-lane .tok", "els => els.length") >= 4 * 3  # tinted by pass
-    for selector in ("#speedup .lab-big", "#equal-badge .lab-badge", "#meters table"):
-        assert page.evaluate(IN_VIEW, selector), selector
+    for size in ((1280, 720), (1920, 1080)):  # the same result, in the first screen at both sizes
+        page.set_viewport_size({"width": size[0], "height": size[1]})
+        for selector in ("#speedup .lab-big", "#equal-badge .lab-badge", "#meters table"):
+            assert page.evaluate(IN_VIEW, selector), (size, selector)
+    _views_follow_the_teaching_lane(page, LABELS["teaching"])
     assert not errors, errors
     context.close()
+
+
+def _views_follow_the_teaching_lane(page, label):
+    """The pass views switch to the teaching lane: its heading, the selected pass marked in both texts, and the
+    figure pack of its pass names the lane."""
+    page.click("#view-lane input")
+    page.get_by_role("option").filter(has_text=label).first.click()
+    page.wait_for_function("l => document.querySelector('#ss-heading').innerText.includes(l)", arg=label,
+                           timeout=60_000)
+    page.wait_for_selector("#ss-output .sel-pass", timeout=30_000)
+    assert page.locator("#ar-output .sel-pass").count() > 0  # both texts mark the selected pass
+    page.click("#figure-pack")
+    page.wait_for_selector("#figure-pack-download:not([disabled])", timeout=60_000)
+    assert "teaching draft" in page.inner_text("#lab-message")
+    with page.expect_download(timeout=30_000) as info:
+        page.click("#figure-pack-download")
+    assert "-teaching-pass" in info.value.suggested_filename
