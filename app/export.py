@@ -13,6 +13,7 @@ import zipfile
 
 from . import figures
 from .figure_files import draw
+from .lanes import LABELS
 from .traces import checked, step_of
 
 FIGURES = ("tree", "acceptance", "attention", "mask")
@@ -33,7 +34,9 @@ def pass_figures(trace: dict, index: int, layer=None, head=None) -> dict:
 def about(trace: dict, index: int, layer, head) -> dict:
     """What the pack holds and where it came from (about.json in the zip)."""
     meta = trace.get("meta") or {}
-    return {"pass": index, "passes": len(trace["steps"]), "attention_layer": layer, "attention_head": head,
+    lane = lane_of(trace)
+    return {"pass": index, "passes": len(trace["steps"]), "lane": LABELS[lane] if lane else None,
+            "attention_layer": layer, "attention_head": head,
             "model": meta.get("model"), "precision": meta.get("precision"), "device": meta.get("device"),
             "gamma": meta.get("gamma"), "figures": {name: [f"{name}.svg", f"{name}.png"] for name in FIGURES},
             "made_by": "the Speculative Streaming lab's figure pack (app/export.py)"}
@@ -59,7 +62,14 @@ def figure_pack(trace: dict, index: int, layer=None, head=None, scale: float = 2
     return buf.getvalue()
 
 
+def lane_of(trace: dict) -> str | None:
+    """The lane of a multi-lane race whose trace this is (a known lane's key only), else None."""
+    lane = ((trace.get("meta") or {}).get("lab") or {}).get("lane")
+    return lane if lane in LABELS else None
+
+
 def pack_name(trace: dict, index: int) -> str:
     model = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in str((trace.get("meta") or {}).get("model")
                                                                              or "trace"))[:40]
-    return f"specstream-figures-{model}-pass{int(index)}.zip"
+    lane = lane_of(trace)
+    return f"specstream-figures-{model}{f'-{lane}' if lane else ''}-pass{int(index)}.zip"

@@ -2,8 +2,9 @@
 link (`?trace=<id>`, app/trace_store.py), the replay controls of the presenter view (the speed and a Play
 button; the keys and the timer are render.PRESENTER_JS), and the presets as `gr.Examples`.
 
-ui.py calls `replay_controls`, `export_controls` and `examples` where they sit on the page, `wire` once, and
-`on_open` when a page opens (a share link's trace, else the preset's recorded run).
+ui.py calls `replay_controls`, `export_controls` and `examples` where they sit on the page, and `attach` once
+(ui._extensions), which wires them and `on_open` when a page opens (a share link's trace, else the preset's
+recorded run).
 
 Stable element ids: replay-play, replay-speed, figure-pack (make), figure-pack-download, share, share-link,
 examples.
@@ -23,7 +24,8 @@ from specstream_core.errors import SpecstreamError
 
 from . import handlers, limits
 from .admission import client_keys
-from .export import figure_pack, pack_name
+from .export import figure_pack, lane_of, pack_name
+from .lanes import LABELS
 from .race import view_from_trace
 from .render import message
 from .trace_store import TraceStore
@@ -62,7 +64,7 @@ def export_controls() -> dict:
 
 
 def examples(preset_map: dict[str, str], preset_dd, prompt):
-    """The presets as an examples gallery: a click fills the preset and the prompt (`wire` then replays its
+    """The presets as an examples gallery: a click fills the preset and the prompt (`attach` then replays its
     recorded run, as choosing it in the dropdown does)."""
     labels = list(preset_map)
     return gr.Examples([[label, preset_map[label]] for label in labels], [preset_dd, prompt],
@@ -84,7 +86,8 @@ def on_pack(lab, blob, index, layer, head, request: gr.Request = None):
             with open(path, "wb") as f:
                 f.write(figure_pack(trace, i, layer, head))
             yield {lab.c.export["pack"]: gr.update(value=path, interactive=True),
-                   lab.c.msg: message(f"The figure pack of pass {i} is ready: Download figure pack.", "info")}
+                   lab.c.msg: message(f"The figure pack of pass {i}{_of_lane(trace)} is ready: Download figure pack.",
+                                      "info")}
     except SpecstreamError as exc:
         yield {lab.c.msg: message(str(exc))}
     except Exception as exc:
@@ -97,13 +100,21 @@ def on_share(lab, blob, request: gr.Request = None):
     if blob is None:
         return {lab.c.msg: message("Run the race or open a trace first: the link shares it.", "info")}
     try:
-        trace_id = store_for(lab).put(Trace.unpack(blob))
-        return {lab.c.export["link"]: f"?trace={trace_id}", lab.c.msg: ""}
+        trace = Trace.unpack(blob)
+        trace_id = store_for(lab).put(trace)
+        note = message(f"The link reopens this race's trace{_of_lane(trace)}.", "info") if lane_of(trace) else ""
+        return {lab.c.export["link"]: f"?trace={trace_id}", lab.c.msg: note}
     except SpecstreamError as exc:
         return {lab.c.msg: message(str(exc))}
     except Exception as exc:
         log.exception("share failed")
         return {lab.c.msg: message(f"internal error ({type(exc).__name__}); see the server log")}
+
+
+def _of_lane(trace) -> str:
+    """' of <lane>' for a lane of a multi-lane race (the lane whose views are shown), else nothing."""
+    lane = lane_of(trace)
+    return f" of {LABELS[lane]}" if lane else ""
 
 
 # the share box shows the whole address: this page's, with its query replaced by ?trace=<id>
@@ -124,12 +135,10 @@ def on_open(lab, label, request: gr.Request = None):
             trace = store_for(lab).get(trace_id)
             note = message(f"A shared trace of {trace['meta'].get('model', '?')} ({len(trace['steps'])} passes), "
                            "replayed with no model involved.", "info")
-            out = handlers.all_views(trace, view_from_trace(trace), note,
-                                     time.monotonic() + limits.UPLOAD_TIME_LIMIT_S)
             path = os.path.join(tmp, f"specstream-trace-{trace_id}.json")
             save_trace(trace, path)
-            out["download"] = gr.update(value=path, interactive=True)
-            yield handlers._keyed(lab, out)
+            yield handlers._keyed(lab, handlers.all_views(trace, view_from_trace(trace), note, gr.update(
+                value=path, interactive=True), time.monotonic() + limits.UPLOAD_TIME_LIMIT_S))
     except SpecstreamError as exc:
         yield {lab.c.msg: message(f"Cannot open this link: {exc}")}
     except Exception as exc:
@@ -137,9 +146,13 @@ def on_open(lab, label, request: gr.Request = None):
         yield {lab.c.msg: message(f"Cannot open this link ({type(exc).__name__}); see the server log")}
 
 
-def wire(lab, outputs_all: list) -> None:
-    """The export controls' events (ui._wire calls this once)."""
+def attach(lab) -> None:
+    """The export controls' events and the page's opening (ui._extensions calls this once, after the race's
+    wiring: `lab.c.outputs_all` is every output a race, an upload or an opened trace sets)."""
     c, bind = lab.c, _binder(lab)
+    outputs_all = c.outputs_all
+    lab.demo.load(bind(on_open), [c.preset_dd], outputs_all, concurrency_limit=limits.UPLOAD_CONCURRENCY,
+                  concurrency_id="upload")
     step_inputs = [c.trace_state, c.step, c.layer_dd, c.head_dd]
     c.export["make"].click(bind(on_pack), step_inputs, [c.export["pack"], c.msg],
                            concurrency_limit=limits.UPLOAD_CONCURRENCY, concurrency_id="upload")

@@ -11,6 +11,8 @@ from specstream_core.decoding.config import DecodeConfig, parse_topk
 from specstream_core.decoding.trace import MAX_TRACE_BYTES
 from specstream_core.errors import SpecstreamError
 
+from .lanes import LABELS as LANES, keys as lane_keys
+
 log = logging.getLogger("specstream.lab")
 
 
@@ -45,6 +47,13 @@ TRACE_TTL_S = _env_number("SPECSTREAM_TRACE_TTL_S", 900.0, float)  # a session's
 CACHE_TTL_S = _env_number("SPECSTREAM_CACHE_TTL_S", 900.0, float)  # files served to or uploaded by visitors
 MAX_SESSIONS = _env_number("SPECSTREAM_MAX_SESSIONS", 1000)  # sessions Gradio keeps (least recent dropped)
 MAX_ENGINES = _env_number("SPECSTREAM_MAX_ENGINES", 2)  # loaded (model, mode) engines
+# a multi-lane race counts its lanes: an address holds at most MAX_PER_IP races and LANES_PER_IP lanes at once (as
+# many two-lane races as before, or one race of every lane), and a race's lanes share one token budget, what a
+# two-lane race of the most new tokens decodes: time and memory per visitor stay those of the two-lane race
+MAX_LANES = len(LANES)
+LANES_PER_IP = _env_number("SPECSTREAM_LANES_PER_IP", max(MAX_LANES, 2 * MAX_PER_IP))
+LANE_TOKENS = _env_number("SPECSTREAM_LANE_TOKENS", 2 * LAB_MAX_NEW_TOKENS)
+LIVE_VIEWS_S = 0.5  # the live tree and τ chart redraw at most this often (the texts and table at every view)
 LOAD_RETRY_S = _env_number("SPECSTREAM_LOAD_RETRY_S", 300.0, float, 0)  # after a failed load
 
 
@@ -57,6 +66,22 @@ def lab_decode_config(topk: str, prune: float, budget: float, lookup: float, tem
                         seed=seed, tree_topk=parse_topk(str(topk).replace(" ", "")),
                         prune_threshold=float(prune or 0.0), node_budget=int(budget),
                         lookup=whole_number(lookup, "prompt-lookup tokens", 0, LAB_MAX_LOOKUP), trace=True)
+
+
+def check_lanes(lanes, max_new) -> list[str]:
+    """The visitor's lanes (plain decoding always among them), within the lanes' shared token budget."""
+    if lanes is not None and (not isinstance(lanes, (list, tuple)) or len(lanes) > 2 * MAX_LANES
+                              or any(lane not in LANES for lane in lanes)):
+        raise SpecstreamError(f"lanes must be among {', '.join(LANES)}")
+    chosen = lane_keys(lanes if lanes is not None else ("plain", "fast"))
+    if len(chosen) < 2:
+        raise SpecstreamError("pick at least one lane to race against plain decoding")
+    tokens = whole_number(max_new, "max new tokens", 1, LAB_MAX_NEW_TOKENS)
+    if len(chosen) * tokens > LANE_TOKENS:
+        raise SpecstreamError(f"{len(chosen)} lanes of {tokens} new tokens exceed this host's budget of "
+                              f"{LANE_TOKENS} tokens a race; at most {LANE_TOKENS // len(chosen)} new tokens with "
+                              f"{len(chosen)} lanes")
+    return chosen
 
 
 def whole_number(value, name: str, lo: int, hi: int) -> int:

@@ -7,7 +7,8 @@ Visitors pick a model by name; paths and hub ids come only from the host:
         {"tiny": {"base": "/models/tiny", "streams": "/models/tiny/streams", "precision": "fp32"},
          "qwen-nf4": {"base": "Qwen/Qwen2.5-0.5B", "streams": {"lossless": "/adapters/qwen-ll"},
                       "precision": "nf4", "device": "cuda"}}
-    `streams` is a directory (its own config says lossless or shared) or {mode: directory};
+    `streams` is a directory (its own config says lossless or shared) or {mode: directory}; `medusa` and
+    `draft` (optional) name Medusa heads and a layer draft for the race's Medusa and assisted-generation lanes;
     without streams the model runs with fresh, untrained streams (`gamma`, default 4).
 Engines are cached per (name, mode), each loaded under its own lock, at most SPECSTREAM_MAX_ENGINES
 (default 2) at once, least recently used unloaded first; failed loads are remembered for
@@ -32,6 +33,7 @@ from specstream_core.model.loading import DEFAULT_PRECISION
 from specstream_core.errors import SpecstreamError
 
 from . import zerogpu
+from .lanes import LaneAssets
 
 log = logging.getLogger("specstream.lab")
 MODES = ("lossless", "shared")
@@ -45,6 +47,8 @@ class ModelSpec:
     precision: str = DEFAULT_PRECISION  # auto: int4-a8 on a GGUF-converted base, else the checkpoint's own dtype
     device: str = ""
     gamma: int = 4
+    medusa: str = ""  # Medusa heads for the race's Medusa lane ("": none)
+    draft: str = ""  # a layer draft for the race's assisted-generation lane ("": none)
 
     @property
     def modes(self) -> list[str]:
@@ -100,8 +104,9 @@ def _parse_entry(name: str, entry) -> ModelSpec:
     gamma = entry.get("gamma", 4)
     if type(gamma) is not int or not 1 <= gamma <= 16:
         raise SpecstreamError(f"SPECSTREAM_MODELS[{name!r}].gamma must be an integer from 1 to 16")
+    extras = {k: entry[k] for k in ("medusa", "draft") if isinstance(entry.get(k), str)}
     return ModelSpec(name, entry["base"], dict(streams), str(entry.get("precision", DEFAULT_PRECISION)),
-                     str(entry.get("device", "")), gamma)
+                     str(entry.get("device", "")), gamma, **extras)
 
 
 def bundled_spec() -> ModelSpec | None:
@@ -115,7 +120,8 @@ def bundled_spec() -> ModelSpec | None:
         log.error("the default model is unavailable: %s", exc)
         return None
     streams = {m: d for m in MODES if (d := defaults.default_streams(m)) is not None}
-    return ModelSpec(default_model.NAME, base, streams)
+    return ModelSpec(default_model.NAME, base, streams, medusa=defaults.SMOL_MEDUSA_DIR,
+                     draft=os.path.join(defaults.SMOL_ASSETS, "draft"))
 
 
 def fp32_twin(spec: ModelSpec) -> ModelSpec:
@@ -283,6 +289,7 @@ class EngineCache:
             engine = Engine.load(spec.base, streams_dir=spec.streams.get(mode), precision=spec.precision,
                                  device=spec.device or default_device(), gamma=spec.gamma)
         engine.name = spec.name
+        engine.lane_assets = LaneAssets(spec)  # the race's Medusa heads and layer draft, loaded on first use
         ids = engine.encode("Hello")  # warm-up: first passes pay one-off allocation costs; not on ZeroGPU,
         # whose main process cannot run CUDA (the first race pays them there)
         for m in ("ar", "ss") if not zerogpu.on_zerogpu() else ():

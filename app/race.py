@@ -1,12 +1,13 @@
-"""The race: plain (AR) and speculative (SS) decoding of one prompt on the same engine, interleaved one
-forward pass each in turn so neither has the machine to itself, each timed on its own: a side's `wall_s` counts
-only its own `step()` calls, on a clock that waits for the device (`devices.SyncTimer`: on CUDA a pass's queued
-work is charged to the side that queued it, not to the other one).
+"""The race: the lanes (`lanes.py`: plain decoding, speculative streaming at two drafts, prompt lookup, Medusa heads,
+assisted generation) decode one prompt on the same engine, interleaved one forward pass each per round, the order
+rotating, so none has the machine to itself, each timed on its own: a lane's `wall_s` counts only its own `step()`
+calls, on a clock that waits for the device (`devices.SyncTimer`: on CUDA a pass's queued work is charged to the
+lane that queued it, not to another one).
 
-    for view in race(engine, prompt, cfg, lock):   # a RaceView after every few passes
+    for view in race(engine, prompt, cfg, lock, lanes=["fast", "medusa"]):   # a RaceView after every few passes
         show(view)
 
-`render.py` turns a RaceView into HTML; `view_from_trace` rebuilds one from a recorded trace
+`render.py` and `lane_render.py` turn a RaceView into HTML; `view_from_trace` rebuilds one from a recorded trace
 (replay, no model needed). Nothing here touches Gradio.
 """
 
@@ -21,9 +22,11 @@ from typing import Callable, Iterator
 from specstream_core.decoding.config import DecodeConfig
 from specstream_core.decoding.mismatch import difference_at, first_difference
 from specstream_core.kernels.linears import rowinv
-from specstream_core.model import compat
+from specstream_core.errors import SpecstreamError
+from specstream_core.model import compat, exactness
 from specstream_core.model.devices import SyncTimer
 
+from . import lanes as lanes_
 from .traces import checked, is_speculative
 
 REPLACEMENT = "\ufffd"
@@ -42,6 +45,8 @@ class SideView:
     pieces: list[Piece] = field(default_factory=list)
     stats: dict = field(default_factory=dict)
     done: bool = False
+    token_ids: list[int] = field(default_factory=list)
+    identical: bool | None = None  # its tokens are plain decoding's (None: not known yet)
 
     @property
     def text(self) -> str:
@@ -50,19 +55,26 @@ class SideView:
 
 @dataclass
 class RaceView:
-    ar: SideView
-    ss: SideView
+    ar: SideView  # plain decoding
+    ss: SideView  # the lane the per-pass views follow (`shown`)
     sampling: bool = False
     stream_mode: str = "lossless"
     elapsed_s: float = 0.0
     finished: bool = False
     replay: bool = False
-    trace: dict | None = None  # the speculative run's trace, on the final view
+    trace: dict | None = None  # the shown lane's trace, on the final view
     precision: str = ""  # what actually ran (the engine's, or the trace's)
     device: str = ""
     exact: bool | None = None  # the engine's precision makes speculative output equal plain (None: unknown)
     difference: dict | None = None  # where greedy outputs part, and the margin there (`mismatch.difference_at`)
     linears: str = ""  # what the Linears run on: the C kernel's build, or torch (and why, on a CPU without it)
+    lanes: dict[str, SideView] = field(default_factory=dict)  # every raced lane, plain first (ar and ss among them)
+    shown: str = "fast"
+    skipped: dict[str, str] = field(default_factory=dict)  # lanes left out of the race, and why
+    plain_equals: str = ""  # what plain decoding's output equals at this precision (`exactness`)
+    equals: str = ""  # a replayed trace's own label: what its lane's output equals
+    traces: dict[str, dict] = field(default_factory=dict)  # final: every speculative lane's trace
+    live: dict | None = None  # while racing: the shown lane's trace so far (`live_trace`)
 
 
 class Detokenizer:
@@ -121,54 +133,88 @@ class Side:
         return stats
 
     def view(self) -> SideView:
-        return SideView(list(self.pieces), self.stats(), self.decoding.done)
+        return SideView(list(self.pieces), self.stats(), self.decoding.done, list(self.decoding.output))
 
 
 def race(engine, prompt, cfg: DecodeConfig, lock=None, min_interval: float = 0.1,
-         attention_layers: tuple[int, ...] = ()) -> Iterator[RaceView]:
-    """Run both decoders in turn, yielding a RaceView at most every `min_interval` seconds and at the
-    end. The final view's `trace` attribute is the speculative run's trace, with the baseline's output
-    and stats under meta.baseline, and the stream attention maps of `attention_layers` (`_graft_attention`:
-    captured after the race, so that capturing them does not slow the speculative side down)."""
+         attention_layers: tuple[int, ...] = (), lanes=lanes_.DEFAULT) -> Iterator[RaceView]:
+    """Run the lanes (`app/lanes.py`; plain decoding always among them) in turn, one forward pass each per round,
+    the order rotating every round, yielding a RaceView at most every `min_interval` seconds and at the end. The
+    final view's `traces` are the speculative lanes' traces, each with plain decoding's output and stats under
+    meta.baseline and every lane's result under meta.lab.lanes; the stream lanes' carry the stream attention maps
+    of `attention_layers` (`_graft_attention`: captured after the race, so that capturing them does not slow a
+    lane down). `trace` is the shown lane's (`lanes.shown_lane`)."""
     lock = lock if lock is not None else nullcontext()
-    ss_cfg = replace(cfg, mode="ss", trace=True, attention_layers=())
-    ar_cfg = replace(cfg, mode="ar", trace=False, attention_layers=())
+    runs, skipped = lanes_.start_lanes(engine, prompt, cfg, lanes)
     device = getattr(engine, "device", "cpu")
-    linears = linears_shown(engine)
-    sides = {"ar": Side(engine.start(prompt, ar_cfg), engine.decode_text, SyncTimer(device)),
-             "ss": Side(engine.start(prompt, ss_cfg), engine.decode_text, SyncTimer(device))}
-    stream_mode = getattr(getattr(engine.streams, "cfg", None), "mode", "lossless")
-    t0, last = time.perf_counter(), 0.0
-    order = ["ar", "ss"]
+    sides = {k: Side(dec, engine.decode_text, SyncTimer(device)) for k, (_, dec) in runs.items()}
+    shown = lanes_.shown_lane(sides)
+    if shown is None:
+        raise SpecstreamError("no lane besides plain decoding can race here: "
+                              + "; ".join(f"{lanes_.LABELS[k]}: {why}" for k, why in skipped.items()))
+    common = {"sampling": cfg.temperature > 0, "precision": str(getattr(engine, "precision", "")),
+              "stream_mode": getattr(getattr(engine.streams, "cfg", None), "mode", "lossless"),
+              "device": str(device), "exact": getattr(engine, "exact", None), "linears": linears_shown(engine),
+              "shown": shown, "skipped": skipped, "plain_equals": exactness.for_engine(engine, runs["plain"][0])}
+    t0, last, turn = time.perf_counter(), 0.0, 0
+    order = list(sides)
 
     def snapshot(finished=False) -> RaceView:
-        return RaceView(sides["ar"].view(), sides["ss"].view(), sampling=cfg.temperature > 0,
-                        stream_mode=stream_mode, elapsed_s=time.perf_counter() - t0, finished=finished,
-                        precision=str(getattr(engine, "precision", "")), device=str(device),
-                        exact=getattr(engine, "exact", None), linears=linears)
+        views = {k: s.view() for k, s in sides.items()}
+        return RaceView(views["plain"], views[shown], elapsed_s=time.perf_counter() - t0, finished=finished,
+                        lanes=views, live=None if finished else live_trace(sides[shown].decoding), **common)
 
     while not all(s.decoding.done for s in sides.values()):
-        for name in order:  # alternate who goes first, so neither always runs on a warm cache
+        first = turn % len(order)  # rotate who goes first, so none always runs on a warm cache
+        for name in order[first:] + order[:first]:
             if not sides[name].decoding.done:
                 sides[name].step(lock)
-        order.reverse()
+        turn += 1
         now = time.perf_counter() - t0
         if now - last >= min_interval:
             last = now
             yield snapshot()
     final = snapshot(finished=True)
+    plain = final.ar.token_ids
+    for view in final.lanes.values():
+        view.identical = view.token_ids == plain
     if cfg.temperature == 0:
-        final.difference = _difference(engine, prompt, sides, lock)
-    trace = sides["ss"].decoding.trace
-    trace["stats"].update({k: final.ss.stats[k] for k in ("wall_s", "tokens_per_s")})  # the synchronized times
-    _graft_attention(engine, prompt, replace(ss_cfg, attention_layers=attention_layers), lock, trace)
-    ar = sides["ar"].decoding
-    trace["meta"]["baseline"] = {"mode": "ar", "output": {"text": engine.decode_text(ar.output),
-                                                          "token_ids": list(ar.output)}, "stats": sides["ar"].stats()}
-    trace["meta"]["lab"] = {"stream_mode": stream_mode, "elapsed_s": round(final.elapsed_s, 4),
-                            "pieces": [p.text for p in final.ss.pieces]}
-    final.trace = trace
+        final.difference = _difference(engine, prompt, plain, final.ss.token_ids, lock)
+    _finish_traces(engine, prompt, final, sides, runs, attention_layers, lock)
     yield final
+
+
+def live_trace(decoding) -> dict | None:
+    """The trace of a running decoding as it stands (its passes so far), for the live tree and τ views."""
+    trace = decoding.trace
+    if trace is None:
+        return None
+    stats = decoding.stats()
+    return {**trace, "steps": list(trace["steps"]), "output": {"text": "", "token_ids": list(decoding.output)},
+            "stats": {k: stats[k] for k in ("forward_passes", "new_tokens")}}
+
+
+def _finish_traces(engine, prompt, final: RaceView, sides: dict, runs: dict, attention_layers, lock) -> None:
+    """Each speculative lane's trace, completed: the synchronized times, plain decoding's output and stats
+    (meta.baseline), every lane's result (meta.lab.lanes) and, on the stream lanes, the attention maps."""
+    plain = sides["plain"]
+    baseline = {"mode": "ar", "output": {"text": engine.decode_text(plain.decoding.output),
+                                         "token_ids": list(plain.decoding.output)}, "stats": plain.stats()}
+    table = [{"lane": k, "stats": {n: v.stats.get(n) for n in ("forward_passes", "new_tokens", "wall_s",
+                                                                "tokens_per_s")}, "identical": v.identical}
+             for k, v in final.lanes.items()]
+    for key, side in sides.items():
+        if key == "plain":
+            continue
+        trace = side.decoding.trace
+        trace["stats"].update({k: final.lanes[key].stats[k] for k in ("wall_s", "tokens_per_s")})
+        if key in lanes_.STREAM_LANES:
+            _graft_attention(engine, prompt, replace(runs[key][0], attention_layers=attention_layers), lock, trace)
+        trace["meta"]["baseline"] = baseline
+        trace["meta"]["lab"] = {"stream_mode": final.stream_mode, "elapsed_s": round(final.elapsed_s, 4),
+                                "pieces": [p.text for p in side.pieces], "lane": key, "lanes": table}
+        final.traces[key] = trace
+    final.trace = final.traces[final.shown]
 
 
 def linears_shown(engine) -> str:
@@ -186,9 +232,8 @@ def linears_shown(engine) -> str:
     return label + f" · layers: {path['path']}" + (f" ({path['why']})" if path["path"] == "modules" else "")
 
 
-def _difference(engine, prompt, sides: dict, lock) -> dict | None:
+def _difference(engine, prompt, plain: list[int], spec: list[int], lock) -> dict | None:
     """Where greedy plain and speculative outputs part, with the plain pass's logit margin there."""
-    plain, spec = list(sides["ar"].decoding.output), list(sides["ss"].decoding.output)
     if first_difference(plain, spec) is None:
         return None
     with lock:
@@ -251,10 +296,25 @@ def view_from_trace(trace: dict) -> RaceView:
     spec = (trace.get("output") or {}).get("token_ids")
     if isinstance(plain, list) and isinstance(spec, list) and (at := first_difference(plain, spec)) is not None:
         view.difference = {"position": at, "plain_token": plain[at], "speculative_token": spec[at]}
+    _lanes_from_trace(view, trace, plain, spec)
     return view
 
 
-
+def _lanes_from_trace(view: RaceView, trace: dict, plain, spec) -> None:
+    """The lanes of a recorded race (meta.lab.lanes: every lane's stats and check; this trace's own lane in
+    full); a two-lane trace: plain decoding and speculative streaming."""
+    lab = trace["meta"].get("lab") or {}
+    lane = lab.get("lane")  # a trace's text: only a known lane's key is kept
+    view.shown = lane if lane in lanes_.LABELS else ("fast" if is_speculative(trace) else "plain")
+    view.equals = trace["meta"].get("equals", "")
+    if isinstance(plain, list) and isinstance(spec, list):
+        view.ss.identical = plain == spec
+    view.lanes = {"plain": view.ar}
+    for row in lab.get("lanes") or []:
+        if row["lane"] in lanes_.LABELS and row["lane"] not in view.lanes:
+            view.lanes[row["lane"]] = SideView(stats=dict(row["stats"]), done=True, identical=row.get("identical"))
+    if view.shown != "plain":
+        view.lanes[view.shown] = view.ss
 
 def number(value) -> float:
     """A stat as a finite float (0 for anything else): what reaches the page is a number, never text

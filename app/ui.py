@@ -3,7 +3,8 @@ only connects components. Per-session data lives in gr.State; the engine cache i
 
 Stable element ids (tests and embedding rely on them): prompt, run, ar-output, ss-output, speedup,
 equal-badge, tree-plot, accept-plot, attn-plot, trace-download, trace-upload (plus mask-plot,
-step-slider, lab-message, meters, explain; the Benchmarks panel: bench-panel, bench-precision,
+step-slider, lab-message, meters (every lane's row), explain; the lanes: lanes (the picker), lanes-note,
+lane-outputs, ss-heading, view-lane; the Benchmarks panel: bench-panel, bench-precision,
 bench-reload, bench-summary, bench-plot-0..6, bench-pass-cost-panel (-text, the plot bench-pass-cost), filled from
 app/bench_view.py).
 """
@@ -22,6 +23,7 @@ import gradio as gr
 from . import cache_sweep, export_ui, handlers, limits, zerogpu
 from .admission import Admission
 from .handlers import Lab
+from .lane_render import LANE_CSS
 from .limits import LAB_MAX_LOOKUP, LAB_MAX_NEW_TOKENS, MAX_PROMPT_CHARS, MAX_UPLOAD_BYTES, TRACE_TTL_S
 from .models import EngineCache, ModelSpec, available_specs, recommended_for
 from .presets import presets
@@ -64,6 +66,7 @@ def _inputs(specs: dict[str, ModelSpec], preset_map: dict[str, str]) -> dict:
                                     label="Max new tokens", elem_id="max-new", scale=3)
                 run_btn = gr.Button("Run the race", variant="primary", elem_id="run", interactive=bool(names),
                                     scale=2)
+            lanes_cb, lanes_why = _lane_picker(first)
             msg = gr.HTML(message("" if names else "No model is configured on this host; upload a trace "
                                   "below to replay a recorded run.", "info"), elem_id="lab-message")
             presenter = gr.Checkbox(False, label="Presenter view: large type, high contrast; ← and → step "
@@ -76,6 +79,15 @@ def _inputs(specs: dict[str, ModelSpec], preset_map: dict[str, str]) -> dict:
     settings = _settings(first)
     del settings["first"]
     return {**{k: v for k, v in locals().items() if k != "settings"}, **settings}
+
+
+def _lane_picker(first: ModelSpec | None):
+    """The lanes a visitor races against plain decoding; those this model cannot race are listed with the reason."""
+    choices, value, note = handlers.lane_picker(first, first.modes[0] if first else "lossless")
+    lanes_cb = gr.CheckboxGroup(choices, value=value, elem_id="lanes", interactive=bool(choices),
+                                label="Lanes raced against plain decoding (which always races: every lane is "
+                                      "checked against it)")
+    return lanes_cb, gr.HTML(note, elem_id="lanes-note")
 
 
 def _settings(first: ModelSpec | None) -> dict:
@@ -113,11 +125,15 @@ def _views(specs: dict[str, ModelSpec]) -> dict:
             gr.Markdown("### Plain decoding (AR)")
             ar_out = gr.HTML(render_text(SideView(), False, "press Run"), elem_id="ar-output")
         with gr.Column():
-            gr.Markdown("### Speculative streaming (SS)")
+            ss_head = gr.Markdown("### Speculative streaming · fastest draft", elem_id="ss-heading")
             ss_out = gr.HTML(render_text(SideView(), True, "press Run"), elem_id="ss-output")
             gr.HTML(LEGEND)
+    lanes_out = gr.HTML("", elem_id="lane-outputs")  # the race's other lanes, each tinted by pass
+    # every speculative lane's trace of the last race (the pass views follow one: view_lane)
+    lane_traces = gr.State(None, time_to_live=TRACE_TTL_S)
 
     gr.Markdown("## Draft tree of one forward pass")
+    view_lane = gr.Dropdown([], label="The views below follow the lane", elem_id="view-lane", interactive=False)
     with gr.Row(equal_height=True):
         prev_btn = gr.Button("◀ previous pass", elem_id="pass-prev", size="sm", scale=1, min_width=120)
         step = gr.Slider(0, 1, value=0, step=1, label="Forward pass", elem_id="step-slider", interactive=False,
@@ -167,14 +183,16 @@ def _bind(fn, lab: Lab):
 
 def _wire(lab: Lab) -> None:
     c = lab.c
-    step_views = [c.tree_plot, c.attn_plot, c.mask_plot, c.explain, c.layer_dd, c.head_dd]
-    race_views = [c.ar_out, c.ss_out, c.meters, c.speed, c.badge]
-    outputs_all = [*race_views, *step_views, c.accept_plot, c.trace_state, c.step, c.msg, c.download]
-    selection = [c.ar_out, c.ss_out, c.accept_plot]  # the selected pass is marked in both texts and on τ
+    step_views = [getattr(c, n) for n in handlers.STEP_VIEWS]
+    outputs_all = [getattr(c, n) for n in handlers.OUTPUTS_ALL]  # every handler's values: `handlers.all_views`
+    c.step_views, c.outputs_all = step_views, outputs_all  # for the controls other modules attach (`_extensions`)
+    selection = [getattr(c, n) for n in handlers.SELECTION]  # the selected pass: both texts and τ
     settings = [c.model_dd, c.mode_radio, c.prompt, c.topk, c.prune, c.budget, c.lookup, c.temperature, c.seed,
                 c.max_new]
-    c.run_btn.click(_bind(handlers.on_run, lab), settings, outputs_all, concurrency_limit=limits.CONCURRENCY,
-                    concurrency_id="model")
+    c.run_btn.click(_bind(handlers.on_run, lab), [*settings, c.lanes_cb], outputs_all,
+                    concurrency_limit=limits.CONCURRENCY, concurrency_id="model")
+    c.view_lane.input(_bind(handlers.on_view_lane, lab), [c.lane_traces, c.view_lane, c.layer_dd, c.head_dd],
+                      [*step_views, *selection, c.trace_state, c.step, c.ss_head, c.msg])
     c.upload.upload(_bind(handlers.on_upload, lab), [c.upload], outputs_all,
                     concurrency_limit=limits.UPLOAD_CONCURRENCY, concurrency_id="upload")
     step_inputs = [c.trace_state, c.step, c.layer_dd, c.head_dd]
@@ -191,14 +209,20 @@ def _wire(lab: Lab) -> None:
                       concurrency_limit=limits.UPLOAD_CONCURRENCY, concurrency_id="upload")
     c.prompt.change(_bind(handlers.on_prompt, lab), [c.prompt], [c.preset_dd], trigger_mode="always_last",
                     queue=False, show_progress="hidden")
-    lab.demo.load(_bind(export_ui.on_open, lab), [c.preset_dd], outputs_all,
-                  concurrency_limit=limits.UPLOAD_CONCURRENCY, concurrency_id="upload")
     drafts = [c.topk, c.prune, c.budget, c.lookup]
-    c.model_dd.input(_bind(handlers.on_model, lab), [c.model_dd], [c.mode_radio, c.info, *drafts])
-    c.mode_radio.input(_bind(handlers.on_mode, lab), [c.model_dd, c.mode_radio], [c.info, *drafts])
+    pickers = [c.lanes_cb, c.lanes_why]
+    c.model_dd.input(_bind(handlers.on_model, lab), [c.model_dd, c.lanes_cb], [c.mode_radio, c.info, *drafts, *pickers])
+    c.mode_radio.input(_bind(handlers.on_mode, lab), [c.model_dd, c.mode_radio, c.lanes_cb], [c.info, *drafts,
+                                                                                            *pickers])
     lab.demo.unload(_bind(handlers.on_close, lab))
-    export_ui.wire(lab, outputs_all)
     _wire_bench_panel(*c.bench_parts)
+
+
+def _extensions(lab: Lab) -> None:
+    """Controls other modules add to the page, one line each here: `module.attach(lab)`, called inside the open
+    Blocks after the race's wiring. `lab.c` holds every component by name (the race's outputs: `lab.c.outputs_all`,
+    the selected pass's views: `lab.c.step_views`); the handlers they wire take plain data, as app/handlers.py's do."""
+    export_ui.attach(lab)  # the figure pack, the share link and opening one, the examples gallery
 
 
 def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False) -> gr.Blocks:
@@ -214,12 +238,15 @@ def build_demo(specs: dict[str, ModelSpec] | None = None, preload: bool = False)
             threading.Thread(target=_preload, args=(cache, first.name, first.modes[0]), daemon=True).start()
     preset_map = presets()
     # a race or a replay per tab, MAX_PER_IP per address; a slot unused past the time limit is freed
-    races = Admission(per_session=1, per_ip=limits.MAX_PER_IP, stale_after=limits.EVENT_TIME_LIMIT_S + 30)
+    # a race counts its lanes against its address's LANES_PER_IP (limits.py)
+    races = Admission(per_session=1, per_ip=limits.MAX_PER_IP, stale_after=limits.EVENT_TIME_LIMIT_S + 30,
+                      lanes_per_ip=limits.LANES_PER_IP)
     uploads = Admission(per_session=1, per_ip=limits.MAX_PER_IP, stale_after=limits.UPLOAD_TIME_LIMIT_S + 30)
     with gr.Blocks(title="Speculative Streaming lab", delete_cache=limits.cache_schedule()) as demo:
         components = {**_inputs(specs, preset_map), **_views(specs)}
         lab = Lab(specs, cache, races, uploads, SimpleNamespace(**components), demo, preset_map)
         _wire(lab)
+        _extensions(lab)
     demo.queue(default_concurrency_limit=limits.CONCURRENCY, max_size=limits.QUEUE_SIZE)
     cache_sweep.start(demo, *limits.cache_schedule())  # Gradio's own periodic sweep can stop for good
     return demo
@@ -285,4 +312,4 @@ def launch(demo: gr.Blocks | None = None, **kwargs):
     # never close theirs
     kwargs.setdefault("state_session_capacity", limits.MAX_SESSIONS)
     kwargs.setdefault("footer_links", [])
-    return demo.launch(css=CSS, theme=gr.themes.Soft(), head=PRESENTER_JS, **kwargs)
+    return demo.launch(css=CSS + LANE_CSS, theme=gr.themes.Soft(), head=PRESENTER_JS, **kwargs)

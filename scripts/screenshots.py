@@ -1,12 +1,13 @@
 """Screenshots of the lab on the bundled model for docs/LAB.md (and the README).
 
     .venv/bin/python scripts/screenshots.py [--preset math] [--max-new 64] [--out docs/screenshots]
+    .venv/bin/python scripts/screenshots.py --only-lanes [--lanes-max-new 32]   # the multi-lane race only
 
 Starts `app.py` on a free port (bundled model, telemetry off), runs one race from a task-suite preset
 in headless Chromium (the system's, never a downloaded one) and saves the race, the draft tree, the
 acceptance plot, the stream attention and mask views, the benchmark panel, the presenter view (on a
 replayed trace, at 1280×720), the export and share controls and a contact sheet of the figure pack's
-PNGs, and the multi-lane race where the page has one (#lanes).
+PNGs, and a multi-lane race of every lane the model offers, where the page has one (#lanes).
 """
 
 from __future__ import annotations
@@ -67,16 +68,33 @@ def shoot_race(page, path: str) -> None:
     print(f"wrote {path}")
 
 
-def shoot_lanes(page, out: str) -> None:
-    """The multi-lane race (every method in one race), where this version of the lab has it."""
-    lanes = page.query_selector("#lanes")
-    if lanes is None:
+def shoot_lanes(page, out: str, max_new: int) -> None:
+    """The multi-lane race (every method in one race), where this version of the lab has it: every lane the model
+    offers, raced; the shot runs from the lane picker and the lane table down to the other lanes' texts."""
+    if page.query_selector("#lanes") is None:
         print("skipped lab-lanes.png: this lab has no multi-lane race (#lanes)")
         return
-    lanes.scroll_into_view_if_needed()
-    page.wait_for_timeout(500)
-    lanes.screenshot(path=os.path.join(out, "lab-lanes.png"))
-    print(f"wrote {os.path.join(out, 'lab-lanes.png')}")
+    page.wait_for_selector("#lanes label")
+    boxes = page.query_selector_all("#lanes label input[type=checkbox]")
+    for box in boxes:
+        if box.is_enabled() and not box.is_checked():
+            box.check()
+    page.fill("#max-new input[type=number]", str(max_new))
+    page.press("#max-new input[type=number]", "Enter")
+    page.evaluate("() => window.scrollTo(0, 0)")
+    page.click("#run button, button#run")
+    page.wait_for_function("n => document.querySelectorAll('#meters tr[data-lane]').length === n"
+                           " && document.querySelector('#equal-badge .lab-badge.equal, #equal-badge .lab-badge.differ')"
+                           " && !document.querySelector('.generating, .progress-text')",
+                           arg=len(boxes) + 1, timeout=600_000, polling=500)
+    page.wait_for_timeout(1500)
+    page.evaluate("() => window.scrollTo(0, 0)")
+    boxes = [page.query_selector(s).bounding_box() for s in ("#lanes", "#speedup", "#lane-outputs")]
+    top, bottom = min(b["y"] for b in boxes), max(b["y"] + b["height"] for b in boxes)
+    path = os.path.join(out, "lab-lanes.png")
+    page.screenshot(path=path, full_page=True, clip={"x": 0, "y": max(0, top - 10), "width": 1400,
+                                                     "height": bottom - top + 20})
+    print(f"wrote {path}")
 
 
 def shoot_replay(page, trace: str, out: str) -> None:
@@ -149,6 +167,8 @@ def main() -> int:
     ap.add_argument("--replay", default="code-i-need-a-small-python-helper-called-clamp-with-p.json",
                     help="recorded trace (assets/smollm2/traces/) to upload for the replay shot")
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "screenshots"))
+    ap.add_argument("--lanes-max-new", type=int, default=32, help="new tokens of the multi-lane race (every lane)")
+    ap.add_argument("--only-lanes", action="store_true", help="only the multi-lane race's shot")
     ap.add_argument("--skip-race", action="store_true", help="only the views of a recorded trace (replay, export, "
                     "figure pack, presenter): no live race, so no timing (a busy host's races are no picture of "
                     "the method)")
@@ -162,8 +182,13 @@ def main() -> int:
             page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
             page.goto(f"http://127.0.0.1:{port}/")
             page.wait_for_selector("#run")
+            if args.only_lanes:
+                shoot_lanes(page, args.out, args.lanes_max_new)
+                browser.close()
+                return 0
             if not args.skip_race:
                 live_race(page, args)
+                shoot_lanes(page, args.out, args.lanes_max_new)
             replay = os.path.join(ROOT, "assets", "smollm2", "traces", args.replay)
             if os.path.isfile(replay):
                 shoot_replay(page, replay, args.out)
@@ -225,7 +250,6 @@ def live_race(page, args) -> None:
             page.wait_for_timeout(500)
             elem.screenshot(path=path)
         print(f"wrote {path}")
-    shoot_lanes(page, args.out)
 
 
 if __name__ == "__main__":

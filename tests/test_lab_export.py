@@ -19,7 +19,7 @@ from app.race import Piece, SideView
 from app.trace_store import TraceStore, valid_id
 from helpers import component, handler
 from hostile import PAYLOAD, deep_json, html_everywhere
-from specstream_core.decoding.trace import load_trace
+from specstream_core.decoding.trace import load_trace, validate
 from specstream_core.errors import SpecstreamError
 
 RECORDED = "assets/smollm2/traces/math-my-kid-is-stuck-on-this-one-can-you-walk-us-thr.json"
@@ -205,3 +205,37 @@ def test_selected_pass_in_both_texts():
     assert '\n\n<span class="tok sel-pass" title=' in shown["ar_out"] and shown["ar_out"].count("sel-pass") == 1
     assert shown["ss_out"].count("sel-pass nl") == 1 and shown["ss_out"].count("sel-pass") == 2
     assert "sel-pass nl" in selection_html(plain, ss, 2)["ar_out"]
+
+
+def test_every_way_a_trace_opens_sets_every_output_of_the_page(replay_demo, recorded, tmp_path):
+    """A shared link, a recorded run, an upload and a preset each give a value to every output they are wired to
+    (the race's lanes and lane picker included), so nothing of an earlier race is left on the page."""
+    from app.presets import presets, trace_path
+
+    def wired(name):
+        return {id(b) for b in next(f for f in replay_demo.fns.values() if getattr(f.fn, "__name__", "") == name).outputs}
+
+    label = next(k for k in presets() if trace_path(k))
+    link = handler(replay_demo, "on_share")(recorded.pack())[component(replay_demo, "share-link")]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(recorded))
+    opened = {"on_open": list(handler(replay_demo, "on_open")(None, request(trace=link[len("?trace="):])))[-1],
+              "recorded": list(handler(replay_demo, "on_open")(label, request()))[-1],
+              "on_upload": handler(replay_demo, "on_upload")(str(path)),
+              "on_preset": handler(replay_demo, "on_preset")(label)}
+    for name, out in opened.items():
+        assert {id(b) for b in out} == wired("on_open" if name == "recorded" else name), name
+    assert "lanes" not in opened["on_upload"][component(replay_demo, "lane-outputs")]  # no race's lanes left
+
+
+def test_the_pack_and_the_link_name_the_lane_they_show(replay_demo, recorded):
+    lane = copy.deepcopy(recorded)
+    lane["meta"].setdefault("lab", {})["lane"] = "teaching"
+    lane = validate(lane)
+    assert "-teaching-pass3.zip" in pack_name(lane, 3) and "-teaching-" not in pack_name(recorded, 3)
+    with zipfile.ZipFile(io.BytesIO(figure_pack(lane, 3))) as z:
+        assert json.loads(z.read("pass-003/about.json"))["lane"].endswith("teaching draft")
+    shared = handler(replay_demo, "on_share")(lane.pack())
+    assert "teaching draft" in shared[component(replay_demo, "lab-message")]
+    shown = list(handler(replay_demo, "on_open")(None, request(trace=shared[component(replay_demo, "share-link")][7:])))
+    assert shown[-1][component(replay_demo, "ss-heading")].endswith("teaching draft")

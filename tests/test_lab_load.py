@@ -1,10 +1,12 @@
 """The lab under load on loopback: the real server (app.py, subprocess) on the tiny lab model, 12 clients
-(gradio_client, each with its own address via X-Forwarded-For) racing and uploading traces for a bounded
-time, and one greedy address with several tabs trying to hold every race slot.
+(gradio_client, each with its own address via X-Forwarded-For) racing multi-lane races (plain decoding, both
+speculative streaming drafts and prompt lookup) and uploading traces for a bounded time, and one greedy address
+with several tabs trying to hold every race slot.
 
-Checks: the server answers throughout; every client is served; the greedy address, starting races in
-several tabs at once, gets one slot and is refused the rest while a visitor still gets the other; after
-the sessions end, memory is back at its baseline and no temporary files remain. About 60 s on two busy
+Checks: the server answers throughout; every client is served; the greedy address, starting four-lane races in
+several tabs at once, gets what its lane budget allows (one race: two race slots but four lanes per address here)
+and is refused the rest while a visitor still gets a slot; after the sessions end, memory is back at its
+baseline and no temporary files remain. About two minutes on two busy
 cores (SPECSTREAM_LOAD_SECONDS, default 8, sets the measured round; a warm-up round takes half that)."""
 
 import json
@@ -23,6 +25,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOAD_SECONDS = float(os.environ.get("SPECSTREAM_LOAD_SECONDS", "8"))
 CLIENTS, GREEDY_TABS = 12, 4
 TTL_S = 3  # the server's trace and cache lifetimes in this test
+RACE_LANES = ["fast", "teaching", "lookup"]  # with plain decoding: every lane the tiny model has
+LANES = 1 + len(RACE_LANES)  # an address's lane budget here: one such race at a time
 
 
 def rss_mb(pid: int) -> float:
@@ -54,7 +58,8 @@ def server(lab_dir, tmp_path_factory):
                SPECSTREAM_TRACES_DIR=str(tmp_path_factory.mktemp("no-traces")),
                GRADIO_SERVER_NAME="127.0.0.1", GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1",
                OMP_NUM_THREADS="1", PYTHONPATH=ROOT, GRADIO_TEMP_DIR=str(dirs["gradio"]), TMPDIR=str(dirs["tmp"]),
-               SPECSTREAM_TRUST_FORWARDED="1", SPECSTREAM_MAX_PER_IP="1", SPECSTREAM_CONCURRENCY="2",
+               SPECSTREAM_TRUST_FORWARDED="1", SPECSTREAM_MAX_PER_IP="2", SPECSTREAM_LANES_PER_IP=str(LANES),
+               SPECSTREAM_CONCURRENCY="2",
                SPECSTREAM_TRACE_TTL_S=str(TTL_S), SPECSTREAM_CACHE_TTL_S=str(TTL_S), SPECSTREAM_MAX_NEW_TOKENS="16",
                SPECSTREAM_MAX_SESSIONS=str(CLIENTS + GREEDY_TABS + 10))
     log = open(base / "server.log", "w+")
@@ -108,7 +113,7 @@ def test_a_dozen_clients_and_a_greedy_one(server, lab_dir, tmp_path):
         return Client(url, headers={"X-Forwarded-For": ip}, verbose=False, download_files=False)
 
     def race_once(c):
-        return outcome(c.submit("tiny", "lossless", PROMPT, "2,1", 0.0, 16, 0, 0.0, 0, 12,
+        return outcome(c.submit("tiny", "lossless", PROMPT, "2,1", 0.0, 16, 0, 0.0, 0, 12, RACE_LANES,
                                 api_name="/on_run").result(timeout=120))
 
     def upload_once(c):
@@ -185,14 +190,21 @@ def test_a_dozen_clients_and_a_greedy_one(server, lab_dir, tmp_path):
     warm = client("10.1.0.1")
     assert race_once(warm) == "served" and upload_once(warm) == "served"
 
-    # one address opens several tabs and starts a race in each at once: one runs, the rest are refused,
-    # and a visitor arriving meanwhile still gets the other slot
+    # one address opens several tabs and starts a four-lane race in each at once: its lane budget lets one run
+    # at a time (the race slots would let two), the rest are refused, and a visitor arriving meanwhile is served
     tabs = [client("10.9.9.8") for _ in range(GREEDY_TABS)]
-    jobs = [c.submit("tiny", "lossless", PROMPT, "2,1", 0.0, 16, 0, 0.0, 0, 16, api_name="/on_run") for c in tabs]
+    jobs = [c.submit("tiny", "lossless", PROMPT, "2,1", 0.0, 16, 0, 0.0, 0, 16, RACE_LANES, api_name="/on_run")
+            for c in tabs]
     visitor = client("10.1.0.2")
     assert race_once(visitor) == "served"
     burst = [outcome(j.result(timeout=120)) for j in jobs]
     assert burst.count("served") >= 1 and burst.count("busy") >= 1, burst
+    # two-lane races from one address: two race slots, four lanes: two run at once, a third is refused
+    pair = [client("10.9.9.7") for _ in range(3)]
+    held = [c.submit("tiny", "lossless", PROMPT, "2,1", 0.0, 16, 0, 0.0, 0, 64, ["fast"], api_name="/on_run")
+            for c in pair]
+    two = [outcome(j.result(timeout=120)) for j in held]
+    assert two.count("busy") <= 1 and two.count("served") >= 2, two  # two-lane races: as many as before fit
 
     # memory: a first round grows the allocator's per-thread arenas and caches; after the second, RSS
     # must come back to where the first left it (traces expired, files deleted, nothing kept per session)

@@ -269,15 +269,18 @@ def _meta(meta: dict) -> dict:
                            "stats": _stats(_dict(base.get("stats", {}), "meta.baseline.stats"), "meta.baseline.stats")}
     lab = meta.get("lab")
     if lab is not None:
-        lab = _dict(lab, "meta.lab")
-        out["lab"] = {}
-        if lab.get("stream_mode") is not None:
-            out["lab"]["stream_mode"] = _str(lab["stream_mode"], L.label_chars, "meta.lab.stream_mode")
+        lab, where = _dict(lab, "meta.lab"), "meta.lab"
+        out["lab"] = {k: _str(lab[k], L.label_chars, f"{where}.{k}") for k in ("stream_mode", "lane")
+                      if lab.get(k) is not None}  # lane: which lane of a multi-lane race this trace is
         if lab.get("elapsed_s") is not None:
             out["lab"]["elapsed_s"] = _num(lab["elapsed_s"], 0.0, 1e9, "meta.lab.elapsed_s")
         if lab.get("pieces") is not None:
             out["lab"]["pieces"] = [_str(p, L.label_chars, "meta.lab.pieces")
                                     for p in _list(lab["pieces"], L.tokens, "meta.lab.pieces")]
+        if lab.get("lanes") is not None:  # every lane's result
+            out["lab"]["lanes"] = [{"lane": _str(r.get("lane", ""), L.label_chars, where), "stats": _stats(_dict(
+                r.get("stats", {}), where), where), "identical": _opt(r.get("identical"), _bool, where)}
+                for r in (_dict(r, where) for r in _list(lab["lanes"], 16, "meta.lab.lanes"))]
     return out
 
 
