@@ -1,7 +1,7 @@
 """Race every lane of the lab on the default model over its presets, as the lab races them, and record each lane's τ,
 tokens/s, speedup over plain decoding and its check against plain decoding.
 
-    .venv/bin/python scripts/race_lanes.py [--max-new 64] [--threads 1] [--out docs/bench/lab-lanes.json]
+    .venv/bin/python scripts/race_lanes.py [--max-new 64] [--threads 1] [--out build/lab-lanes.json]
 
 One race per preset (app/presets.py: one chat-corpus eval prompt per category), the lanes interleaved pass by pass
 in a rotating order (app/race.py), no attention capture; the lab's default draft settings for the fastest draft. Per
@@ -35,7 +35,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--max-new", type=int, default=64)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", default=os.path.join(ROOT, "docs", "bench", "lab-lanes.json"))
+    p.add_argument("--out", default=os.path.join(ROOT, "build", "lab-lanes.json"))
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     specs = available_specs()
