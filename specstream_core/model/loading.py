@@ -306,8 +306,8 @@ class CheckpointRows:
 
     def __init__(self, model, directory: str):
         self.entries: dict[str, tuple] = {}  # name -> (file, offset of its data, dtype, shape)
-        for name in sorted(n for n in os.listdir(directory) if n.endswith(".safetensors")):
-            path = os.path.join(directory, name)
+        self.files = [os.path.join(directory, n) for n in sorted(os.listdir(directory)) if n.endswith(".safetensors")]
+        for path in self.files:
             with open(path, "rb") as f:
                 size = int.from_bytes(f.read(8), "little")
                 header = json.loads(f.read(size))
