@@ -1,5 +1,5 @@
 """`footprint`: per precision, what a fresh process pays to load the engine and answer one short prompt (wall time,
-load time, peak RSS), beside llama.cpp's `llama-bench` on the same GGUF file where one is found
+load time, peak RSS), on a first start (the kernel layouts packed) and a cached start (mapped), beside llama.cpp's `llama-bench` on the same GGUF file where one is found
 (specstream_core/bench/footprint.py).
 
     python -m specstream_core footprint                               # auto (int4-a8 here), int4, fp32, bf16
@@ -10,6 +10,7 @@ load time, peak RSS), beside llama.cpp's `llama-bench` on the same GGUF file whe
 from __future__ import annotations
 
 import json
+import shlex
 
 from specstream_core.cli.args import write_text
 from specstream_core.errors import SpecstreamError
@@ -47,17 +48,29 @@ def run(args) -> int:
     binary = footprint.find_llama_bench(args.llama_bench)
     if args.llama_bench and binary is None:
         raise SpecstreamError(f"--llama-bench {args.llama_bench}: not found or not executable")
-    rows = [footprint.measure(p, args.base, args.streams, args.tokens, args.threads) for p in names]
+    rows = [row for p in names for row in footprint.measure_starts(p, args.base, args.streams, args.tokens, args.threads)]
     if binary is None:
         rows.append({"asked": "llama.cpp", "error": "llama-bench not found (on PATH or --llama-bench)"})
     else:
         gguf = args.gguf or default_model.gguf_source(args.base or default_model.resolve_default_base())
         rows.append(footprint.llama_bench(binary, gguf, args.tokens, args.threads) if gguf else
                     {"asked": "llama.cpp", "error": "no GGUF file for this base (give --gguf)"})
+    report = {"command": "python -m specstream_core footprint " + " ".join(shlex.quote(a) for a in argv_of(args)),
+              "host": footprint.host(), "rows": rows}
     if args.json and args.json != "-":
-        write_text(args.json, json.dumps(rows, indent=1) + "\n")
+        write_text(args.json, json.dumps(report, indent=1) + "\n")
     if args.json == "-":
-        print(json.dumps(rows, indent=1))
+        print(json.dumps(report, indent=1))
     else:
         print(footprint.table(rows))
     return 0
+
+
+def argv_of(args) -> list[str]:
+    """The command line's settings as given (the JSON's "command")."""
+    out = []
+    for flag, value in (("--base", args.base), ("--streams", args.streams), ("--precisions", args.precisions),
+                        ("--tokens", args.tokens), ("--threads", args.threads), ("--llama-bench", args.llama_bench),
+                        ("--gguf", args.gguf), ("--json", args.json)):
+        out += [flag, str(value)] if value is not None else []
+    return out

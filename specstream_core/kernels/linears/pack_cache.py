@@ -22,8 +22,9 @@ file beside the entry and are renamed into place: a killed run leaves no half en
 swept by `trim`). Tensor bytes are not checksummed: that would read every page at start.
 
 Size: `trim` keeps the most recently used entries within $SPECSTREAM_PACK_CACHE_MB (default 2048 MB; SmolLM2's
-int4-a8 entry is 131 MB). Clear it by deleting `<cache root>/packed/` ($SPECSTREAM_CACHE, else
-~/.cache/specstream); $SPECSTREAM_PACK_CACHE=0 turns the cache off.
+int4-a8 entries are 98 MB, and 32 MB for its head laid out for the default stream set's draft vocabulary). Clear it by
+deleting `<cache root>/packed/` ($SPECSTREAM_CACHE, else ~/.cache/specstream; $SPECSTREAM_PACK_DIR names another
+folder); $SPECSTREAM_PACK_CACHE=0 turns the cache off.
 
 Mapping: the file is mapped privately with its pages populated at once (MAP_POPULATE: no page fault on the first
 decode where the file is in the page cache); the weights are read, never written, so the pages stay the page
@@ -65,7 +66,8 @@ def enabled() -> bool:
 
 
 def folder() -> str:
-    return os.path.join(paths.cache_root(), "packed")
+    """$SPECSTREAM_PACK_DIR, else `packed/` under the cache root (the footprint report gives each run its own)."""
+    return os.environ.get("SPECSTREAM_PACK_DIR") or os.path.join(paths.cache_root(), "packed")
 
 
 def file_digest(path: str) -> str:
