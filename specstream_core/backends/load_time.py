@@ -48,7 +48,7 @@ def weight_rows(model: nn.Module):
 def quantize_int4(model: nn.Module, source: str | None, kernel: bool, a8: bool = False) -> dict:
     """4-bit decoder Linears and an 8-bit head (kernels/linears/int4.py), on the row-invariant kernel or through
     torch; with `source` (a GGUF file) its own groups, each read as its Linear is packed. The packed layers are
-    mapped from the kernel cache where a former load of the same files and build left them (`pack_cache`), and left
+    loaded from the kernel cache where a former load of the same files and build left them (`pack_cache`), and left
     there otherwise. Returns the report (`int4.quantize_model`)."""
     entry = pack_key(model, source, {"kind": "int4", "a8": a8, "kernel": kernel})
     model.__dict__[pack_cache.MODEL_KEY] = entry

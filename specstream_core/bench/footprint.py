@@ -4,8 +4,8 @@ file beside it, where one is found.
 
 Each measurement is its own process, so every figure is what a one-question command pays: the interpreter and its
 imports, the weights read and packed, one answer. Each precision is measured twice in a kernel cache folder of its own
-(`measure_starts`): the first start packs the kernel layouts and writes them to it, the cached start maps them. Peak memory is the process's own high-water mark (VmHWM, else
-ru_maxrss); for llama-bench the ru_maxrss `wait4` returns for it, which on Linux also counts this small launching
+(`measure_starts`): the first start packs the kernel layouts and writes them to it, the cached start loads them.
+Peak memory is the process's own high-water mark (VmHWM, else ru_maxrss); for llama-bench the ru_maxrss `wait4` returns for it, which on Linux also counts this small launching
 process's resident memory at the spawn (tens of MB: no torch here). Only the standard library here: the children
 load torch.
 """
@@ -23,7 +23,7 @@ import time
 PRECISIONS = ("auto", "int4", "fp32", "bf16")  # auto: the default (int4-a8 on the default model where VNNI runs)
 
 
-STARTS = ("first", "cached")  # a start that packs the kernel layouts (an empty kernel cache), one that maps them
+STARTS = ("first", "cached")  # a start that packs the kernel layouts (an empty kernel cache), one that loads them
 
 
 def measure(precision: str, base: str | None = None, streams: str | None = None, tokens: int = 16,
@@ -49,7 +49,7 @@ def measure(precision: str, base: str | None = None, streams: str | None = None,
 def measure_starts(precision: str, base: str | None = None, streams: str | None = None, tokens: int = 16,
                    threads: int | None = None, timeout: float = 600) -> list[dict]:
     """`measure` twice in a kernel cache folder of its own, first empty: the first start (it packs the layouts and
-    writes them) and a cached start (it maps them). Each row says which in "start"."""
+    writes them) and a cached start (it loads them). Each row says which in "start"."""
     with tempfile.TemporaryDirectory(prefix="specstream-footprint-") as folder:
         return [{**measure(precision, base, streams, tokens, threads, timeout, pack_dir=folder), "start": start}
                 for start in STARTS]

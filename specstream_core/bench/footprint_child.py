@@ -24,7 +24,7 @@ PROMPT = "Name three planets."
 def measure(precision: str, base: str | None, streams: str | None, tokens: int, started: float) -> dict:
     """{"precision", "imports_s" (from the launch to here: the interpreter, torch, transformers), "load_s"
     (`Engine.load`), "decode_s" (a `tokens`-token speculative answer), "new_tokens", "peak_rss_mb" (ru_maxrss),
-    "layouts_packed" (kernel layouts packed by this load), "entries_mapped" (kernel cache entries it mapped instead:
+    "layouts_packed" (kernel layouts packed by this load), "entries_loaded" (kernel cache entries it loaded instead:
     `pack_cache`)}."""
     imported = time.time()
     if precision == "bf16" and not rowinv.kernel_for("bf16", "cpu", "auto"):
@@ -40,7 +40,7 @@ def measure(precision: str, base: str | None, streams: str | None, tokens: int, 
     return {"precision": engine.precision, "asked": precision, "imports_s": round(imported - started, 3),
             "load_s": round(t1 - t0, 3), "decode_s": round(t2 - t1, 3), "new_tokens": len(result.token_ids),
             "peak_rss_mb": round(peak_rss_kb() / 1024, 1),
-            "layouts_packed": pack_cache.COUNTS["packed"], "entries_mapped": pack_cache.COUNTS["mapped"]}
+            "layouts_packed": pack_cache.COUNTS["packed"], "entries_loaded": pack_cache.COUNTS["loaded"]}
 
 
 def peak_rss_kb() -> int:

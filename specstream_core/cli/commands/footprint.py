@@ -1,5 +1,5 @@
 """`footprint`: per precision, what a fresh process pays to load the engine and answer one short prompt (wall time,
-load time, peak RSS), on a first start (the kernel layouts packed) and a cached start (mapped), beside llama.cpp's `llama-bench` on the same GGUF file where one is found
+load time, peak RSS), on a first start (the kernel layouts packed) and a cached start (loaded from the kernel cache), beside llama.cpp's `llama-bench` on the same GGUF file where one is found
 (specstream_core/bench/footprint.py).
 
     python -m specstream_core footprint                               # auto (int4-a8 here), int4, fp32, bf16

@@ -86,7 +86,7 @@ class Int8Linear(nn.Module):
 
     @classmethod
     def from_layout(cls, tensors: dict[str, torch.Tensor], meta: dict) -> "Int8Linear":
-        """The layer whose `layout()` this was (the kernel cache's mapped copy of it): nothing packed again."""
+        """The layer whose `layout()` this was (the kernel cache's copy of it): nothing packed again."""
         self = cls.__new__(cls)
         self._settle(meta["n"], meta["k"], meta["kernel"], meta["a8"])
         self._hold(tensors["q8"], tensors["d"], tensors.get("bias"))
@@ -111,7 +111,7 @@ class Int8Linear(nn.Module):
             raise SpecstreamError("lay_out needs an 8-bit-activation head of whole tiles and a permutation of its rows")
         old, entry = (self.q8, self.d), self.pack_key and pack_cache.derived_key(self.pack_key, "lay_out", order)
         found = pack_cache.read(entry) if entry else None
-        if found is not None and torch.equal(found[0]["order"], order):  # laid out so by a former load: mapped
+        if found is not None and torch.equal(found[0]["order"], order):  # laid out so by a former load: cached
             self.q8, self.d = found[0]["q8"], found[0]["d"]
         else:
             stored = order if self.order is None else self._inverse[order]  # output order[i]'s row in the current copy

@@ -120,7 +120,7 @@ class Int4Linear(nn.Module):
 
     @classmethod
     def from_layout(cls, tensors: dict[str, torch.Tensor], meta: dict) -> "Int4Linear":
-        """The layer whose `layout()` this was (the kernel cache's mapped copy of it): nothing packed again."""
+        """The layer whose `layout()` this was (the kernel cache's copy of it): nothing packed again."""
         self = cls.__new__(cls)
         self._settle(meta["n"], meta["k"], meta["kernel"], meta["a8"])
         self._hold(tensors["q4"], tensors["dm"], tensors.get("bias"))
