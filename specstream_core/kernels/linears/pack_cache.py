@@ -21,9 +21,9 @@ rebuilt (`write` replaces it). Writes go to a temporary
 file beside the entry and are renamed into place: a killed run leaves no half entry (at most a temporary file,
 swept by `trim`). Tensor bytes are not checksummed: that would read every page at start.
 
-Size: `trim` keeps the most recently used entries within $SPECSTREAM_PACK_CACHE_MB (default 2048 MB; SmolLM2's
-int4-a8 entries are 98 MB, and 32 MB for its head laid out for the default stream set's draft vocabulary). Clear it by
-deleting `<cache root>/packed/` ($SPECSTREAM_CACHE, else ~/.cache/specstream; $SPECSTREAM_PACK_DIR names another
+Size: `trim` keeps the most recently used entries, at most MAX_ENTRIES (64) within $SPECSTREAM_PACK_CACHE_MB
+(default 2048 MB; SmolLM2's int4-a8 entries are 98 MB, and 32 MB for its head laid out for the default stream set's
+draft vocabulary). Clear it by deleting `<cache root>/packed/` ($SPECSTREAM_CACHE, else ~/.cache/specstream; $SPECSTREAM_PACK_DIR names another
 folder); $SPECSTREAM_PACK_CACHE=0 turns the cache off.
 
 Loading: each tensor is read from the file into memory of its own (one copy from the page cache: about 50 ms of CPU
@@ -55,6 +55,7 @@ FORMAT = 1  # the file layout above; a change makes every older entry stale
 ALIGN = 4096  # tensors start on page boundaries
 HEAD_BYTES, TAIL_BYTES, SAMPLES, SAMPLE_BYTES = 1 << 20, 64 << 10, 16, 4096  # `file_digest`'s reads
 DEFAULT_LIMIT_MB = 2048
+MAX_ENTRIES = 64
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # the modules whose code makes the layouts: a change to any of them makes a new key
 CODE = [os.path.join(_HERE, name) for name in ("int4.py", "int4_a8.py", "rowinv.py", "gguf_file.py", "pack_cache.py")]
@@ -234,8 +235,8 @@ def _aligned(n: int) -> int:
 
 
 def trim(limit_mb: float | None = None) -> list[str]:
-    """Delete the least recently used entries beyond the size limit ($SPECSTREAM_PACK_CACHE_MB, default 2048), and
-    temporary files an interrupted write left (older than an hour). Returns the paths deleted."""
+    """Delete the least recently used entries beyond the size limit ($SPECSTREAM_PACK_CACHE_MB, default 2048) or
+    beyond MAX_ENTRIES (the tests' tiny models make many small ones), and temporary files an interrupted write left (older than an hour). Returns the paths deleted."""
     if limit_mb is None:
         try:
             limit_mb = float(os.environ.get("SPECSTREAM_PACK_CACHE_MB", DEFAULT_LIMIT_MB))
@@ -256,10 +257,11 @@ def trim(limit_mb: float | None = None) -> list[str]:
             entries.append((st.st_mtime, st.st_size, path))
         except OSError:
             pass
-    total = sum(e[1] for e in entries)
+    total, count = sum(e[1] for e in entries), len(entries)
     for _, size, path in sorted(entries):  # oldest first; the newest entry stays even where it alone is too large
-        if total <= limit_mb * 2**20 or path == max(entries)[2]:
+        if (total <= limit_mb * 2**20 and count <= MAX_ENTRIES) or path == max(entries)[2]:
             break
+        count -= 1
         try:
             os.unlink(path)
             gone.append(path)
