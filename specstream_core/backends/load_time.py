@@ -87,8 +87,9 @@ def pack_key(model: nn.Module, source: str | None, asked: dict) -> str | None:
 def install_linears(model: nn.Module, kernel: str, weight_dtype: torch.dtype) -> None:
     """The model's Linears replaced by the row-invariant kernel's, keeping weights in `weight_dtype`; a decoder
     Linear's original weight is then let go through the model's weight reader where it has one (`release_copied`)."""
-    rowinv.install(model, kernel, weight_dtype)
-    release_copied(model, weight_rows(model))
+    reader = weight_rows(model)
+    rowinv.install(model, kernel, weight_dtype, release=None if reader is None else reader.release)
+    release_copied(model, reader)
 
 
 def release_copied(model: nn.Module, reader) -> None:

@@ -230,7 +230,7 @@ def load_model(cfg: LoadConfig):
     loaded = model
     if cfg.shared_lora:  # into the loaded weights, so that int4 and the CPU kernel take the adapted ones
         model = apply_shared_lora(model, cfg.shared_lora)  # the same model where the set has no LoRA to merge
-    if model is loaded and cfg.device == "cpu" and cfg.precision in (*INT4, "fp32") and os.path.isdir(cfg.base):
+    if model is loaded and cfg.device == "cpu" and cfg.precision in (*INT4, "fp32", "bf16") and os.path.isdir(cfg.base):
         # the weights as in their files: checks read them there (`CheckpointRows`), the mapped pages stay unread
         load_time.set_weight_rows(model, CheckpointRows(model, cfg.base))
     if cfg.precision == "nf4" and cfg.device == "cpu" and cfg.exact_nf4:
