@@ -28,11 +28,12 @@ folder); $SPECSTREAM_PACK_CACHE=0 turns the cache off.
 
 Loading: each tensor is read from the file into memory of its own (one copy from the page cache: about 50 ms of CPU
 for SmolLM2's 130 MB). With $SPECSTREAM_PACK_CACHE=map the file is mapped privately instead, its pages populated at
-once (MAP_POPULATE: no page fault at the first decode) and shared with every process that maps the same entry. On a
-busy 2-core AMD EPYC (AVX-512) the kernel read mapped pages up to a tenth more slowly than its own (SmolLM2 int4-a8, every 4-bit
-Linear called in turn, fastest of 25 rounds: 1.10x for one row, 1.12x for six), but copies of the same bytes in the
-process's own memory also moved by a tenth between runs there: not settled, so the read copy, whose pages are those
-a fresh pack makes, is the default.
+once (MAP_POPULATE: no page fault at the first decode) and shared with every process that maps the same entry. On
+a busy 2-core AMD EPYC (AVX-512) the kernel read mapped pages up to a tenth more slowly than its own (SmolLM2
+int4-a8, every 4-bit Linear called in turn, fastest of 25 rounds: 1.10x for one row, 1.12x for six), but copies of
+the same bytes in the process's own memory also moved by a tenth between runs there: not settled, so the read copy,
+whose pages are those a fresh pack makes, is the default. Any change to the modules in `CODE` makes new keys: the
+next load packs again.
 """
 
 from __future__ import annotations
