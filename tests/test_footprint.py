@@ -24,10 +24,10 @@ def test_a_process_past_its_time_is_stopped():
 
 def test_the_table_shows_measured_and_unmeasured_rows():
     rows = [{"asked": "auto", "precision": "int4-a8", "wall_s": 3.2, "imports_s": 1.1, "load_s": 1.5, "decode_s": 0.4,
-             "new_tokens": 16, "peak_rss_mb": 512.4},
+             "new_tokens": 16, "peak_rss_mb": 512.4, "start": "cached", "layouts_packed": 0},
             {"asked": "llama.cpp", "error": "llama-bench not found"}]
     text = footprint.table(rows)
-    assert "| int4-a8 (asked auto) | 3.20 s | 1.10 s | 1.50 s | 0.40 s | 512 MB |" in text
+    assert "| int4-a8 (asked auto) | cached | 3.20 s | 1.10 s | 1.50 s | 0.40 s | 512 MB | 0 |" in text
     assert "not measured: llama-bench not found" in text
 
 

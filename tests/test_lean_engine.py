@@ -119,6 +119,23 @@ def test_an_fp32_engine_lets_its_copied_weights_pages_go(saved):
         assert engine.generate(ids, cfg).token_ids == plain.generate(ids, cfg).token_ids
 
 
+def test_a_bf16_engine_lets_the_fp32_pages_it_copied_go(saved, monkeypatch):
+    """bf16 on the kernel copies each decoder Linear and the head to bf16: the fp32 pages each copy read are let go
+    (`CheckpointRows.release`) as it is made, so the process does not hold the fp32 model besides its bf16 copy."""
+    from specstream_core.kernels.linears import rowinv
+    from specstream_core.model.loading import CheckpointRows
+
+    if not rowinv.available():
+        pytest.skip("the row-invariant kernel does not run here")
+    released = []
+    original = CheckpointRows.release
+    monkeypatch.setattr(CheckpointRows, "release", lambda self, w: released.append(original(self, w)) or released[-1])
+    engine = Engine.load(saved[0], precision="bf16", fresh_streams=False)
+    linears = [m for m in compat.decoder_layers(engine.model).modules() if isinstance(m, rowinv.RowInvariantLinear)]
+    assert linears and all(m.weight.dtype is torch.bfloat16 for m in linears)
+    assert sum(released) >= len(linears) + 1  # every Linear's fp32 pages and the tied embedding's (the head's copy)
+
+
 def test_the_gguf_header_reads_as_ggufs_own_reader(tmp_path):
     """`gguf_file.tensor_table` (the header alone, no object per metadata value) lists what gguf's reader does."""
     gguf = pytest.importorskip("gguf")

@@ -3,8 +3,9 @@
 file beside it, where one is found.
 
 Each measurement is its own process, so every figure is what a one-question command pays: the interpreter and its
-imports, the weights read and packed, one answer. Peak memory is the process's own high-water mark (VmHWM, else
-ru_maxrss); for llama-bench the ru_maxrss `wait4` returns for it, which on Linux also counts this small launching
+imports, the weights read and packed, one answer. Each precision is measured twice in a kernel cache folder of its own
+(`measure_starts`): the first start packs the kernel layouts and writes them to it, the cached start loads them.
+Peak memory is the process's own high-water mark (VmHWM, else ru_maxrss); for llama-bench the ru_maxrss `wait4` returns for it, which on Linux also counts this small launching
 process's resident memory at the spawn (tens of MB: no torch here). Only the standard library here: the children
 load torch.
 """
@@ -22,15 +23,20 @@ import time
 PRECISIONS = ("auto", "int4", "fp32", "bf16")  # auto: the default (int4-a8 on the default model where VNNI runs)
 
 
+STARTS = ("first", "cached")  # a start that packs the kernel layouts (an empty kernel cache), one that loads them
+
+
 def measure(precision: str, base: str | None = None, streams: str | None = None, tokens: int = 16,
-            threads: int | None = None, timeout: float = 600) -> dict:
+            threads: int | None = None, timeout: float = 600, pack_dir: str | None = None) -> dict:
     """One fresh process's figures (`footprint_child.measure`) plus its wall time; {"asked", "error"} where it could
-    not run (a precision this CPU cannot run, a process that failed)."""
+    not run (a precision this CPU cannot run, a process that failed). pack_dir: the kernel cache's packed layouts
+    there ($SPECSTREAM_PACK_DIR) instead of the usual folder."""
     argv = [sys.executable, "-m", "specstream_core.bench.footprint_child", "--precision", precision,
             "--tokens", str(tokens), "--started", repr(time.time())]
     argv += ["--base", base] if base else []
     argv += ["--streams", streams] if streams else []
-    code, out, err, wall, _ = run_measured(argv, _env(threads), timeout)
+    env = {**_env(threads), **({"SPECSTREAM_PACK_DIR": pack_dir} if pack_dir else {})}
+    code, out, err, wall, _ = run_measured(argv, env, timeout)
     lines = [line for line in out.splitlines() if line.startswith("{")]
     if code != 0 or not lines:
         tail = (err.strip().splitlines() or ["no output"])[-1]
@@ -38,6 +44,15 @@ def measure(precision: str, base: str | None = None, streams: str | None = None,
     row = json.loads(lines[-1])
     row["wall_s"] = round(wall, 3)
     return row
+
+
+def measure_starts(precision: str, base: str | None = None, streams: str | None = None, tokens: int = 16,
+                   threads: int | None = None, timeout: float = 600) -> list[dict]:
+    """`measure` twice in a kernel cache folder of its own, first empty: the first start (it packs the layouts and
+    writes them) and a cached start (it loads them). Each row says which in "start"."""
+    with tempfile.TemporaryDirectory(prefix="specstream-footprint-") as folder:
+        return [{**measure(precision, base, streams, tokens, threads, timeout, pack_dir=folder), "start": start}
+                for start in STARTS]
 
 
 def llama_bench(binary: str, gguf: str, tokens: int = 16, threads: int = 1, timeout: float = 600) -> dict:
@@ -98,14 +113,16 @@ def _env(threads: int | None) -> dict:
 
 def table(rows: list[dict]) -> str:
     """The rows as a Markdown table."""
-    lines = ["| precision | wall | imports | load | answer | peak RSS |", "|---|---|---|---|---|---|"]
+    lines = ["| precision | start | wall | imports | load | answer | peak RSS | layouts packed |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        start = r.get("start", "-")
         if "error" in r:
-            lines.append(f"| {r['asked']} | not measured: {r['error']} | | | | |")
+            lines.append(f"| {r['asked']} | {start} | not measured: {r['error']} | | | | | |")
             continue
         name = r["precision"] + (f" (asked {r['asked']})" if r.get("asked") not in (None, r["precision"], "llama.cpp") else "")
         cell = lambda key, unit="s": f"{r[key]:.2f} {unit}" if key in r else "-"  # noqa: E731
         answer = cell("decode_s") if "decode_s" in r else (f"{r['tokens_per_s']} tok/s" if "tokens_per_s" in r else "-")
-        lines.append(f"| {name} | {cell('wall_s')} | {cell('imports_s')} | {cell('load_s')} | {answer} | "
-                     f"{r['peak_rss_mb']:.0f} MB |")
+        lines.append(f"| {name} | {start} | {cell('wall_s')} | {cell('imports_s')} | {cell('load_s')} | {answer} | "
+                     f"{r['peak_rss_mb']:.0f} MB | {r.get('layouts_packed', '-')} |")
     return "\n".join(lines)

@@ -15,7 +15,7 @@ import warnings
 
 from specstream_core.decoding.engine import Engine
 from specstream_core.errors import SpecstreamError
-from specstream_core.kernels.linears import rowinv
+from specstream_core.kernels.linears import pack_cache, rowinv
 from specstream_core.model import defaults
 
 PROMPT = "Name three planets."
@@ -23,7 +23,9 @@ PROMPT = "Name three planets."
 
 def measure(precision: str, base: str | None, streams: str | None, tokens: int, started: float) -> dict:
     """{"precision", "imports_s" (from the launch to here: the interpreter, torch, transformers), "load_s"
-    (`Engine.load`), "decode_s" (a `tokens`-token speculative answer), "new_tokens", "peak_rss_mb" (ru_maxrss)}."""
+    (`Engine.load`), "decode_s" (a `tokens`-token speculative answer), "new_tokens", "peak_rss_mb" (ru_maxrss),
+    "layouts_packed" (kernel layouts packed by this load), "entries_loaded" (kernel cache entries it loaded instead:
+    `pack_cache`)}."""
     imported = time.time()
     if precision == "bf16" and not rowinv.kernel_for("bf16", "cpu", "auto"):
         raise SpecstreamError(f"bf16 is measured on the row-invariant kernel only ({rowinv.unavailable_reason()})")
@@ -37,7 +39,8 @@ def measure(precision: str, base: str | None, streams: str | None, tokens: int, 
         t2 = time.perf_counter()
     return {"precision": engine.precision, "asked": precision, "imports_s": round(imported - started, 3),
             "load_s": round(t1 - t0, 3), "decode_s": round(t2 - t1, 3), "new_tokens": len(result.token_ids),
-            "peak_rss_mb": round(peak_rss_kb() / 1024, 1)}
+            "peak_rss_mb": round(peak_rss_kb() / 1024, 1),
+            "layouts_packed": pack_cache.COUNTS["packed"], "entries_loaded": pack_cache.COUNTS["loaded"]}
 
 
 def peak_rss_kb() -> int:

@@ -10,6 +10,7 @@ import json
 import os
 import warnings
 from dataclasses import fields
+from typing import TYPE_CHECKING
 
 from specstream_core.decoding.config import DecodeConfig, parse_topk
 from specstream_core.errors import SpecstreamError
@@ -18,7 +19,9 @@ from specstream_core.model import defaults
 from specstream_core.model.stream_config import check_gamma
 from specstream_core.model.precisions import PRECISIONS, QUANTIZE_CHOICES, precision_from_flags
 from specstream_core.cli.vocab import Deprecated, add_tree_topk
-from specstream_core.training.config import RunConfig
+
+if TYPE_CHECKING:  # the training stack loads in the training commands only, not on `generate`'s path
+    from specstream_core.training.config import RunConfig
 
 
 def _old_quantize(value: str) -> str | None:
@@ -204,6 +207,8 @@ TRAINING_FLAGS = {
 def add_training_flags(p, **defaults) -> None:
     """The flags of the settings every trainer shares, with this command's `defaults` where they differ from
     `RunConfig`'s, and where the run happens (--device, --threads, --resume). `training_config_from` reads them."""
+    from specstream_core.training.config import RunConfig
+
     base = {f.name: f.default for f in fields(RunConfig)}
     unknown = sorted(set(defaults) - set(base))
     if unknown:

@@ -228,7 +228,7 @@ def load_model(cfg: LoadConfig):
     loaded = model
     if cfg.shared_lora:  # into the loaded weights, so that int4 and the CPU kernel take the adapted ones
         model = apply_shared_lora(model, cfg.shared_lora)  # the same model where the set has no LoRA to merge
-    if model is loaded and cfg.device == "cpu" and cfg.precision in (*INT4, "fp32") and os.path.isdir(cfg.base):
+    if model is loaded and cfg.device == "cpu" and cfg.precision in (*INT4, "fp32", "bf16") and os.path.isdir(cfg.base):
         # the weights as in their files: checks read them there (`CheckpointRows`), the mapped pages stay unread
         load_time.set_weight_rows(model, CheckpointRows(model, cfg.base))
     if cfg.precision == "nf4" and cfg.device == "cpu" and cfg.exact_nf4:
@@ -304,8 +304,8 @@ class CheckpointRows:
 
     def __init__(self, model, directory: str):
         self.entries: dict[str, tuple] = {}  # name -> (file, offset of its data, dtype, shape)
-        for name in sorted(n for n in os.listdir(directory) if n.endswith(".safetensors")):
-            path = os.path.join(directory, name)
+        self.files = [os.path.join(directory, n) for n in sorted(os.listdir(directory)) if n.endswith(".safetensors")]
+        for path in self.files:
             with open(path, "rb") as f:
                 size = int.from_bytes(f.read(8), "little")
                 header = json.loads(f.read(size))

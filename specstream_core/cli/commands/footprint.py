@@ -1,5 +1,5 @@
 """`footprint`: per precision, what a fresh process pays to load the engine and answer one short prompt (wall time,
-load time, peak RSS), beside llama.cpp's `llama-bench` on the same GGUF file where one is found
+load time, peak RSS), on a first start (the kernel layouts packed) and a cached start (loaded from the kernel cache), beside llama.cpp's `llama-bench` on the same GGUF file where one is found
 (specstream_core/bench/footprint.py).
 
     python -m specstream_core footprint                               # auto (int4-a8 here), int4, fp32, bf16
@@ -47,19 +47,20 @@ def run(args) -> int:
     binary = footprint.find_llama_bench(args.llama_bench)
     if args.llama_bench and binary is None:
         raise SpecstreamError(f"--llama-bench {args.llama_bench}: not found or not executable")
-    rows = [footprint.measure(p, args.base, args.streams, args.tokens, args.threads) for p in names]
+    rows = [row for p in names for row in footprint.measure_starts(p, args.base, args.streams, args.tokens, args.threads)]
     if binary is None:
         rows.append({"asked": "llama.cpp", "error": "llama-bench not found (on PATH or --llama-bench)"})
     else:
         gguf = args.gguf or default_model.gguf_source(args.base or default_model.resolve_default_base())
         rows.append(footprint.llama_bench(binary, gguf, args.tokens, args.threads) if gguf else
                     {"asked": "llama.cpp", "error": "no GGUF file for this base (give --gguf)"})
-    if args.json and args.json != "-":
-        from specstream_core.bench.provenance import stamp
+    from specstream_core.bench.provenance import stamp
 
-        write_text(args.json, json.dumps(stamp(rows, getattr(args, "_command", None)), indent=1) + "\n")
+    report = stamp(rows, getattr(args, "_command", None))
+    if args.json and args.json != "-":
+        write_text(args.json, json.dumps(report, indent=1) + "\n")
     if args.json == "-":
-        print(json.dumps(rows, indent=1))
+        print(json.dumps(report, indent=1))
     else:
         print(footprint.table(rows))
     return 0

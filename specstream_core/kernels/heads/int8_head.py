@@ -25,7 +25,7 @@ from torch import nn
 
 from specstream_core.errors import SpecstreamError
 from specstream_core.model import compat
-from specstream_core.kernels.linears import int4_a8, rowinv
+from specstream_core.kernels.linears import int4_a8, pack_cache, rowinv
 
 GROUP = 32  # elements per scale (Q8_0's block size)
 # where loading leaves a model's reader of its weights' rows from the checkpoint files (`loading.CheckpointRows`)
@@ -48,26 +48,51 @@ class Int8Linear(nn.Module):
                  kernel: bool | None = None, a8: bool = False):
         """q: integers -128..127 [N, K]; scale: [N, K / GROUP] (w = q * scale). a8: against 8-bit activations
         (int4-a8, `kernels/linears/int4_a8.py`; another layout of the same groups)."""
-        super().__init__()
         n, k = q.shape
         if k % GROUP or scale.shape != (n, k // GROUP):
             raise SpecstreamError(f"8-bit weights need groups of {GROUP} along the input (got {tuple(q.shape)})")
-        self.in_features, self.out_features = k, n
-        self.kernel = rowinv.available() if kernel is None else kernel
-        self.a8 = a8
-        if a8 and not (self.kernel and int4_a8.available()):
-            raise SpecstreamError(int4_a8.unavailable_reason() or "int4-a8 runs on the row-invariant kernel only")
+        self._settle(n, k, kernel, a8)
         if a8:
             q8, d = int4_a8.pack_q8(q, scale)  # [N' / 16, G, 8, 64], [N' / 16, G, 2, 16]
         else:
             q, scale = rowinv.pad_rows(q.to(torch.int8)), rowinv.pad_rows(scale.float())
             q8, d = rowinv.to_blocks(q, k // GROUP), rowinv.to_blocks(scale, k // GROUP)  # [N'/4, G, 4, 32], [N'/4, G, 4, 1]
-        self.register_buffer("q8", q8, persistent=False)
-        self.register_buffer("d", d, persistent=False)
-        self.register_buffer("bias", None if bias is None else bias.detach().float(), persistent=False)
+        pack_cache.COUNTS["packed"] += 1
+        self._hold(q8, d, None if bias is None else bias.detach().float())
+
+    def _settle(self, n: int, k: int, kernel: bool | None, a8: bool) -> None:
+        """The layer's shape and where it runs, or the reason it cannot run here."""
+        super().__init__()
+        self.in_features, self.out_features = k, n
+        self.kernel = rowinv.available() if kernel is None else kernel
+        self.a8 = a8
+        if a8 and not (self.kernel and int4_a8.available()):
+            raise SpecstreamError(int4_a8.unavailable_reason() or "int4-a8 runs on the row-invariant kernel only")
         self._weight: torch.Tensor | None = None  # the dequantized weight, for the torch path
         self.order: torch.Tensor | None = None  # a8: stored row i is output order[i] (`lay_out`); None: in order
         self._inverse: torch.Tensor | None = None  # output j's stored row
+        self.pack_key: str | None = None  # the kernel cache's entry it was packed for (`lay_out` keeps its layouts)
+
+    def _hold(self, q8: torch.Tensor, d: torch.Tensor, bias: torch.Tensor | None) -> None:
+        for name, t in (("q8", q8), ("d", d), ("bias", bias)):
+            self.register_buffer(name, t, persistent=False)
+
+    def layout(self) -> tuple[dict[str, torch.Tensor], dict]:
+        """(the packed tensors the kernel reads, what `from_layout` needs besides them), for the kernel cache; a head
+        laid out (`lay_out`) keeps its order."""
+        tensors = {"q8": self.q8, "d": self.d, **({"bias": self.bias} if self.bias is not None else {})}
+        tensors.update({"order": self.order} if self.order is not None else {})
+        return tensors, {"n": self.out_features, "k": self.in_features, "a8": self.a8, "kernel": self.kernel}
+
+    @classmethod
+    def from_layout(cls, tensors: dict[str, torch.Tensor], meta: dict) -> "Int8Linear":
+        """The layer whose `layout()` this was (the kernel cache's copy of it): nothing packed again."""
+        self = cls.__new__(cls)
+        self._settle(meta["n"], meta["k"], meta["kernel"], meta["a8"])
+        self._hold(tensors["q8"], tensors["d"], tensors.get("bias"))
+        if "order" in tensors:
+            self._laid_out(tensors["order"])
+        return self
 
     def groups(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(q, scale) of the layer's N output rows, in output order."""
@@ -84,8 +109,20 @@ class Int8Linear(nn.Module):
         order = order.to(torch.long).cpu()
         if not self.a8 or self.out_features % int4_a8.TILE or order.shape != (self.out_features,):
             raise SpecstreamError("lay_out needs an 8-bit-activation head of whole tiles and a permutation of its rows")
-        stored = order if self.order is None else self._inverse[order]  # output order[i]'s row in the current copy
-        self.q8, self.d = int4_a8.take_rows_q8(self.q8, self.d, stored)  # the old copy goes as the new one is set
+        old, entry = (self.q8, self.d), self.pack_key and pack_cache.derived_key(self.pack_key, "lay_out", order)
+        found = pack_cache.read(entry) if entry else None
+        if found is not None and torch.equal(found[0]["order"], order):  # laid out so by a former load: cached
+            self.q8, self.d = found[0]["q8"], found[0]["d"]
+        else:
+            stored = order if self.order is None else self._inverse[order]  # output order[i]'s row in the current copy
+            self.q8, self.d = int4_a8.take_rows_q8(self.q8, self.d, stored)  # the old copy goes as the new one is set
+            if entry:
+                pack_cache.write(entry, {"q8": self.q8, "d": self.d, "order": order}, {})
+        self._laid_out(order)
+        for t in old:  # a mapped old copy: its pages too
+            pack_cache.release(t)
+
+    def _laid_out(self, order: torch.Tensor) -> None:
         self.order, self._inverse = order, torch.argsort(order)
         self._cols = order.to(torch.int32)
 
@@ -167,13 +204,16 @@ def tie_embedding(model: nn.Module) -> bool:
     if not (isinstance(head, Int8Linear) and head.bias is None and type(embedding) is nn.Embedding
             and tuple(embedding.weight.shape) == (head.out_features, head.in_features)):
         return False
-    w = embedding.weight
-    for r in range(0, w.shape[0], CHECK_ROWS):
-        ids = torch.arange(r, min(r + CHECK_ROWS, w.shape[0]))
-        if not torch.equal(head.embed(ids), weight_rows(model, w, r, r + CHECK_ROWS)):
-            return False
-    inner.embed_tokens = TiedEmbedding(head, embedding.padding_idx)
-    return True
+    entry = model.__dict__.get(pack_cache.MODEL_KEY)  # the checkpoint's packed entry: its verdict, once made
+    same = pack_cache.known(entry, "tied_embedding")
+    if same is None:
+        w = embedding.weight
+        same = all(torch.equal(head.embed(torch.arange(r, min(r + CHECK_ROWS, w.shape[0]))),
+                               weight_rows(model, w, r, r + CHECK_ROWS)) for r in range(0, w.shape[0], CHECK_ROWS))
+        pack_cache.note(entry, "tied_embedding", same)
+    if same:
+        inner.embed_tokens = TiedEmbedding(head, embedding.padding_idx)
+    return same
 
 
 def quantize_groups(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -177,3 +177,11 @@ class FileGroups:
             if _same(dequantize, (q, scale, low), weight, model):
                 return q, scale, low
         return None
+
+    def checked(self, linears: dict, model=None) -> dict[str, tuple]:
+        """The Q4_1 tensors as (q, scale, low) per key of `linears` (the model's Linears by `int4._linears` key), rows in
+        the model's order, and the Q8_0 head (the output matrix, or the tied token embedding) as (q, scale) under
+        "lm_head"; each is checked against the model's own weight (`take`), and one that differs is left out. All of
+        them at once (`take` reads each when it is used)."""
+        out = {key: self.take(key, linears[key].weight, model) for key in self.keys() if key in linears}
+        return {key: groups for key, groups in out.items() if groups is not None}

@@ -35,14 +35,13 @@ head reads 113 MB a pass. `quantize_model(head=...)` still offers both. Without 
 
 from __future__ import annotations
 
-
 import numpy as np
 import torch
 from torch import nn
 
 from specstream_core.errors import SpecstreamError
 from specstream_core.model import compat
-from specstream_core.kernels.linears import gguf_file, int4_a8, rowinv
+from specstream_core.kernels.linears import gguf_file, int4_a8, pack_cache, rowinv
 from specstream_core.kernels.linears.gguf_file import GGUF_NAMES as _GGUF_NAMES, dequantize, from_q4_1  # noqa: F401
 from specstream_core.kernels.heads import int8_head
 from specstream_core.kernels.heads.int8_head import WEIGHT_ROWS  # noqa: F401 - where loading leaves its weight reader
@@ -85,10 +84,22 @@ class Int4Linear(nn.Module):
                  kernel: bool | None = None, a8: bool = False):
         """q: integers 0..15 [N, K]; scale, low: [N, K / GROUP] (w = q * scale + low). a8: against 8-bit
         activations on the kernel (`kernels/linears/int4_a8.py`; another layout of the same groups)."""
-        super().__init__()
         n, k = q.shape
         if k % GROUP or scale.shape != (n, k // GROUP) or low.shape != scale.shape:
             raise SpecstreamError(f"int4 weights need groups of {GROUP} along the input (got {tuple(q.shape)})")
+        self._settle(n, k, kernel, a8)
+        if a8:  # the same groups in the layout of the 8-bit-activation kernel
+            q4, dm = int4_a8.pack(q, scale, low)  # [N' / 16, G, 4, 64], [N' / 16, G, 2, 16]
+        else:
+            q, scale, low = (rowinv.pad_rows(t) for t in (q, scale, low))
+            q4 = rowinv.to_blocks(pack_nibbles(q), k // GROUP)  # [N' / 4, G, 4, 16]
+            dm = rowinv.to_blocks(torch.stack([scale.float(), low.float()], dim=-1), k // GROUP)  # [N' / 4, G, 4, 2]
+        pack_cache.COUNTS["packed"] += 1
+        self._hold(q4, dm, None if bias is None else bias.detach().float())
+
+    def _settle(self, n: int, k: int, kernel: bool | None, a8: bool) -> None:
+        """The layer's shape and where it runs, or the reason it cannot run here."""
+        super().__init__()
         self.in_features, self.out_features = k, n
         self.kernel = rowinv.available() if kernel is None else kernel
         if not self.kernel and not torch_available():
@@ -96,16 +107,24 @@ class Int4Linear(nn.Module):
         self.a8 = a8
         if a8 and not (self.kernel and int4_a8.available()):
             raise SpecstreamError(int4_a8.unavailable_reason() or "int4-a8 runs on the row-invariant kernel only")
-        if a8:  # the same groups in the layout of the 8-bit-activation kernel
-            q4, dm = int4_a8.pack(q, scale, low)  # [N' / 16, G, 4, 64], [N' / 16, G, 2, 16]
-        else:
-            q, scale, low = (rowinv.pad_rows(t) for t in (q, scale, low))
-            q4 = rowinv.to_blocks(pack_nibbles(q), k // GROUP)  # [N' / 4, G, 4, 16]
-            dm = rowinv.to_blocks(torch.stack([scale.float(), low.float()], dim=-1), k // GROUP)  # [N' / 4, G, 4, 2]
-        self.register_buffer("q4", q4, persistent=False)
-        self.register_buffer("dm", dm, persistent=False)
-        self.register_buffer("bias", None if bias is None else bias.detach().float(), persistent=False)
         self._torch_args: tuple | None = None
+
+    def _hold(self, q4: torch.Tensor, dm: torch.Tensor, bias: torch.Tensor | None) -> None:
+        for name, t in (("q4", q4), ("dm", dm), ("bias", bias)):
+            self.register_buffer(name, t, persistent=False)
+
+    def layout(self) -> tuple[dict[str, torch.Tensor], dict]:
+        """(the packed tensors the kernel reads, what `from_layout` needs besides them), for the kernel cache."""
+        tensors = {"q4": self.q4, "dm": self.dm, **({"bias": self.bias} if self.bias is not None else {})}
+        return tensors, {"n": self.out_features, "k": self.in_features, "a8": self.a8, "kernel": self.kernel}
+
+    @classmethod
+    def from_layout(cls, tensors: dict[str, torch.Tensor], meta: dict) -> "Int4Linear":
+        """The layer whose `layout()` this was (the kernel cache's copy of it): nothing packed again."""
+        self = cls.__new__(cls)
+        self._settle(meta["n"], meta["k"], meta["kernel"], meta["a8"])
+        self._hold(tensors["q4"], tensors["dm"], tensors.get("bias"))
+        return self
 
     def groups(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(q, scale, low) of the layer's N output rows."""
@@ -162,14 +181,24 @@ class FusedInt4(nn.Module):
 
     def __init__(self, parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]],
                  kernel: bool | None = None, a8: bool = False):
-        super().__init__()
         q, scale, zero = (torch.cat([p[i] for p in parts]) for i in range(3))
         biases = [p[3] if p[3] is not None else torch.zeros(p[0].shape[0]) for p in parts]
         bias = torch.cat(biases) if any(p[3] is not None for p in parts) else None
-        self.linear = Int4Linear(q, scale, zero, bias, kernel=kernel, a8=a8)
-        bounds = np.cumsum([0] + [p[0].shape[0] for p in parts]).tolist()
+        self._join(Int4Linear(q, scale, zero, bias, kernel=kernel, a8=a8), [p[0].shape[0] for p in parts])
+
+    def _join(self, linear: Int4Linear, rows: list[int]) -> None:
+        super().__init__()
+        self.linear = linear
+        bounds = np.cumsum([0] + rows).tolist()
         self.slices = list(zip(bounds[:-1], bounds[1:]))
         self._last: tuple | None = None  # (input, its version, output): the call the other members reuse
+
+    @classmethod
+    def of_linear(cls, linear: Int4Linear, rows: list[int]) -> "FusedInt4":
+        """The group whose members' output rows are `rows` (in order), computed by `linear` (their stacked rows)."""
+        self = cls.__new__(cls)
+        self._join(linear, rows)
+        return self
 
     def output(self, x: torch.Tensor) -> torch.Tensor:
         last = self._last
@@ -243,7 +272,8 @@ def _set(model, key: str, module: nn.Module) -> None:
 
 
 def quantize_model(model, groups: dict[str, tuple] | None = None, kernel: bool | None = None,
-                   head: str | None = None, a8: bool = False) -> dict:
+                   head: str | None = None, a8: bool = False, layouts: dict | None = None,
+                   made: dict | None = None) -> dict:
     """Replace the decoder Linears by `Int4Linear`s and the LM head as `head` says, in place (CPU, fp32).
 
     groups: per key of `_linears`, ready groups to use instead of quantizing the weight (a GGUF file's
@@ -252,21 +282,16 @@ def quantize_model(model, groups: dict[str, tuple] | None = None, kernel: bool |
     (`rowinv.adopt`). head: "q8" (8-bit groups, `kernels/heads/int8_head.py`; the default on the kernel),
     "int4" (the default through torch, whose int4 kernel is row-invariant where its fp32 matmul is not),
     or "fp32" (its own weights, on the kernel where it runs). a8: the decoder Linears take 8-bit activations
-    (int4-a8, `kernels/linears/int4_a8.py`), and so does an 8-bit head. Returns {"layers": n, "from_file": m, "fused": f, "kernel":
-    bool, "head": head, "head_from_file": bool, "a8": a8}."""
-    kernel, head = _settle(model, kernel, head)
-    groups = groups if groups is not None else {}
+    (int4-a8, `kernels/linears/int4_a8.py`), and so does an 8-bit head. layouts: a former call's layers (its `made`,
+    kept by `pack_cache`) taken instead of reading, checking, packing anything; its report too. made: filled, by key.
+    Returns {"layers": n, "from_file": m, "fused": f, "kernel": bool, "head": head, "head_from_file": bool, "a8": a8}."""
     linears = _linears(model)
-    for key, linear in linears.items():
-        if linear.in_features % GROUP and (key != "lm_head" or head == "int4"):
-            raise SpecstreamError(f"int4 needs input sizes that are multiples of {GROUP}; {key} has {linear.in_features}")
+    kernel, head = _settle(model, kernel, head, linears)
+    groups, made = groups if groups is not None else {}, {} if made is None else made
     n_linears, taken = len(linears), []
     if head != "int4":
-        head_linear = linears.pop("lm_head")
-        head_groups = _take(groups, "lm_head", head_linear, model) if head == "q8" else None
-        _set(model, "lm_head", _head(head_linear, head, head_groups, kernel, a8))
-        taken.append(head_groups is not None)
-        del head_linear
+        made["lm_head"] = _made_head(model, linears.pop("lm_head"), head, groups, layouts, taken, kernel, a8)
+        _set(model, "lm_head", made["lm_head"])
 
     def weights(key: str) -> tuple:
         """The Linear's groups (the file's, else its own quantized) and bias; the Linear is let go."""
@@ -276,29 +301,38 @@ def quantize_model(model, groups: dict[str, tuple] | None = None, kernel: bool |
         q, scale, low = got if got is not None else quantize_groups(linear.weight)
         return q, scale, low, None if linear.bias is None else linear.bias.detach().float()
 
+    def layer(key: str) -> Int4Linear:
+        made[key] = (Int4Linear.from_layout(*layouts[key]) if layouts is not None and linears.pop(key, True)
+                     else Int4Linear(*weights(key), kernel=kernel, a8=a8))
+        return made[key]
+
     fused = 0
-    for li, layer in enumerate(compat.decoder_layers(model)):  # one layer at a time: its fp32 weights go as it is packed
+    for li, layer_module in enumerate(compat.decoder_layers(model)):  # one layer at a time: its fp32 weights go as it is packed
         for parent, names in FUSE:
             keys = [f"{li}.{parent}.{name}" for name in names]
             if all(k in linears for k in keys) and len({linears[k].in_features for k in keys}) == 1:
-                group = FusedInt4([weights(k) for k in keys], kernel=kernel, a8=a8)
+                group = (FusedInt4.of_linear(layer("+".join(keys)), [linears[k].out_features for k in keys])
+                         if layouts is not None else FusedInt4([weights(k) for k in keys], kernel=kernel, a8=a8))
+                made["+".join(keys)] = group.linear
                 for i, k in enumerate(keys):
+                    linears.pop(k, None)
                     _set(model, k, Int4Part(group, i))
-                getattr(layer, parent).add_module("int4_fused_" + names[0], group)
+                getattr(layer_module, parent).add_module("int4_fused_" + names[0], group)
                 fused += 1
         for key in [k for k in linears if k.split(".", 1)[0] == str(li)]:
-            _set(model, key, Int4Linear(*weights(key), kernel=kernel, a8=a8))
+            _set(model, key, layer(key))
     for key in list(linears):  # a 4-bit head
-        _set(model, key, Int4Linear(*weights(key), kernel=kernel, a8=a8))
+        _set(model, key, layer(key))
     if kernel:
         rowinv.adopt(model)
-    head_from_file = head != "int4" and taken[0]
+    if layouts is not None:
+        return dict(layouts["report"])
     return {"layers": n_linears, "from_file": sum(taken), "fused": fused, "kernel": kernel, "head": head,
-            "head_from_file": head_from_file, "a8": a8}
+            "head_from_file": head != "int4" and taken[0], "a8": a8}
 
 
-def _settle(model, kernel: bool | None, head: str | None) -> tuple[bool, str]:
-    """`quantize_model`'s kernel and head made concrete, or the reason they cannot run."""
+def _settle(model, kernel: bool | None, head: str | None, linears: dict) -> tuple[bool, str]:
+    """`quantize_model`'s kernel and head made concrete, or the reason they (or its `linears`' shapes) cannot run."""
     kernel = rowinv.available() if kernel is None else kernel
     if kernel and not rowinv.available():
         raise SpecstreamError(f"the row-invariant kernel cannot run here: {rowinv.unavailable_reason()}")
@@ -310,6 +344,9 @@ def _settle(model, kernel: bool | None, head: str | None) -> tuple[bool, str]:
         raise SpecstreamError(f"unknown int4 head {head!r}; choose one of {', '.join(HEADS)}")
     if next(model.parameters()).device.type != "cpu":
         raise SpecstreamError("--quantize int4 runs on the CPU; on CUDA use nf4")
+    for key, linear in linears.items():
+        if linear.in_features % GROUP and (key != "lm_head" or head == "int4"):
+            raise SpecstreamError(f"int4 needs input sizes that are multiples of {GROUP}; {key} has {linear.in_features}")
     return kernel, head
 
 
@@ -321,6 +358,16 @@ def _take(groups, key: str, linear: nn.Module, model) -> tuple | None:
 
 
 HEADS = ("q8", "int4", "fp32")
+
+
+def _made_head(model, linear: nn.Linear, head: str, groups, layouts: dict | None, taken: list, kernel: bool,
+               a8: bool) -> nn.Module:
+    """`quantize_model`'s head: from `layouts` where given, else `_head` of the ready groups (noted in `taken`)."""
+    if layouts is not None and head == "q8":
+        return int8_head.Int8Linear.from_layout(*layouts["lm_head"])
+    head_groups = _take(groups, "lm_head", linear, model) if head == "q8" else None
+    taken.append(head_groups is not None)
+    return _head(linear, head, head_groups, kernel, a8)
 
 
 def _head(linear: nn.Linear, head: str, groups: tuple | None, kernel: bool, a8: bool = False) -> nn.Module:
@@ -342,11 +389,5 @@ def file_groups(path: str, model) -> gguf_file.FileGroups:
 
 
 def gguf_groups(path: str, model) -> dict[str, tuple]:
-    """The Q4_1 tensors of a llama GGUF file as (q, scale, low) per `_linears` key, rows in the model's
-    order, and its Q8_0 head (the output matrix, or the tied token embedding) as (q, scale) under
-    "lm_head"; each is checked against the model's own (dequantized) weight, and one that differs is left out.
-    All of them at once (`file_groups` reads each when it is used)."""
-    found = file_groups(path, model)
-    linears = _linears(model)
-    out = {key: found.take(key, linears[key].weight, model) for key in found.keys() if key in linears}
-    return {key: groups for key, groups in out.items() if groups is not None}
+    """All of the file's groups at once, each checked against `model`'s weight (`gguf_file.FileGroups.checked`)."""
+    return file_groups(path, model).checked(_linears(model), model)

@@ -284,13 +284,14 @@ def make_row_invariant(module: nn.Module) -> bool:
     return False
 
 
-def install(model: nn.Module, kernel: str = "auto", weight_dtype: torch.dtype = torch.float32) -> int:
+def install(model: nn.Module, kernel: str = "auto", weight_dtype: torch.dtype = torch.float32, release=None) -> int:
     """Put the kernel under the decoder layers' Linears and the LM head of a CPU fp32 model. Returns how
     many Linears use it (0 where it cannot run or kernel == "torch"); records it in the config.
 
     weight_dtype bf16: those Linears keep their weights in bf16 (half the bytes to read) while the rest of
     the model, its activations and the kernel's sums stay fp32; a head tied to the embedding gets its own
-    bf16 copy, so the embedding stays fp32."""
+    bf16 copy, so the embedding stays fp32. release: called with each fp32 weight a bf16 copy was made from, while it
+    is still the weight loading mapped (`loading.CheckpointRows.release`: the pages the copy read are let go)."""
     if kernel not in KERNELS:
         raise SpecstreamError(f"unknown kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
     if kernel == "torch" or not available():
@@ -299,14 +300,20 @@ def install(model: nn.Module, kernel: str = "auto", weight_dtype: torch.dtype = 
         return 0
     head = compat.lm_head(model)
     if weight_dtype != torch.float32:
-        head.weight = nn.Parameter(head.weight.detach().clone(), requires_grad=False)  # untie from the embedding
+        tied = head.weight
+        head.weight = nn.Parameter(tied.detach().to(weight_dtype), requires_grad=False)  # untied from the embedding
+        if release is not None:
+            release(tied)  # the embedding's pages the copy read: its lookups read their rows again
     modules = [m for layer in compat.decoder_layers(model) for m in layer.modules()] + [head]
     count = 0
     for m in modules:
         if make_row_invariant(m):
             count += 1
-            if weight_dtype != torch.float32:
-                m.weight.data = m.weight.data.to(weight_dtype)
+            if weight_dtype != torch.float32 and m.weight.dtype != weight_dtype:
+                narrow = m.weight.data.to(weight_dtype)
+                if release is not None:
+                    release(m.weight)  # its fp32 pages, read for the copy, let go before the weight becomes the copy
+                m.weight.data = narrow
     if count:
         adopt(model)
     else:
