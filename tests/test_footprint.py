@@ -40,4 +40,5 @@ def test_bad_settings_are_refused_before_measuring(capsys):
 @pytest.mark.parametrize("given", [None, "/no/such/binary"])
 def test_llama_bench_is_found_only_where_it_is(given, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("SPECSTREAM_LLAMA_BENCH", raising=False)
     assert footprint.find_llama_bench(given) is None

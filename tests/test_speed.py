@@ -26,11 +26,18 @@ def test_speed_rows_check_each_method_against_its_reference():
         engines[precision] = Engine(model, None, StreamParams.fresh(model, gamma=2, n_stream_layers=2),
                                     precision=precision)
     names = [n for n in speed.METHODS if a8 or speed.METHODS[n][0] != "int4-a8"]
-    methods = speed.build(names, engines, max_new=8, threads=1, gguf_path=None)
-    assert [m.name for m in methods] == [n for n in names if n != "llama.cpp"]  # no GGUF file: no llama.cpp
+    decodes = {}
+    methods = speed.build(names, engines, max_new=8, threads=1, gguf_path=None, decodes=decodes)
+    # no GGUF file: no llama.cpp; llama-bench is its own process, not a method run here
+    assert [m.name for m in methods] == [n for n in names if n not in ("llama.cpp", "llama-bench")]
     kept = speed.recording(methods)
     rows = run_benchmark({"all": prompts(3, seed=2)}, methods, baseline="hf-greedy", progress=False)
     assert all(len(v) == 1 + 3 for v in kept.values())  # the warm-up, then each prompt
+    # our loops time the passes after the first new token apart: 7 more tokens, in less than the whole wall time
+    assert set(decodes) == {n for n in names if n.startswith(("ar", "ss"))}
+    assert all(n == 7 and s > 0 for runs in decodes.values() for n, s in runs) and len(decodes["ss"]) == 4
+    ar = next(r for r in rows if r.method == "ar")
+    assert sum(s for _, s in decodes["ar"][1:]) < ar.wall_s  # the first pass's time left out
     assert speed.shared_prefix(kept["ss"][1:], kept["ar"][1:]) == 1.0
     assert speed.shared_prefix([[1, 2, 9, 9]], [[1, 2, 3, 4]]) == 0.5
     by = {r.method: r for r in rows}

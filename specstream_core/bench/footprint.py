@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
+
+from specstream_core.bench.llama_bench import find as find_llama_bench  # noqa: F401 - the one finder, shared with speed
 
 PRECISIONS = ("auto", "int4", "fp32", "bf16")  # auto: the default (int4-a8 on the default model where VNNI runs)
 
@@ -71,13 +72,6 @@ def llama_bench(binary: str, gguf: str, tokens: int = 16, threads: int = 1, time
     except (ValueError, KeyError, IndexError, TypeError):
         pass
     return row
-
-
-def find_llama_bench(given: str | None) -> str | None:
-    """The `llama-bench` to run: the one given (a path or a name on PATH), else one on PATH, else None."""
-    if given:
-        return shutil.which(given) or (given if os.path.isfile(given) and os.access(given, os.X_OK) else None)
-    return shutil.which("llama-bench")
 
 
 def run_measured(argv: list[str], env: dict, timeout: float) -> tuple[int, str, str, float, int]:

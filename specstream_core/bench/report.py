@@ -58,6 +58,7 @@ it into `docs/bench/` with the command's `--json` (it records the command and th
 | `hf-assisted` | transformers' assisted generation with a small draft model |
 | `medusa` | Medusa-style heads verified by our tree verifier |
 | `llama.cpp` | llama.cpp through `llama-cpp-python`, on the same GGUF file, greedy |
+| `llama-bench` | llama.cpp's own benchmark binary, built from the same source, on the same GGUF file: forward passes only, no Python, no tokenizer |
 | fp32, bf16 | the model's weights in fp32 or bf16 |
 | int4 | the GGUF file's 4-bit groups, fp32 activations: the fp32 model's logits bit for bit |
 | int4-a8 | the same 4-bit groups against 8-bit activations (llama.cpp's arithmetic); the default where the CPU has AVX512-VNNI |

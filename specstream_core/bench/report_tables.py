@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import statistics
 
+from specstream_core.bench.report_generation import generation_table
 from specstream_core.bench.report_sources import Source
 from specstream_core.bench.speed_methods import METHODS
 
@@ -75,7 +76,8 @@ def speed_section(src: Source) -> list[str]:
     prompts = d["n_per_category"] * 8
     return [f"### {src.title}", "", f"{prompts} eval prompts (the chat corpus, {d['n_per_category']} per category), "
             f"≤ {d['max_new_tokens']} new tokens, greedy, the methods alternating per prompt; tokens/s over all "
-            "prompts, × columns medians of per-prompt ratios.", ""] + provenance(src) + speed_table(src) + [""]
+            "prompts, × columns medians of per-prompt ratios.", ""] + provenance(src) + speed_table(src) + \
+        generation_table(src, speed_label) + [""]
 
 
 def _category_cells(rows: list[dict], methods: list[str], category: str) -> list[str]:

@@ -11,6 +11,12 @@ on the int4 model with its Linears on the row-invariant kernel, as ours; "hf-gre
 torch's int4 kernel as transformers ships it), our plain loop for speculative streaming (in
 bf16 exact only on the row-invariant kernel: the count shows how often it differs), our int4 loop for
 llama.cpp (which rounds differently: its agreement is shown, not claimed).
+
+Beside them, llama.cpp's own `llama-bench` binary on the same GGUF file at the same thread count (`llama_bench`):
+its tg rate (one token a pass from an empty context) and pp rate (a prompt as long as the eval prompts' median),
+generation only, no Python, no tokenizer, so the comparison does not rest on the binding's overhead. Against
+its tg rate stands each loop's generation rate (`generation_rate`): new tokens after the first, divided by the
+decode time (the wall time after the pass that gave the first token).
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ import time
 
 import numpy as np
 
-from specstream_core.bench.runner import Method, Row, engine_method, hf_method
+from specstream_core.bench import llama_bench
+from specstream_core.bench.runner import Method, Row, hf_method
 from specstream_core.bench.speed_methods import METHODS  # noqa: F401 - re-exported
 
 
@@ -34,9 +41,11 @@ def llama_cpp_available() -> bool:
     return importlib.util.find_spec("llama_cpp") is not None
 
 
-def llama_cpp_method(gguf_path: str, threads: int, max_new: int, eos_ids: set[int]) -> Method:
+def llama_cpp_method(gguf_path: str, threads: int, max_new: int, eos_ids: set[int],
+                     decodes: list | None = None) -> Method:
     """llama.cpp's own forward passes on the same token ids (its tokenizer is the file's, as ours), greedy:
-    the argmax of the logits it returns after each pass (the wall time includes the prompt, as ours)."""
+    the argmax of the logits it returns after each pass (the wall time includes the prompt, as ours).
+    decodes: gets (new tokens after the first, seconds after the first) per run (`generation_rate`)."""
     llm = _load_llama(gguf_path, threads)
     vocab = llm.n_vocab()
 
@@ -48,10 +57,15 @@ def llama_cpp_method(gguf_path: str, threads: int, max_new: int, eos_ids: set[in
         while True:
             tok = int(np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(vocab,)).argmax())
             out.append(tok)
+            if len(out) == 1:
+                first = time.perf_counter()
             if tok in eos_ids or len(out) >= max_new:
                 break
             llm.eval([tok])
-        return out, time.perf_counter() - t0, len(out)
+        end = time.perf_counter()
+        if decodes is not None:
+            decodes.append((len(out) - 1, end - first))
+        return out, end - t0, len(out)
 
     return Method("llama.cpp", run, reference=METHODS["llama.cpp"][1])
 
@@ -98,14 +112,42 @@ def shared_prefix(outputs: list[list[int]], reference: list[list[int]]) -> float
     return sum(shares) / max(1, len(shares))
 
 
-def build(names: list[str], engines: dict, max_new: int, threads: int, gguf_path: str | None) -> list[Method]:
-    """engines: precision -> Engine (with streams). Methods in `names` order; llama.cpp only with a file."""
+def timed_engine_method(name: str, engine, cfg, reference: str, extra_params: int, decodes: list) -> Method:
+    """Our loop as `runner.engine_method` runs it, the first pass (the prompt, giving the first new token) timed
+    apart: `decodes` gets (new tokens after the first, the passes' seconds after the first) per run."""
+    def run(ids):
+        dec = engine.start(ids, cfg)
+        dec.step()  # the prefill: the prompt in, the first new token out
+        first = dec.stats()["wall_s"]
+        result = dec.run()
+        decodes.append((len(result.token_ids) - 1, result.stats["wall_s"] - first))
+        return result.token_ids, result.stats["wall_s"], result.stats["forward_passes"]
+
+    return Method(name, run, reference, extra_params)
+
+
+def generation_rate(decodes: list[tuple[int, float]]) -> float | None:
+    """New tokens after the first, divided by the time they took (the decode time: the wall time after the pass
+    that gave the first token), over all runs [(tokens after the first, seconds)]; None where there is none."""
+    tokens, seconds = sum(n for n, _ in decodes), sum(s for _, s in decodes)
+    return tokens / seconds if seconds > 0 and tokens > 0 else None
+
+
+def build(names: list[str], engines: dict, max_new: int, threads: int, gguf_path: str | None,
+          decodes: dict[str, list] | None = None) -> list[Method]:
+    """engines: precision -> Engine (with streams). Methods in `names` order; llama.cpp only with a file;
+    llama-bench is not a method run here (its own process: `llama_bench`). decodes: method name -> the
+    (tokens after the first, seconds) of its runs, for our loops and llama.cpp (`generation_rate`)."""
+    decodes = {} if decodes is None else decodes
     out = []
     for name in names:
         precision, reference = METHODS[name]
+        if name == "llama-bench":
+            continue
         if name == "llama.cpp":
             if gguf_path and llama_cpp_available():
-                out.append(llama_cpp_method(gguf_path, threads, max_new, engines["int4"].eos_ids))
+                out.append(llama_cpp_method(gguf_path, threads, max_new, engines["int4"].eos_ids,
+                                            decodes.setdefault(name, [])))
             continue
         engine = engines[precision]
         if name.startswith("hf-greedy"):
@@ -113,22 +155,34 @@ def build(names: list[str], engines: dict, max_new: int, threads: int, gguf_path
         else:
             cfg = engine.decode_config(mode="ss" if name.startswith("ss") else "ar", max_new_tokens=max_new)
             extra = engine.streams.extra_parameter_count() if name.startswith("ss") else 0
-            out.append(engine_method(name, engine, cfg, reference=reference, extra_params=extra))
+            out.append(timed_engine_method(name, engine, cfg, reference, extra, decodes.setdefault(name, [])))
     return out
 
 
-def markdown(rows: list[Row], threads_of: dict[int, int], closeness: dict[int, float] | None = None) -> str:
+def markdown(rows: list[Row], threads_of: dict[int, int], closeness: dict[int, float] | None = None,
+             generation: dict[int, float] | None = None, llama: dict[int, dict] | None = None) -> str:
     """One table: threads, method, precision, tokens/s, × transformers fp32 (median per prompt), τ, output
-    check, and (closeness: row index -> share) how much of fp32 plain decoding's output it reproduces."""
-    closeness = closeness or {}
+    check, (closeness: row index -> share) how much of fp32 plain decoding's output it reproduces, (generation:
+    row index -> tokens/s) the generation rate and its ratio to llama-bench's tg rate at the same threads
+    (llama: threads -> `llama_bench.row` or `missing`), whose row follows the last row of its thread count."""
+    closeness, generation, llama = closeness or {}, generation or {}, llama or {}
     lines = ["| threads | method | weights | tokens/s | × transformers fp32 | τ | output equals | "
-             "same as fp32 until the first difference |",
-             "|---|---|---|---|---|---|---|---|"]
+             "same as fp32 until the first difference | generation rate | × llama-bench tg |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(rows):
+        t = threads_of[i]
         ref = METHODS.get(r.method, ("", r.method))[1]
         same = "itself (baseline)" if ref == r.method else (
             f"{ref}: {'yes' if r.identical else f'{r.identical_count}/{r.prompts} prompts'}")
         close = f"{closeness[i]:.0%}" if i in closeness else "–"
-        lines.append(f"| {threads_of[i]} | {r.method} | {r.precision} | {r.tokens_per_s:.1f} | {r.speedup:.2f}× | "
-                     f"{r.tau:.2f} | {same} | {close} |")
+        rate = generation.get(i)
+        tg = llama.get(t, {}).get("tg_tokens_per_s")
+        lines.append(f"| {t} | {r.method} | {r.precision} | {r.tokens_per_s:.1f} | {r.speedup:.2f}× | "
+                     f"{r.tau:.2f} | {same} | {close} | {f'{rate:.1f}' if rate else '–'} | "
+                     f"{f'{rate / tg:.2f}×' if rate and tg else '–'} |")
+        if t in llama and (i + 1 == len(rows) or threads_of[i + 1] != t):
+            lb = llama[t]
+            tg_cell = f"{lb['tg_tokens_per_s']:.1f}" if "tg_tokens_per_s" in lb else "–"
+            lines.append(f"| {t} | llama-bench | {METHODS['llama-bench'][0]} | {tg_cell} | – | – | "
+                         f"{llama_bench.label(lb)} | – | {tg_cell} | {'1.00×' if tg else '–'} |")
     return "\n".join(lines)

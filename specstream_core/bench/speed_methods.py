@@ -18,17 +18,19 @@ METHODS = {
     "ar int4-a8": ("int4-a8", "hf-greedy int4-a8 kernel"),
     "ss int4-a8": ("int4-a8", "ar int4-a8"),
     "llama.cpp": ("gguf Q4_1", "ar int4"),
+    "llama-bench": ("gguf Q4_1", "llama-bench"),  # llama.cpp's own binary: rates, no tokens to compare
 }
 
 # the command line's names (cli/vocab.py): a method and, apart from it, the precisions it runs at
-NAMES = ("hf-greedy", "hf-greedy-kernel", "ar", "ss", "llama.cpp")
+NAMES = ("hf-greedy", "hf-greedy-kernel", "ar", "ss", "llama.cpp", "llama-bench")
 PRECISIONS = ("fp32", "bf16", "int4", "int4-a8")
 
 
 def row(method: str, precision: str) -> str | None:
     """The row (a key of METHODS) of a method at a precision; None where `speed` has no such row
-    (hf-greedy-kernel at fp32 or bf16, hf-greedy at int4-a8); llama.cpp is its GGUF file's own precision."""
-    if method == "llama.cpp":
+    (hf-greedy-kernel at fp32 or bf16, hf-greedy at int4-a8); llama.cpp and llama-bench are their GGUF file's own
+    precision."""
+    if method in ("llama.cpp", "llama-bench"):
         return method
     name = "hf-greedy" if method == "hf-greedy-kernel" else method
     key = name + ("" if precision == "fp32" else f" {precision}") + (" kernel" if method == "hf-greedy-kernel" else "")

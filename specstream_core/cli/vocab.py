@@ -26,6 +26,7 @@ METHODS = {
     "pld": "our prompt-lookup drafter through our tree verifier",
     "medusa": "Medusa-style heads through our tree verifier",
     "llama.cpp": "llama.cpp on the same GGUF file (its own 4-bit arithmetic)",
+    "llama-bench": "llama.cpp's own llama-bench binary on the same GGUF file (generation only, no Python, no tokenizer)",
 }
 # precisions a list may name (`auto` only where one engine is loaded: --precision)
 LISTED_PRECISIONS = tuple(p for p in PRECISIONS if p != "auto")

@@ -24,7 +24,8 @@ def add_arguments(p) -> None:
                    help=f"comma-separated, each measured in its own process: {', '.join(PRECISIONS)}")
     p.add_argument("--tokens", type=int, default=16, help="new tokens of the answer each process decodes")
     p.add_argument("--threads", type=int, default=1, help="threads of each process (OMP_NUM_THREADS) and llama-bench")
-    p.add_argument("--llama-bench", metavar="PATH", help="llama.cpp's llama-bench (default: one on PATH, if any)")
+    p.add_argument("--llama-bench", metavar="PATH", help="llama.cpp's llama-bench (default: $SPECSTREAM_LLAMA_BENCH, "
+                   "else one on PATH, if any)")
     p.add_argument("--gguf", metavar="FILE", help="the GGUF file llama-bench reads (default: the base's own, if any)")
     p.add_argument("--json", metavar="FILE", help="write the rows as JSON ('-': print them instead of the table)")
 
@@ -49,7 +50,7 @@ def run(args) -> int:
         raise SpecstreamError(f"--llama-bench {args.llama_bench}: not found or not executable")
     rows = [row for p in names for row in footprint.measure_starts(p, args.base, args.streams, args.tokens, args.threads)]
     if binary is None:
-        rows.append({"asked": "llama.cpp", "error": "llama-bench not found (on PATH or --llama-bench)"})
+        rows.append({"asked": "llama.cpp", "error": "llama-bench not found (on PATH, $SPECSTREAM_LLAMA_BENCH or --llama-bench)"})
     else:
         gguf = args.gguf or default_model.gguf_source(args.base or default_model.resolve_default_base())
         rows.append(footprint.llama_bench(binary, gguf, args.tokens, args.threads) if gguf else
