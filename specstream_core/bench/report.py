@@ -24,8 +24,7 @@ BLOCKS = ("results", "own-model")                 # the README's generated parts
 # (heading, what the section answers, [(kind, table function)])
 SECTIONS = (
     ("Peers at each precision", "How fast is speculative streaming against transformers, our own plain loop and "
-     "llama.cpp, at each precision?", [("speed", tables.speed_section), ("llama-bench", tables.llama_bench_section),
-      ("footprint", tables.llama_bench_rows)]),
+     "llama.cpp, at each precision?", [("speed", tables.speed_section), ("llama-bench", tables.llama_bench_section)]),
     ("Per category", "Where does it gain, prompt category by category, against every other method?",
      [("bench", tables.bench_section)]),
     ("Ablations: the draft", "Which draft pays: how wide a tree, how many copied tokens?",
@@ -93,6 +92,12 @@ def results_block(sources: list[Source]) -> str:
     best = max(ss, key=lambda r: r["tokens_per_s"], default=None)
     llama = next((r for r in rows if r["method"] == "llama.cpp" and r.get("threads") == (best or {}).get("threads")),
                  None)
+    bench = next((b for b in src.data.get("llama_bench") or [] if "tg_tokens_per_s" in b
+                  and b.get("threads") == (best or {}).get("threads")), None)
+    if bench is not None:  # llama.cpp's own binary: a generation rate, no Python, no tokenizer
+        lines.append(f"| llama.cpp's own `llama-bench`, same GGUF file (generation only) | "
+                     f"{' '.join(str(bench.get('gguf', '')).split('.')[-2:-1]) or 'its'} GGUF | "
+                     f"{bench['threads']} | {bench['tg_tokens_per_s']:.1f} | – | – | – | – |")
     if best is not None:
         gain = tables.method_gain(rows, best)
         said = (f"Speculative streaming at {best['precision']}: {tables._x(gain)} our own {best['precision']} plain "
@@ -100,6 +105,10 @@ def results_block(sources: list[Source]) -> str:
                 f"precision's and the kernel's gains together)")
         if llama is not None:
             said += f", {best['tokens_per_s'] / llama['tokens_per_s']:.2f}× llama.cpp's tokens/s on the same GGUF file"
+        if bench is not None and best.get("generation_tokens_per_s"):
+            said += (f"; its generation rate (new tokens after the first ÷ decode time, {best['generation_tokens_per_s']:.1f}"
+                     f" tokens/s) is {best['generation_tokens_per_s'] / bench['tg_tokens_per_s']:.2f}× llama.cpp's "
+                     f"`llama-bench` tg{bench.get('tg_tokens', '')} on the same GGUF file")
         lines += ["", said + "."]
     lines += ["", f"{src.data['n_per_category'] * 8} eval prompts, ≤ {src.data['max_new_tokens']} new tokens, on "
               f"{src.host or 'a host the file does not name'}; command and every other table: "

@@ -193,7 +193,11 @@ def pass_cost_section(src: Source) -> list[str]:
            "for the same pass (what the weights' and cache's bytes and the multiply-adds need at those roofs).",
            ""] + provenance(src)
     out += ["| pass | nodes | " + " | ".join(r.get("label", "?") for r in runs) + " |", "|---" * (len(runs) + 2) + "|"]
-    labels = list(dict.fromkeys(p["label"] for r in runs for p in r.get("passes", [])))
+    labels = list(dict.fromkeys(p["label"] for r in runs for p in r.get("passes", [])
+                                if not _fresh_random(r) or p.get("kind") in ("plain", "verify")))
+    if any(_fresh_random(r) for r in runs):
+        out[2] += (" A random model at a real shape has fresh streams, so only its plain and verification passes are "
+                   "shown: what the kernel does at that shape (τ needs trained streams).")
     for label in labels:
         cells, nodes = [], "–"
         for r in runs:
@@ -207,6 +211,11 @@ def pass_cost_section(src: Source) -> list[str]:
             cells.append(f"{p['median_ms']:.2f} ms{over}" if p.get("kind") == "plain" else f"{_x(p.get('ratio'))}{over}")
         out.append(f"| {label} | {nodes} | " + " | ".join(cells) + " |")
     return out + [""]
+
+
+def _fresh_random(run: dict) -> bool:
+    """A run on a random model built at a real shape (`pass-cost --random-shape`)."""
+    return str(run.get("settings", {}).get("model", "")).startswith("random ")
 
 
 def batch_section(src: Source) -> list[str]:
@@ -255,16 +264,4 @@ def llama_bench_section(src: Source) -> list[str]:
     for r in src.data:
         out.append(f"| {str(r.get('model_filename', '')).split('/')[-1]} | {r.get('n_threads', '–')} | "
                    f"{r.get('n_prompt', '–')} | {r.get('n_gen', '–')} | {_f(r['avg_ts'], 1)} |")
-    return out + [""]
-
-
-def llama_bench_rows(src: Source) -> list[str]:
-    """llama.cpp's `llama-bench` rows a footprint file holds (its own tokens/s on the same GGUF file), if any."""
-    rows = src.data if isinstance(src.data, list) else src.data["rows"]
-    found = [r for r in rows if r.get("asked") == "llama.cpp" and "tokens_per_s" in r]
-    if not found:
-        return []
-    out = [f"### llama-bench ({src.title})", "", "llama.cpp's own `llama-bench`, generating without a prompt:", ""]
-    out += provenance(src) + ["| model file | tokens/s | peak RSS MB |", "|---|---|---|"]
-    out += [f"| {r['precision']} | {_f(r['tokens_per_s'], 1)} | {_f(r.get('peak_rss_mb'), 1)} |" for r in found]
     return out + [""]
