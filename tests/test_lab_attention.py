@@ -112,3 +112,41 @@ def test_maps_apart_equal_maps_in_the_pass(engine_and_lock):
         assert a["attention"]["columns"] == b["attention"]["columns"]
         for li, maps in a["attention"]["layers"].items():
             assert torch.allclose(torch.tensor(maps), torch.tensor(b["attention"]["layers"][li]), atol=2e-4)
+
+
+@pytest.fixture(scope="module")
+def default_model_engine():
+    """The default model at its default precision with its stream set, as the lab opens it (skipped where the
+    default model is not converted here)."""
+    from app.models import EngineCache, bundled_spec
+
+    with pytest.MonkeyPatch.context() as mp:  # resolve as the lab does, without the tests' opt-out
+        mp.delenv("SPECSTREAM_DEFAULT_BASE", raising=False)
+        spec = bundled_spec()
+        if spec is None:
+            pytest.skip("the default model is not available here")
+        return EngineCache({spec.name: spec}).get(spec.name, "lossless"), spec
+
+
+def test_every_pass_on_the_default_model_has_a_map_at_the_lab_defaults_and_the_teaching_draft(default_model_engine):
+    """The race's fastest lane (the lab's opening settings) and its teaching lane (the streams' own tree): a stream
+    attention map on every pass of each, on the model a visitor meets."""
+    from app import limits
+    from app.figures import attention_figure
+    from app.models import recommended_for
+    from app.race import race
+
+    (engine, lock), spec = default_model_engine
+    rec = recommended_for(spec, "lossless")
+    cfg = limits.lab_decode_config(",".join(map(str, rec["topk"])), rec["prune_threshold"], rec["node_budget"],
+                                   rec["lookup"], 0.0, 0, 32)
+    final = list(race(engine, PROMPT, cfg, lock, min_interval=0.0, attention_layers=_layers(engine),
+                      lanes=["fast", "teaching"]))[-1]
+    assert set(final.traces) == {"fast", "teaching"}
+    for lane, trace in final.traces.items():
+        steps = trace["steps"]
+        assert len(steps) > 3, lane
+        for i in range(len(steps)):
+            assert "no stream attention" not in attention_figure(trace, i).to_json(), (lane, i)
+    teaching = final.traces["teaching"]["steps"]
+    assert max(len(s["nodes"]) for s in teaching) > max(len(s["nodes"]) for s in final.traces["fast"]["steps"])
