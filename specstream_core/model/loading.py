@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specstream_core.model.lora import apply_shared_lora
+from specstream_core.model.lora import apply_shared_lora, has_shared_lora
 from specstream_core.model import compat, default_model, devices, hub_access
 from specstream_core.backends import load_time
 from specstream_core.errors import SpecstreamError
@@ -225,10 +225,10 @@ def load_model(cfg: LoadConfig):
     # bundled default model (a GGUF-converted base)
     model.config.specstream_checkpoint = {"dtype": checkpoint_dtype(cfg.base),
                                           "bundled": bool(default_model.gguf_source(cfg.base))}
-    loaded = model
-    if cfg.shared_lora:  # into the loaded weights, so that int4 and the CPU kernel take the adapted ones
-        model = apply_shared_lora(model, cfg.shared_lora)  # the same model where the set has no LoRA to merge
-    if model is loaded and cfg.device == "cpu" and cfg.precision in (*INT4, "fp32", "bf16") and os.path.isdir(cfg.base):
+    merged = bool(cfg.shared_lora) and has_shared_lora(cfg.shared_lora)
+    if merged:  # into the loaded weights, so that int4 and the CPU kernel take the adapted ones; peft merges in place
+        model = apply_shared_lora(model, cfg.shared_lora)  # and returns the same module: the flag says it changed
+    if not merged and cfg.device == "cpu" and cfg.precision in (*INT4, "fp32", "bf16") and os.path.isdir(cfg.base):
         # the weights as in their files: checks read them there (`CheckpointRows`), the mapped pages stay unread
         load_time.set_weight_rows(model, CheckpointRows(model, cfg.base))
     if cfg.precision == "nf4" and cfg.device == "cpu" and cfg.exact_nf4:

@@ -10,11 +10,15 @@ from specstream_core.errors import SpecstreamError
 from specstream_core.model.stream_config import LORA_DIR, read_stream_config
 
 
+def has_shared_lora(streams_dir: str) -> bool:
+    """Whether loading with this stream directory merges a LoRA into the base weights (a shared-mode set)."""
+    return read_stream_config(streams_dir).mode == "shared"
+
+
 def apply_shared_lora(model, streams_dir: str):
     """Shared mode: merge the peft LoRA stored beside the streams into the base weights."""
     lora = os.path.join(streams_dir, LORA_DIR)
-    cfg = read_stream_config(streams_dir)
-    if cfg.mode != "shared":
+    if not has_shared_lora(streams_dir):
         return model
     if not os.path.isdir(lora):
         raise SpecstreamError(f"shared-mode streams in {streams_dir} lack their LoRA adapter directory {LORA_DIR}/")
