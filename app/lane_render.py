@@ -60,7 +60,12 @@ def render_lane_badge(view: RaceView) -> str:
     if len(others) <= 1 or not view.finished:
         return render_badge(view)
     equals = view.plain_equals or view.equals
-    referent = f"plain decoding's output equals {equals}" if equals else "plain decoding is the referent"
+    if not equals:
+        referent = "plain decoding is the referent"
+    elif equals.startswith("plain decoding"):  # the precision's own plain decoding is the referent (int4-a8, …)
+        referent = f"the referent is {equals}"
+    else:
+        referent = f"plain decoding's output equals {equals}"
     known = {k: v.identical for k, v in others.items() if v.identical is not None}
     if not known:
         return '<div class="lab-badge pending">this trace records no lane check</div>'
