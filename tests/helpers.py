@@ -185,3 +185,32 @@ def wait_for_server(url: str, proc, log, limit: float) -> None:
     proc.kill()
     log.seek(0)
     pytest.fail(f"the lab did not start within {limit} s:\n{log.read()[-3000:]}")
+
+
+def serve_lab(tmp_path_factory, env: dict, port: int, limit: float = 120):
+    """Run the lab (`app.py`, a subprocess on 127.0.0.1:`port` with `env`) for a module's browser tests: yields its
+    URL once it answers, then stops it (a fixture's `yield from`)."""
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    log = open(tmp_path_factory.mktemp("server") / "server.log", "w+")
+    proc = subprocess.Popen([sys.executable, "app.py"], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    wait_for_server(url, proc, log, limit=limit)
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def headless_chromium(executable: str, args: list[str]):
+    """A headless Chromium through playwright for a module's browser tests (a fixture's `yield from`)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=args, headless=True)
+        yield browser
+        browser.close()

@@ -9,12 +9,10 @@ SPECSTREAM_CHROMIUM names another browser binary.
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-from helpers import LAB_PROMPT as PROMPT, free_port, lab_models_env, make_lab_model, wait_for_server
+from helpers import LAB_PROMPT as PROMPT, free_port, lab_models_env, make_lab_model, serve_lab, headless_chromium
 
 CHROMIUM = os.environ.get("SPECSTREAM_CHROMIUM", "/usr/bin/chromium")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -58,26 +56,12 @@ def server(lab_dir, tmp_path_factory):
                GRADIO_SERVER_NAME="127.0.0.1", GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1",
                HF_HUB_DISABLE_TELEMETRY="1", OMP_NUM_THREADS="1", PYTHONPATH=ROOT,
                SPECSTREAM_MAX_PER_IP="2")  # every page here comes from 127.0.0.1: two races at once
-    log = open(tmp_path_factory.mktemp("server") / "server.log", "w+")
-    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    wait_for_server(url, proc, log, limit=120)
-    yield url
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    yield from serve_lab(tmp_path_factory, env, port)
 
 
 @pytest.fixture(scope="module")
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        yield b
-        b.close()
+    yield from headless_chromium(CHROMIUM, ARGS)
 
 
 class Page:

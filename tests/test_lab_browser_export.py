@@ -10,14 +10,12 @@ import io
 import json
 import os
 import shutil
-import subprocess
-import sys
 import xml.etree.ElementTree as ElementTree
 import zipfile
 
 import pytest
 
-from helpers import free_port, wait_for_server
+from helpers import free_port, serve_lab, headless_chromium
 
 CHROMIUM = os.environ.get("SPECSTREAM_CHROMIUM", "/usr/bin/chromium")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -54,26 +52,12 @@ def server(tmp_path_factory):
                GRADIO_SERVER_PORT=str(port), GRADIO_SERVER_NAME="127.0.0.1", GRADIO_ANALYTICS_ENABLED="False",
                HF_HUB_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1", OMP_NUM_THREADS="1", PYTHONPATH=ROOT,
                SPECSTREAM_MAX_PER_IP="2")
-    log = open(tmp_path_factory.mktemp("server") / "server.log", "w+")
-    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    wait_for_server(url, proc, log, limit=120)
-    yield url
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    yield from serve_lab(tmp_path_factory, env, port)
 
 
 @pytest.fixture(scope="module")
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        yield b
-        b.close()
+    yield from headless_chromium(CHROMIUM, ARGS)
 
 
 def open_page(browser, url, size):

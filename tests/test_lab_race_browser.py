@@ -7,12 +7,10 @@ Needs /usr/bin/chromium and the playwright package, as tests/test_app_browser.py
 skips), and the default model converted in ~/.cache/specstream (skipped where it is not)."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 
-from helpers import free_port, wait_for_server
+from helpers import free_port, serve_lab, headless_chromium
 
 CHROMIUM = os.environ.get("SPECSTREAM_CHROMIUM", "/usr/bin/chromium")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -56,26 +54,12 @@ def server(tmp_path_factory):
                HF_HUB_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1", OMP_NUM_THREADS="1", PYTHONPATH=ROOT,
                SPECSTREAM_TRACES_DIR=str(tmp_path_factory.mktemp("no-traces")), SPECSTREAM_MAX_PER_IP="2",
                SPECSTREAM_LANES_PER_IP="12")  # every page here comes from 127.0.0.1
-    log = open(tmp_path_factory.mktemp("server") / "server.log", "w+")
-    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    wait_for_server(url, proc, log, limit=180)
-    yield url
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    yield from serve_lab(tmp_path_factory, env, port, limit=180)
 
 
 @pytest.fixture(scope="module")
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        yield b
-        b.close()
+    yield from headless_chromium(CHROMIUM, ARGS)
 
 
 IN_VIEW = """s => { const r = document.querySelector(s).getBoundingClientRect();
