@@ -111,3 +111,31 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         tr.write_line(f"skipped tests by reason ({sum(n for n, _ in skipped)}):")
         for n, reason in skipped:
             tr.write_line(f"  {n:4d}  {reason}")
+
+
+@pytest.fixture
+def capture_rounds_differently(monkeypatch):
+    """A capturing pass that computes other numbers than the fast path (as eager attention and the module path
+    do, off the kernel's whole-layer steps): the captured layers' attention output is perturbed while captured.
+    Capturing inside the decoding's own passes then changes its drafts."""
+    from contextlib import contextmanager
+
+    from specstream_core.model import msa
+
+    original = msa._capture
+
+    @contextmanager
+    def capture(layers, layer_ids):
+        handles = []
+        if layer_ids:
+            def nudge(module, args, output):
+                return (output[0] * 1.5 + 0.05, *output[1:])
+            handles = [layers[li].self_attn.register_forward_hook(nudge) for li in layer_ids]
+        try:
+            with original(layers, layer_ids) as captured:
+                yield captured
+        finally:
+            for h in handles:
+                h.remove()
+
+    monkeypatch.setattr(msa, "_capture", capture)

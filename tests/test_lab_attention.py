@@ -2,14 +2,12 @@
 attention in a pass of its own (`Decoding.capture_apart`), so capturing changes no draft and every step of the
 rerun matches the race's."""
 
-from contextlib import contextmanager
 from dataclasses import replace
 
 import pytest
 import torch
 
 from specstream_core import DecodeConfig
-from specstream_core.model import msa
 from helpers import LAB_PROMPT as PROMPT, lab_models_env
 
 
@@ -26,30 +24,6 @@ def _lab_default_config(lab_dir, max_new: int = 40) -> DecodeConfig:
     rec = recommended_for(spec, "lossless")
     return limits.lab_decode_config(",".join(map(str, rec["topk"])), rec["prune_threshold"], rec["node_budget"],
                                     rec["lookup"], 0.0, 0, max_new)
-
-
-@pytest.fixture
-def capture_rounds_differently(monkeypatch):
-    """A capturing pass that computes other numbers than the fast path (as eager attention and the module path
-    do, off the kernel's whole-layer steps): the captured layers' attention output is perturbed while captured.
-    Capturing inside the decoding's own passes then changes its drafts."""
-    original = msa._capture
-
-    @contextmanager
-    def capture(layers, layer_ids):
-        handles = []
-        if layer_ids:
-            def nudge(module, args, output):
-                return (output[0] * 1.5 + 0.05, *output[1:])
-            handles = [layers[li].self_attn.register_forward_hook(nudge) for li in layer_ids]
-        try:
-            with original(layers, layer_ids) as captured:
-                yield captured
-        finally:
-            for h in handles:
-                h.remove()
-
-    monkeypatch.setattr(msa, "_capture", capture)
 
 
 def _trees(trace) -> list:

@@ -253,29 +253,12 @@ def test_a_recorded_lane_table_never_reaches_the_page_as_html(five_lanes):
     assert not any("<img" in str(v) or "<b>x" in str(v) for v in out.values()), out
 
 
-def test_the_teaching_lane_keeps_its_maps_when_capture_rounds_differently(lanes_engine, monkeypatch):
+def test_the_teaching_lane_keeps_its_maps_when_capture_rounds_differently(lanes_engine, capture_rounds_differently):
     """As tests/test_lab_attention.py for the fastest draft: a capturing pass that computes other numbers than the
     fast path (here: the captured layers' attention output perturbed) changes no draft of the rerun that captures
     apart, so every pass of the teaching lane still gets its maps."""
-    from contextlib import contextmanager
-
     from app.race import race
-    from specstream_core.model import msa
 
-    original = msa._capture
-
-    @contextmanager
-    def capture(layers, layer_ids):
-        handles = [layers[li].self_attn.register_forward_hook(lambda m, a, out: (out[0] * 1.5 + 0.05, *out[1:]))
-                   for li in layer_ids]
-        try:
-            with original(layers, layer_ids) as captured:
-                yield captured
-        finally:
-            for h in handles:
-                h.remove()
-
-    monkeypatch.setattr(msa, "_capture", capture)
     engine, lock = lanes_engine
     final = list(race(engine, PROMPT, DecodeConfig(max_new_tokens=30), lock, min_interval=0.0,
                       attention_layers=_layers(engine), lanes=["teaching"]))[-1]
