@@ -48,13 +48,13 @@ def test_ss_equals_transformers_generate(family_dir, precision, kernel):
     assert [r.token_ids for r in engine.generate_batch(PROMPTS, SS)] == refs, family
 
 
-@pytest.mark.parametrize("precision", ["bf16", "int4", "int4-a8", "nf4"])
+@pytest.mark.parametrize("precision", ["bf16", "int4", "int4-a8", "nf4", "int8"])
 def test_ss_equals_ar_at_every_precision(family_dir, precision):
-    """Every precision the engine calls exact on a CPU (`loading.is_exact`; bitsandbytes' int8 it labels not exact:
-    its outlier split depends on the other rows of a call)."""
+    """Every precision the engine offers on a CPU (`loading.is_exact`: bitsandbytes' int8 there quantizes each row's
+    activations on its own and has no outlier split, so it is row-invariant too)."""
     if precision == "int4-a8" and not a8_available():
         pytest.skip("int4-a8 needs AVX512-VNNI and the kernel")
-    if precision == "nf4":
+    if precision in ("nf4", "int8"):
         pytest.importorskip("bitsandbytes")
     family, path, _ = family_dir
     engine = _engine(path, precision)

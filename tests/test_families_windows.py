@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from specstream_core import DecodeConfig, Engine
+from specstream_core.backends import a8_available
 from specstream_core.model import compat
 from helpers import randomized
 from tiny_models import hf_greedy, prompts, save_tiny_family_dir
@@ -42,10 +43,15 @@ def test_windows_are_read_per_layer(windowed):
     assert windows == expected[family]
 
 
-@pytest.mark.parametrize("precision", ["auto", "int4"])
+@pytest.mark.parametrize("precision", ["auto", "bf16", "int4", "int4-a8", "nf4", "int8"])
 def test_tree_passes_across_the_window_edge_stay_exact(windowed, precision):
-    """fp32 (auto): speculative and plain output equal transformers' greedy generate, alone and in a batch; int4:
-    speculative equals plain. Without the windows (engine.window = None) the outputs part: the test can fail."""
+    """fp32 (auto): speculative and plain output equal transformers' greedy generate, alone and in a batch; every
+    other precision the CPU offers: speculative equals plain. Without the windows (engine.window = None) the outputs
+    part: the test can fail."""
+    if precision == "int4-a8" and not a8_available():
+        pytest.skip("int4-a8 needs AVX512-VNNI and the kernel")
+    if precision in ("nf4", "int8"):
+        pytest.importorskip("bitsandbytes")
     family, path, refs = windowed
     engine = Engine.load(path, precision=precision, gamma=3, chat=False)
     randomized(engine.streams, seed=1, scale=0.3)

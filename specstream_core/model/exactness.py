@@ -1,7 +1,7 @@
 """What a decoding's output equals, in one line that every result carries: the CLI's JSON, `Result.stats`, a
 trace's meta and the lab's model line.
 
-The facts behind the labels (tests: test_lossless, test_rowinv, test_int4, test_int4_a8, test_precision_defaults):
+The facts behind the labels (tests: test_lossless, test_families, test_rowinv, test_int4, test_int4_a8, test_precision_defaults):
 - greedy speculative decoding at an exact precision (`loading.is_exact`) gives plain decoding's tokens at that
   precision; at another one a near-tie can flip a token, so equality is measured there, not proven;
 - plain decoding at fp32 gives transformers' greedy `generate` on the checkpoint loaded in fp32. bf16 on the

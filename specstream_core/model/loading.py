@@ -4,9 +4,9 @@ Precision: auto (the default, `resolve_precision`: int4-a8 on a GGUF-converted b
 there without AVX512-VNNI; on any other base the checkpoint's own dtype, as transformers' `from_pretrained` loads it,
 so that greedy output equals transformers' greedy `generate`), fp32, bf16, fp16 (CUDA only: T4-class GPUs),
 nf4 (bitsandbytes 4-bit; computing in fp32 on the CPU, bf16 or fp16 on CUDA: `devices.nf4_compute_dtype`), int8
-(bitsandbytes 8-bit), int4 (4-bit groups and an 8-bit head on the
-row-invariant kernel, or torch's CPU int4 kernel, `kernels/linears/int4.py`; a GGUF-converted base keeps its file's
-own groups) or int4-a8 (the same groups against 8-bit activations, llama.cpp's arithmetic, on the kernel's
+(bitsandbytes 8-bit; on the CPU without outlier columns, so row-invariant: `bnb_config`), int4 (4-bit groups and an
+8-bit head on the row-invariant kernel, or torch's CPU int4 kernel, `kernels/linears/int4.py`; a GGUF-converted
+base keeps its file's own groups) or int4-a8 (the same groups against 8-bit activations, llama.cpp's arithmetic, on the kernel's
 AVX512-VNNI build: `kernels/linears/int4_a8.py`). Only the architectures in `compat.SUPPORTED_MODEL_TYPES` are
 accepted; anything else is refused with a message naming the supported families.
 """
@@ -73,7 +73,7 @@ class LoadConfig:
 def is_exact(precision: str, device: str = "cpu", kernel: str = "torch") -> bool:
     if not device.startswith("cpu"):
         return False
-    return precision in ("fp32", *INT4, "nf4") or (precision == "bf16" and kernel == "rowinv")
+    return precision in ("fp32", *INT4, "nf4", "int8") or (precision == "bf16" and kernel == "rowinv")
 
 
 
@@ -357,7 +357,11 @@ def bnb_config(precision: str, device: str = "cpu"):
         return BitsAndBytesConfig(
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=devices.nf4_compute_dtype(device)
         )
-    return BitsAndBytesConfig(load_in_8bit=True)
+    # on a CPU without outlier columns: each row's activations are quantized on their own and the 8-bit products
+    # summed in int32, so a row's output does not depend on the other rows of a call (row-invariant, as nf4 and the
+    # kernel are); LLM.int8's outlier split picks its columns from all the rows of a call, so a tree pass and a
+    # sequential one could round one row differently
+    return BitsAndBytesConfig(load_in_8bit=True, llm_int8_threshold=0.0 if device.startswith("cpu") else 6.0)
 
 
 def quantize_in_memory(model, precision: str, device: str = "cpu", exact_nf4: bool = True):
