@@ -71,12 +71,19 @@ class TrainConfig(RunConfig):
     init_from: str = ""  # start from the trained tensors of this stream directory (same shapes) instead of fresh ones
     main_target: str = "kl"  # shared: the base's whole next-token distribution (kl) or the answers' tokens (answers = greedy)
     lora_lr: float = 0.0  # shared: the LoRA's learning rate (0 = lr)
+    eval_every: int = 0  # steps between draft-quality checks on held-out answers during the run (0: at the end only)
+    eval_rows: int = 32  # held-out rows each of those checks reads (the last check reads them all)
+
+    RESUME_MAY_CHANGE: ClassVar[tuple[str, ...]] = RunConfig.RESUME_MAY_CHANGE + ("eval_every", "eval_rows")
 
     def __post_init__(self):
         super().__post_init__()
         if self.mode not in ("lossless", "shared"):
             raise SpecstreamError(f"--mode must be lossless or shared, got {self.mode!r}")
         check_gamma(self.gamma, "--gamma")
+        if self.eval_every < 0 or self.eval_rows < 1:
+            raise SpecstreamError(f"--eval-every must be >= 0 and --eval-rows >= 1, got {self.eval_every} and "
+                                  f"{self.eval_rows}")
         if self.precision not in ("fp32", "bf16"):
             raise SpecstreamError(f"--precision must be fp32 or bf16, got {self.precision!r}")
         if self.main_target not in ("kl", "greedy", "answers"):

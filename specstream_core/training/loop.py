@@ -5,7 +5,8 @@ pretraining (`pretrain.py`) each supply a step function and run `TrainLoop.run`.
         set the learning rate (lr_at, if given)  → loss = step_fn(step)  → backward  → clip
         → optimizer step  → scheduler step  → log record every `log_every` steps
         → checkpoint every `checkpoint_every` steps / `checkpoint_minutes`
-    a time budget that runs out leaves a checkpoint (when the run checkpoints) to resume from.
+    a time budget that runs out leaves a checkpoint (when the run checkpoints) to resume from;
+    every `eval_every` steps the trainer's `evaluate` adds an evaluation record (draft quality against training time).
 
 The budget counts the steps' own time (`elapsed`), which a resumed run may carry over. Everything a
 resumed run needs to be bit-identical (optimizer, scheduler, data order) is the trainer's to save in
@@ -35,7 +36,12 @@ class LoopState:
     step: int = 0  # steps done
     elapsed: float = 0.0  # seconds spent in steps (carried over by a resumed run when the trainer says so)
     tokens: int = 0
-    history: list[dict] = field(default_factory=list)  # log records
+    history: list[dict] = field(default_factory=list)  # log records (and evaluation records, `TrainLoop.evaluate`)
+    seconds_before: float = 0.0  # step time of the runs a resumed one continues (records carry the sum: "seconds")
+
+    def seconds(self) -> float:
+        """Training time so far, every run's steps together."""
+        return self.seconds_before + self.elapsed
 
 
 @dataclass
@@ -51,6 +57,8 @@ class TrainLoop:
     checkpoint: Callable[["LoopState"], None] | None = None
     checkpoint_every: int = 0  # steps
     checkpoint_minutes: float | None = None  # None: by steps only (0: after every step)
+    evaluate: Callable[["LoopState"], dict] | None = None  # draft quality now, recorded every `eval_every` steps
+    eval_every: int = 0  # (its time is not the steps' time: "seconds" stays the training time)
     progress: bool = True
     desc: str = "train"
     log: Callable[[str], None] = print
@@ -81,6 +89,8 @@ class TrainLoop:
             self._record(loss, parts, bar)
             st.step += 1
             bar.update(1)
+            if self.evaluate is not None and self.eval_every and st.step % self.eval_every == 0:
+                st.history.append({"step": st.step, "seconds": st.seconds(), "eval": self.evaluate(st)})
             if self.checkpoint is not None and self._checkpoint_due(last_ckpt):
                 self.checkpoint(st)
                 last_ckpt, saved_at = time.monotonic(), st.step
@@ -109,7 +119,7 @@ class TrainLoop:
         if step % self.log_every and not (self.steps is not None and step == self.steps - 1):
             return
         record = {"step": step, "loss": loss.item(), **{k: v.item() for k, v in parts.items()},
-                  "tokens_per_s": self.state.tokens / max(1e-9, self.state.elapsed)}
+                  "tokens_per_s": self.state.tokens / max(1e-9, self.state.elapsed), "seconds": self.state.seconds()}
         self.state.history.append(record)
         bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
 

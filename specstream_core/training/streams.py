@@ -190,6 +190,7 @@ def train(model, cfg: TrainConfig, train_data: tuple[torch.Tensor, torch.Tensor]
     state = LoopState()
     if resume:
         state.step, state.history = _load_checkpoint(ckpt, identity, model, streams, optimizer, scheduler, gen, log)
+        state.seconds_before = max((r.get("seconds", 0.0) for r in state.history), default=0.0)
         log(f"resumed from step {state.step}")
     elif _checkpoint_exists(ckpt):
         log(f"note: {ckpt} holds a checkpoint of an earlier run; it will be replaced (pass --resume to continue it)")
@@ -203,7 +204,7 @@ def train(model, cfg: TrainConfig, train_data: tuple[torch.Tensor, torch.Tensor]
     loop = TrainLoop(optimizer, params, cfg.steps, minutes=cfg.minutes, log_every=cfg.log_every,
                      scheduler=scheduler, backward=accelerator.backward, checkpoint=save_checkpoint,
                      checkpoint_every=cfg.checkpoint_every, progress=progress, desc=f"train {cfg.mode}", log=log,
-                     state=state)
+                     state=state, evaluate=_evaluation(model, streams, cfg, eval_data, log), eval_every=cfg.eval_every)
     state = loop.run(one_step)
     history = state.history
     steps_done = state.step
@@ -215,6 +216,21 @@ def train(model, cfg: TrainConfig, train_data: tuple[torch.Tensor, torch.Tensor]
         summary["eval"] = evaluate_streams(model, streams, *eval_data)
     save(out_dir, model, streams, summary, extra)
     return summary
+
+
+def _evaluation(model, streams, cfg: TrainConfig, eval_data, log):
+    """The loop's check during the run: `evaluate_streams` on the first `eval_rows` held-out rows (τ estimate and
+    per-stream accuracy against training time, `TrainLoop.eval_every`), or None without held-out data."""
+    if eval_data is None or not cfg.eval_every:
+        return None
+    ids, weight = (t[:cfg.eval_rows] for t in eval_data)
+
+    def check(state) -> dict:
+        ev = evaluate_streams(model, streams, ids, weight)
+        log(f"step {state.step} ({state.seconds() / 60:.1f} training minutes): τ estimate {ev['tau_estimate']:.3f}, "
+            f"stream 1 top-1 {ev['stream_top1'][0]:.3f} on {ids.shape[0]} held-out rows")
+        return {**ev, "rows": int(ids.shape[0])}
+    return check
 
 
 def _step_function(model, streams, objective, cfg: TrainConfig, train_data, gen, accelerator):

@@ -37,6 +37,10 @@ def add_arguments(p) -> None:
                    help="streams score only the N most frequent answer tokens (0 = the whole vocabulary)")
     p.add_argument("--feature-cache-gb", type=float, default=4.0,
                    help="lossless: memory for reusing the frozen lower layers' output per sequence (0 = off)")
+    p.add_argument("--eval-every", type=int, default=0,
+                   help="check the streams on held-out answers every N steps (τ estimate and accuracy per stream, "
+                   "with the training minutes so far, in train_log.json's history; 0 = at the end only)")
+    p.add_argument("--eval-rows", type=int, default=32, help="held-out rows each --eval-every check reads")
     p.add_argument("--init-from", default="", help="start from this trained stream directory's tensors (same "
                    "gamma and layers; a larger --adapter-rank grows its adapters, the new part starting at zero; "
                    "in shared mode a shared set's LoRA too) "
@@ -62,7 +66,7 @@ def run(args) -> int:
                                lora_rank=args.lora_rank, lora_layers=args.lora_layers, precision=args.precision,
                                draft_vocab_size=args.draft_vocab, feature_cache_gb=args.feature_cache_gb,
                                init_from=args.init_from, main_target=args.main_target, lora_lr=args.lora_lr,
-                               alpha_main=args.alpha_main)
+                               alpha_main=args.alpha_main, eval_every=args.eval_every, eval_rows=args.eval_rows)
     if args.resume:  # before loading and distilling anything
         require_checkpoint(args.out, cfg.checkpoint_every)
     base, _ = defaults.resolve(args.base, None)
