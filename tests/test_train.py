@@ -373,8 +373,8 @@ def test_a_continued_set_keeps_the_recommended_draft_of_the_set_it_started_from(
 
 
 def test_checks_during_the_run_record_tau_against_training_time_and_change_nothing(tmp_path):
-    """--eval-every: evaluation records (τ estimate, accuracy per stream) at every N steps with the training time so
-    far; a resumed run's records count on from the time the checkpoint had, and the streams trained are the same
+    """--eval-every: evaluation records (τ estimate, accuracy per stream) at the start and every N steps with the
+    training time so far; a resumed run's records count on from the time the checkpoint had, and the streams trained are the same
     bit for bit as without the checks (they read held-out rows only)."""
     data = periodic_data()
     plain = tmp_path / "plain"
@@ -386,9 +386,9 @@ def test_checks_during_the_run_record_tau_against_training_time_and_change_nothi
     summary = train(tiny_model("llama", seed=0), replace(cfg, steps=20), data, str(checked), eval_data=data,
                     resume=True, progress=False, log=messages.append)
     evals = [r for r in summary["history"] if "eval" in r]
-    assert [r["step"] for r in evals] == [5, 10, 15, 20]
+    assert [r["step"] for r in evals] == [0, 5, 10, 15, 20]  # where the streams started, then every 5 steps
     seconds = [r["seconds"] for r in evals]
-    assert all(0 < a < b for a, b in zip(seconds, seconds[1:])), seconds
+    assert seconds[0] == 0 and all(a < b for a, b in zip(seconds, seconds[1:])), seconds
     assert all(r["eval"]["tau_estimate"] >= 1.0 and r["eval"]["rows"] == 4 for r in evals)
     assert any("step 15" in m and "τ estimate" in m for m in messages)
     assert (checked / "streams.safetensors").read_bytes() == (plain / "streams.safetensors").read_bytes()

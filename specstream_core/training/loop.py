@@ -79,6 +79,7 @@ class TrainLoop:
         st = self.state
         bar = tqdm(total=self.steps, initial=st.step, disable=not self.progress, desc=self.desc, unit="step")
         last_ckpt, saved_at = time.monotonic(), st.step
+        self._evaluate_at_start()
         while not (self.steps is not None and st.step >= self.steps) and not self._over_budget():
             t0 = time.perf_counter()
             if self.lr_at is not None:
@@ -90,7 +91,7 @@ class TrainLoop:
             st.step += 1
             bar.update(1)
             if self.evaluate is not None and self.eval_every and st.step % self.eval_every == 0:
-                st.history.append({"step": st.step, "seconds": st.seconds(), "eval": self.evaluate(st)})
+                self._evaluate_now()
             if self.checkpoint is not None and self._checkpoint_due(last_ckpt):
                 self.checkpoint(st)
                 last_ckpt, saved_at = time.monotonic(), st.step
@@ -101,6 +102,17 @@ class TrainLoop:
                 break
         bar.close()
         return st
+
+    def _evaluate_now(self) -> None:
+        st = self.state
+        st.history.append({"step": st.step, "seconds": st.seconds(), "eval": self.evaluate(st)})
+
+    def _evaluate_at_start(self) -> None:
+        """Where the curve starts: the streams as the run (or the resumed one) begins, unless a record has them."""
+        st = self.state
+        if self.evaluate is not None and self.eval_every and not any(
+                "eval" in r and r["step"] == st.step for r in st.history):
+            self._evaluate_now()
 
     def _one_step(self, step_fn, step: int):
         loss, parts, tokens = step_fn(step)
