@@ -32,6 +32,7 @@ SECTIONS = (
     ("Pass cost against the roofline", "What does a plain, a verification and a speculative pass cost, and how "
      "far is each from what the machine's memory bandwidth and arithmetic allow?",
      [("pass-cost", tables.pass_cost_section)]),
+    ("Training the streams", "How does τ grow with training time?", [("train-curve", tables.train_curve_section)]),
     ("Batching", "What do several prompts at once give?", [("batch", tables.batch_section)]),
     ("Footprint", "What memory and load time does each precision take?", [("footprint", tables.footprint_section)]),
 )

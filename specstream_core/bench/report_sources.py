@@ -10,7 +10,9 @@ without a change here:
 - `pass-cost`  (`pass-cost --json`): `runs` of passes, each with its roofline;
 - `batch`      (`bench-batch --json`): `throughput` rows;
 - `footprint`  (`footprint --json`): load time and peak memory per precision (a list, or `rows` in an object);
-- `llama-bench` (llama.cpp's `llama-bench -o json`): a list of rows with `avg_ts`.
+- `llama-bench` (llama.cpp's `llama-bench -o json`): a list of rows with `avg_ts`;
+- `train-curve` (`train-curve --json`): a training run's `points` (τ estimate against training minutes), its
+  figure beside it (the same name, .svg).
 
 Every file says which command made it (`command`) and on which host (`host`), at its top level (a `bench`
 file's host may be its `settings.device_name`); a file may name itself with `title`."""
@@ -23,7 +25,7 @@ import os
 from dataclasses import dataclass
 
 FOLDERS = ("docs/bench", "assets/smollm2/bench")
-KINDS = ("speed", "bench", "draft-tau", "pass-cost", "batch", "footprint", "llama-bench")
+KINDS = ("speed", "bench", "draft-tau", "pass-cost", "batch", "footprint", "llama-bench", "train-curve")
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ class Source:
     command: str     # what made it ("" where the file does not say)
     host: str        # where it ran ("" where the file does not say)
     title: str       # what it measured, in a few words
+    figure: str = "" # its figure beside it (the same name, .svg), relative to the repository root, or ""
 
     @property
     def name(self) -> str:
@@ -53,6 +56,8 @@ def kind_of(data) -> str | None:
         return None
     if "runs" in data:
         return "pass-cost"
+    if "points" in data and "training" in data:
+        return "train-curve"
     if "throughput" in data:
         return "batch"
     if "mean_tau" in data and "drafts" in data:
@@ -92,7 +97,9 @@ def load(root: str, folders: tuple[str, ...] = FOLDERS) -> list[Source]:
             continue
         rel = os.path.relpath(path, root).replace(os.sep, "/")
         title = _meta(data, "title") or os.path.splitext(os.path.basename(path))[0]
-        out.append(Source(rel, kind, data, _meta(data, "command"), _meta(data, "host"), title))
+        figure = os.path.splitext(rel)[0] + ".svg"
+        figure = figure if os.path.isfile(os.path.join(root, figure)) else ""
+        out.append(Source(rel, kind, data, _meta(data, "command"), _meta(data, "host"), title, figure))
     return out
 
 

@@ -29,7 +29,7 @@ def _f(v, digits: int = 2) -> str:
 def provenance(src: Source) -> list[str]:
     """The command that made a file and its host, as the page shows them above the file's table."""
     link = os.path.relpath(src.path, os.path.dirname(PAGE)).replace(os.sep, "/")
-    return [f"From [`{src.path}`]({link}), on {src.host or 'a host the file does not name'}:", "",
+    return [f"From [`{src.path}`]({link}), on {src.host or 'a host the file does not name'}:",
             "```bash", src.command or "# the file does not record its command", "```", ""]
 
 
@@ -247,6 +247,7 @@ def footprint_section(src: Source) -> list[str]:
     for r in rows:
         name = r.get("precision") or r.get("asked", "?")
         asked = f"{name} ({r['asked']})" if r.get("asked") and r.get("asked") != name else name
+        asked += {"first": ", first start (packs, fills the cache)", "cached": ", cached start"}.get(r.get("start"), "")
         if "error" in r:
             out.append(f"| {asked} | not measured: {r['error']} | | | | |")
             continue
@@ -255,6 +256,28 @@ def footprint_section(src: Source) -> list[str]:
         out.append(f"| {asked} | {_f(r.get('imports_s'))} | {_f(r.get('load_s'))} | {answer} | "
                    f"{_f(r.get('peak_rss_mb'), 1)} | {_f(r.get('wall_s'))} |")
     return out + [""]
+
+
+def train_curve_section(src: Source) -> list[str]:
+    """A stream training run's τ estimate against training minutes (`train-curve`): where it started, where it is
+    and the best on the way, in a sentence, and its figure where one lies beside the file."""
+    pts, t = src.data["points"], src.data["training"]
+    first, last = pts[0], pts[-1]
+    best = max(pts, key=lambda p: p["tau_estimate"])
+    shape = (f"γ {t.get('gamma', '?')}, {t.get('n_stream_layers', '?')} stream layers, adapter rank "
+             f"{t.get('adapter_rank', '?')}, draft vocabulary {t.get('draft_vocab_size') or 'whole'}, batch "
+             f"{t.get('batch_size', '?')} × {t.get('seq_len', '?')} tokens, lr {t.get('lr', '?')}"
+             + (f", continuing `{t['init_from']}`" if t.get("init_from") else ""))
+    said = (f"{shape}. The τ estimate of the tree 4,3,2,1 on {last.get('rows') or 'the'} held-out answers: "
+            f"{first['tau_estimate']:.3f} at step {first['step']} ({first['minutes']:.0f} training minutes), "
+            f"{last['tau_estimate']:.3f} at step {last['step']} ({last['minutes']:.0f} minutes); best "
+            f"{best['tau_estimate']:.3f} at step {best['step']}. Stream 1's top-1 accuracy: "
+            f"{_f(first['stream_top1'][0] if first['stream_top1'] else None, 3)} → "
+            f"{_f(last['stream_top1'][0] if last['stream_top1'] else None, 3)}.")
+    out = [f"### {src.title}", "", said, ""] + provenance(src)
+    if src.figure:
+        out += [f"![{src.title}]({os.path.relpath(src.figure, os.path.dirname(PAGE)).replace(os.sep, '/')})", ""]
+    return out
 
 
 def llama_bench_section(src: Source) -> list[str]:

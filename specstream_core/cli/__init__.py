@@ -42,6 +42,8 @@ COMMANDS = {
               "tokens/s against transformers and llama.cpp, fp32, bf16 and int4, at 1 and 2 threads"),
     "footprint": ("specstream_core.cli.commands.footprint",
                   "load time and peak memory per precision, each in a fresh process, beside llama.cpp's"),
+    "train-curve": ("specstream_core.cli.commands.train_curve",
+                    "τ against training time, from a stream training run's evaluation records (train --eval-every)"),
     "report": ("specstream_core.cli.commands.report",
                "write docs/BENCHMARKS.md and the README's results table from the result files in docs/bench/"),
 }

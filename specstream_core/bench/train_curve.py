@@ -1,0 +1,114 @@
+"""τ against training time: the evaluation records a stream training run leaves every `--eval-every` steps
+(`training.loop.TrainLoop.evaluate`), as a result file and a figure.
+
+    run = read_run("/runs/streams")               # its checkpoint (a run still going or stopped), else train_log.json
+    data = curve(run, command, title)             # {"title", "command", "host", "training", "points": [...]}
+    svg(data)                                     # τ estimate and stream 1's top-1 accuracy against training minutes
+
+A point is the streams at one step: the training minutes so far (the steps' own time, every resumed run's
+together), the τ estimate of the draft tree the trainer evaluates (`training.evaluate`: top-k 4,3,2,1 down the
+streams, on held-out answers) and each stream's top-1 accuracy there."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+
+from specstream_core.bench.provenance import stamp
+from specstream_core.errors import SpecstreamError
+from specstream_core.training import checkpoint
+
+SETTINGS = ("mode", "gamma", "n_stream_layers", "adapter_rank", "draft_vocab_size", "batch_size", "seq_len", "lr",
+            "steps", "init_from", "eval_rows")
+
+
+def read_run(run_dir: str) -> dict:
+    """{"settings": the run's settings, "history": its records} from a training output folder: its checkpoint where
+    there is one at least as new as its train_log.json (a run still going, or stopped by its time budget), else the
+    log the finished run wrote."""
+    ckpt = os.path.join(run_dir, "checkpoint", "checkpoint.pt")
+    log = os.path.join(run_dir, "train_log.json")
+    if os.path.isfile(ckpt) and (not os.path.isfile(log) or os.path.getmtime(ckpt) >= os.path.getmtime(log)):
+        state = checkpoint.load(ckpt, "training checkpoint")
+        if not isinstance(state, dict) or "history" not in state:
+            raise SpecstreamError(f"{ckpt} is not a stream training checkpoint (no history)")
+        return {"settings": dict(state.get("identity", {}).get("settings", {})), "history": list(state["history"])}
+    if not os.path.isfile(log):
+        raise SpecstreamError(f"{run_dir} holds no stream training run (neither checkpoint/checkpoint.pt nor "
+                              "train_log.json)")
+    try:
+        with open(log) as f:
+            saved = json.load(f)
+        return {"settings": dict(saved.get("config", {})), "history": list(saved["history"])}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise SpecstreamError(f"{log} is not a training log ({type(exc).__name__}: {exc})") from None
+
+
+def points(history: list[dict]) -> list[dict]:
+    """The evaluation records, in step order: step, minutes, τ estimate, each stream's top-1 accuracy, rows."""
+    out = []
+    for r in history:
+        ev = r.get("eval") if isinstance(r, dict) else None
+        if not isinstance(ev, dict) or "tau_estimate" not in ev:
+            continue
+        out.append({"step": int(r["step"]), "minutes": round(float(r.get("seconds", 0.0)) / 60, 2),
+                    "tau_estimate": round(float(ev["tau_estimate"]), 4),
+                    "stream_top1": [round(float(a), 4) for a in ev.get("stream_top1", [])],
+                    "rows": ev.get("rows")})
+    return sorted(out, key=lambda p: p["step"])
+
+
+def curve(run: dict, command: str, title: str = "") -> dict:
+    """The result file's content (`train-curve --json`); SpecstreamError where the run has no evaluation record."""
+    pts = points(run["history"])
+    if not pts:
+        raise SpecstreamError("the run has no evaluation records: train with --eval-every N (and held-out data) to "
+                              "leave them")
+    settings = {k: run["settings"][k] for k in SETTINGS if k in run["settings"]}
+    return stamp({"title": title or "τ against training time", "training": settings, "points": pts}, command)
+
+
+def svg(data: dict, width: int = 760, height: int = 320) -> str:
+    """The τ estimate (left axis) and stream 1's top-1 accuracy (right axis) against training minutes."""
+    pts = data["points"]
+    left, right, top, bottom = 56, 56, 40, 46
+    pw, ph = width - left - right, height - top - bottom
+    xs = [p["minutes"] for p in pts]
+    x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
+    taus = [p["tau_estimate"] for p in pts]
+    t0, t1 = min(1.0, *taus), max(taus) * 1.05
+    accs = [p["stream_top1"][0] if p["stream_top1"] else None for p in pts]
+
+    def x(v):
+        return left + pw * (v - x0) / (x1 - x0)
+
+    def y_tau(v):
+        return top + ph - ph * (v - t0) / (t1 - t0)
+
+    def y_acc(v):
+        return top + ph - ph * v
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+           f'font-size="11"><rect width="100%" height="100%" fill="white"/>',
+           f'<text x="{width / 2}" y="20" text-anchor="middle" font-size="14">{html.escape(data["title"])}</text>',
+           f'<text x="{left + pw / 2}" y="{height - 8}" text-anchor="middle">training minutes</text>',
+           f'<text transform="translate(14,{top + ph / 2}) rotate(-90)" text-anchor="middle" fill="#1f77b4">'
+           'τ estimate (tree 4,3,2,1)</text>',
+           f'<text transform="translate({width - 10},{top + ph / 2}) rotate(90)" text-anchor="middle" fill="#ff7f0e">'
+           'stream 1 top-1 accuracy</text>']
+    for i in range(6):
+        tv, av = t0 + (t1 - t0) * i / 5, i / 5
+        yy = y_tau(tv)
+        out.append(f'<line x1="{left}" x2="{left + pw}" y1="{yy:.1f}" y2="{yy:.1f}" stroke="#e5e5e5"/>'
+                   f'<text x="{left - 4}" y="{yy + 4:.1f}" text-anchor="end">{tv:.2f}</text>'
+                   f'<text x="{left + pw + 4}" y="{y_acc(av) + 4:.1f}">{av:.1f}</text>')
+        xv = x0 + (x1 - x0) * i / 5
+        out.append(f'<text x="{x(xv):.1f}" y="{top + ph + 14}" text-anchor="middle">{xv:.0f}</text>')
+    for values, place, colour in ((taus, y_tau, "#1f77b4"), (accs, y_acc, "#ff7f0e")):
+        line = [(x(m), place(v)) for m, v in zip(xs, values) if v is not None]
+        out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="'
+                   + " ".join(f"{a:.1f},{b:.1f}" for a, b in line) + '"/>')
+        out += [f'<circle cx="{a:.1f}" cy="{b:.1f}" r="2.5" fill="{colour}"/>' for a, b in line]
+    out.append("</svg>")
+    return "\n".join(out)
