@@ -104,7 +104,8 @@ def svg(data: dict, width: int = 760, height: int = 320) -> str:
                    f'<text x="{left - 4}" y="{yy + 4:.1f}" text-anchor="end">{tv:.2f}</text>'
                    f'<text x="{left + pw + 4}" y="{y_acc(av) + 4:.1f}">{av:.1f}</text>')
         xv = x0 + (x1 - x0) * i / 5
-        out.append(f'<text x="{x(xv):.1f}" y="{top + ph + 14}" text-anchor="middle">{xv:.0f}</text>')
+        out.append(f'<text x="{x(xv):.1f}" y="{top + ph + 14}" text-anchor="middle">'
+                   f'{xv:.{0 if x1 - x0 >= 10 else 1}f}</text>')
     for values, place, colour in ((taus, y_tau, "#1f77b4"), (accs, y_acc, "#ff7f0e")):
         line = [(x(m), place(v)) for m, v in zip(xs, values) if v is not None]
         out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="'
