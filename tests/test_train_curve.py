@@ -37,21 +37,27 @@ def run_dir(tmp_path_factory):
     return out
 
 
-def test_the_curve_of_a_run_is_a_result_file_and_a_figure(run_dir, tmp_path, capsys):
+def test_the_curves_of_runs_are_a_result_file_and_a_figure(run_dir, tmp_path, capsys):
     out, figure = tmp_path / "curve.json", tmp_path / "curve.svg"
-    assert cli.main(["train-curve", str(run_dir), "--json", str(out), "--plot", str(figure), "--title", "tiny"]) == 0
+    argv = ["train-curve", str(run_dir), str(run_dir), "--labels", "a,b", "--json", str(out), "--plot", str(figure),
+            "--title", "tiny"]
+    assert cli.main(argv) == 0
     printed = capsys.readouterr().out
     data = json.loads(out.read_text())
     assert kind_of(data) == "train-curve" and data["command"].startswith("python -m specstream_core train-curve")
-    assert [p["step"] for p in data["points"]] == [0, 3, 6] and data["training"]["gamma"] == 2
-    assert all(p["tau_estimate"] >= 1.0 and len(p["stream_top1"]) == 2 for p in data["points"])
-    assert "step     6" in printed
+    assert [c["label"] for c in data["curves"]] == ["a", "b"]
+    pts = data["curves"][0]["points"]
+    assert [p["step"] for p in pts] == [0, 3, 6] and data["curves"][0]["training"]["gamma"] == 2
+    assert all(p["tau_estimate"] >= 1.0 and len(p["stream_top1"]) == 2 for p in pts)
+    assert "a: step     6" in printed and "b: step     6" in printed
     svg = figure.read_text()
-    assert svg.startswith("<svg") and svg.count("<polyline") == 2 and svg.count("<circle") == 6
+    assert svg.startswith("<svg") and svg.count("<polyline") == 4 and svg.count("<circle") == 12
     src = Source("docs/bench/curve.json", "train-curve", data, data["command"], data["host"], "tiny",
                  "docs/bench/curve.svg")
     lines = report_tables.train_curve_section(src)
-    assert "![tiny](bench/curve.svg)" in lines and any("at step 6" in line for line in lines)
+    assert "![tiny](bench/curve.svg)" in lines and sum("at step 6" in line for line in lines) == 2
+    assert cli.main(["train-curve", str(run_dir), "--labels", "a,b"]) == 2
+    assert "names 2 runs, but 1" in capsys.readouterr().err
 
 
 def test_a_checkpoint_newer_than_the_log_is_read_and_a_run_without_records_is_refused(run_dir, tmp_path, capsys):

@@ -11,8 +11,8 @@ without a change here:
 - `batch`      (`bench-batch --json`): `throughput` rows;
 - `footprint`  (`footprint --json`): load time and peak memory per precision (a list, or `rows` in an object);
 - `llama-bench` (llama.cpp's `llama-bench -o json`): a list of rows with `avg_ts`;
-- `train-curve` (`train-curve --json`): a training run's `points` (τ estimate against training minutes), its
-  figure beside it (the same name, .svg).
+- `train-curve` (`train-curve --json`): training runs' `curves` (τ estimate against training minutes), its figure
+  beside it (the same name, .svg).
 
 Every file says which command made it (`command`) and on which host (`host`), at its top level (a `bench`
 file's host may be its `settings.device_name`); a file may name itself with `title`."""
@@ -56,7 +56,7 @@ def kind_of(data) -> str | None:
         return None
     if "runs" in data:
         return "pass-cost"
-    if "points" in data and "training" in data:
+    if "curves" in data:
         return "train-curve"
     if "throughput" in data:
         return "batch"

@@ -259,22 +259,23 @@ def footprint_section(src: Source) -> list[str]:
 
 
 def train_curve_section(src: Source) -> list[str]:
-    """A stream training run's τ estimate against training minutes (`train-curve`): where it started, where it is
-    and the best on the way, in a sentence, and its figure where one lies beside the file."""
-    pts, t = src.data["points"], src.data["training"]
-    first, last = pts[0], pts[-1]
-    best = max(pts, key=lambda p: p["tau_estimate"])
-    shape = (f"γ {t.get('gamma', '?')}, {t.get('n_stream_layers', '?')} stream layers, adapter rank "
-             f"{t.get('adapter_rank', '?')}, draft vocabulary {t.get('draft_vocab_size') or 'whole'}, batch "
-             f"{t.get('batch_size', '?')} × {t.get('seq_len', '?')} tokens, lr {t.get('lr', '?')}"
-             + (f", continuing `{t['init_from']}`" if t.get("init_from") else ""))
-    said = (f"{shape}. The τ estimate of the tree 4,3,2,1 on {last.get('rows') or 'the'} held-out answers: "
-            f"{first['tau_estimate']:.3f} at step {first['step']} ({first['minutes']:.0f} training minutes), "
-            f"{last['tau_estimate']:.3f} at step {last['step']} ({last['minutes']:.0f} minutes); best "
-            f"{best['tau_estimate']:.3f} at step {best['step']}. Stream 1's top-1 accuracy: "
-            f"{_f(first['stream_top1'][0] if first['stream_top1'] else None, 3)} → "
-            f"{_f(last['stream_top1'][0] if last['stream_top1'] else None, 3)}.")
-    out = [f"### {src.title}", "", said, ""] + provenance(src)
+    """Training runs' τ estimate against training minutes (`train-curve`): each run's settings, where it started,
+    where it ended and its best, a sentence a run, and the figure where one lies beside the file."""
+    out = [f"### {src.title}", ""]
+    for c in src.data["curves"]:
+        pts, t = c["points"], c["training"]
+        first, last = pts[0], pts[-1]
+        best = max(pts, key=lambda p: p["tau_estimate"])
+        acc = [_f(p["stream_top1"][0] if p["stream_top1"] else None, 3) for p in (first, last)]
+        out += [f"**{c['label']}** (γ {t.get('gamma', '?')}, {t.get('n_stream_layers', '?')} stream layers, adapter "
+                f"rank {t.get('adapter_rank', '?')}, draft vocabulary {t.get('draft_vocab_size') or 'whole'}, batch "
+                f"{t.get('batch_size', '?')} × {t.get('seq_len', '?')}, lr {t.get('lr', '?')}"
+                + (f", from `{t['init_from']}`" if t.get("init_from") else "") +
+                f"): τ estimate {first['tau_estimate']:.3f} at step {first['step']} → {last['tau_estimate']:.3f} at "
+                f"step {last['step']} after {last['minutes'] - first['minutes']:.0f} training minutes (best "
+                f"{best['tau_estimate']:.3f}, step {best['step']}); stream 1 top-1 {acc[0]} → {acc[1]}, on "
+                f"{last.get('rows') or 'the'} held-out answers.", ""]
+    out += provenance(src)
     if src.figure:
         out += [f"![{src.title}]({os.path.relpath(src.figure, os.path.dirname(PAGE)).replace(os.sep, '/')})", ""]
     return out

@@ -1,13 +1,14 @@
-"""τ against training time: the evaluation records a stream training run leaves every `--eval-every` steps
-(`training.loop.TrainLoop.evaluate`), as a result file and a figure.
+"""τ against training time: the evaluation records stream training runs leave every `--eval-every` steps
+(`training.loop.TrainLoop.evaluate`), as one result file and one figure, a curve per run.
 
     run = read_run("/runs/streams")               # its checkpoint (a run still going or stopped), else train_log.json
-    data = curve(run, command, title)             # {"title", "command", "host", "training", "points": [...]}
-    svg(data)                                     # τ estimate and stream 1's top-1 accuracy against training minutes
+    data = curves([("rank 32", run), ...], command, title)   # {"title", "command", "host", "curves": [...]}
+    svg(data)                                     # τ estimate (solid) and stream 1's top-1 accuracy (dashed)
 
 A point is the streams at one step: the training minutes so far (the steps' own time, every resumed run's
 together), the τ estimate of the draft tree the trainer evaluates (`training.evaluate`: top-k 4,3,2,1 down the
-streams, on held-out answers) and each stream's top-1 accuracy there."""
+streams, on held-out answers) and each stream's top-1 accuracy there. Runs that start from the same streams and
+train for the same minutes on the same host compare settings by τ per minute of training."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from specstream_core.training import checkpoint
 
 SETTINGS = ("mode", "gamma", "n_stream_layers", "adapter_rank", "draft_vocab_size", "batch_size", "seq_len", "lr",
             "steps", "init_from", "eval_rows")
+COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b")
 
 
 def read_run(run_dir: str) -> dict:
@@ -59,26 +61,31 @@ def points(history: list[dict]) -> list[dict]:
     return sorted(out, key=lambda p: p["step"])
 
 
-def curve(run: dict, command: str, title: str = "") -> dict:
-    """The result file's content (`train-curve --json`); SpecstreamError where the run has no evaluation record."""
-    pts = points(run["history"])
-    if not pts:
-        raise SpecstreamError("the run has no evaluation records: train with --eval-every N (and held-out data) to "
-                              "leave them")
-    settings = {k: run["settings"][k] for k in SETTINGS if k in run["settings"]}
-    return stamp({"title": title or "τ against training time", "training": settings, "points": pts}, command)
+def curves(runs: list[tuple[str, dict]], command: str, title: str = "") -> dict:
+    """The result file's content (`train-curve --json`): a curve per (label, run); SpecstreamError where a run has
+    no evaluation record."""
+    out = []
+    for label, run in runs:
+        pts = points(run["history"])
+        if not pts:
+            raise SpecstreamError(f"{label}: the run has no evaluation records: train with --eval-every N (and "
+                                  "held-out data) to leave them")
+        out.append({"label": label, "training": {k: run["settings"][k] for k in SETTINGS if k in run["settings"]},
+                    "points": pts})
+    return stamp({"title": title or "τ against training time", "curves": out}, command)
 
 
-def svg(data: dict, width: int = 760, height: int = 320) -> str:
-    """The τ estimate (left axis) and stream 1's top-1 accuracy (right axis) against training minutes."""
-    pts = data["points"]
-    left, right, top, bottom = 56, 56, 40, 46
+def svg(data: dict, width: int = 760, height: int = 340) -> str:
+    """Each run's τ estimate (left axis, solid) and stream 1's top-1 accuracy (right axis, dashed) against training
+    minutes, a colour per run."""
+    runs = data["curves"]
+    every = [p for c in runs for p in c["points"]]
+    left, right, top, bottom = 56, 56, 40, 64
     pw, ph = width - left - right, height - top - bottom
-    xs = [p["minutes"] for p in pts]
+    xs = [p["minutes"] for p in every]
     x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
-    taus = [p["tau_estimate"] for p in pts]
+    taus = [p["tau_estimate"] for p in every]
     t0, t1 = min(1.0, *taus), max(taus) * 1.05
-    accs = [p["stream_top1"][0] if p["stream_top1"] else None for p in pts]
 
     def x(v):
         return left + pw * (v - x0) / (x1 - x0)
@@ -92,24 +99,32 @@ def svg(data: dict, width: int = 760, height: int = 320) -> str:
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
            f'font-size="11"><rect width="100%" height="100%" fill="white"/>',
            f'<text x="{width / 2}" y="20" text-anchor="middle" font-size="14">{html.escape(data["title"])}</text>',
-           f'<text x="{left + pw / 2}" y="{height - 8}" text-anchor="middle">training minutes</text>',
-           f'<text transform="translate(14,{top + ph / 2}) rotate(-90)" text-anchor="middle" fill="#1f77b4">'
-           'τ estimate (tree 4,3,2,1)</text>',
-           f'<text transform="translate({width - 10},{top + ph / 2}) rotate(90)" text-anchor="middle" fill="#ff7f0e">'
-           'stream 1 top-1 accuracy</text>']
+           f'<text x="{left + pw / 2}" y="{top + ph + 30}" text-anchor="middle">training minutes</text>',
+           f'<text transform="translate(14,{top + ph / 2}) rotate(-90)" text-anchor="middle">'
+           'τ estimate, tree 4,3,2,1 (solid)</text>',
+           f'<text transform="translate({width - 10},{top + ph / 2}) rotate(90)" text-anchor="middle">'
+           'stream 1 top-1 accuracy (dashed)</text>']
     for i in range(6):
-        tv, av = t0 + (t1 - t0) * i / 5, i / 5
+        tv, av, xv = t0 + (t1 - t0) * i / 5, i / 5, x0 + (x1 - x0) * i / 5
         yy = y_tau(tv)
         out.append(f'<line x1="{left}" x2="{left + pw}" y1="{yy:.1f}" y2="{yy:.1f}" stroke="#e5e5e5"/>'
                    f'<text x="{left - 4}" y="{yy + 4:.1f}" text-anchor="end">{tv:.2f}</text>'
-                   f'<text x="{left + pw + 4}" y="{y_acc(av) + 4:.1f}">{av:.1f}</text>')
-        xv = x0 + (x1 - x0) * i / 5
-        out.append(f'<text x="{x(xv):.1f}" y="{top + ph + 14}" text-anchor="middle">'
+                   f'<text x="{left + pw + 4}" y="{y_acc(av) + 4:.1f}">{av:.1f}</text>'
+                   f'<text x="{x(xv):.1f}" y="{top + ph + 14}" text-anchor="middle">'
                    f'{xv:.{0 if x1 - x0 >= 10 else 1}f}</text>')
-    for values, place, colour in ((taus, y_tau, "#1f77b4"), (accs, y_acc, "#ff7f0e")):
-        line = [(x(m), place(v)) for m, v in zip(xs, values) if v is not None]
-        out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="'
-                   + " ".join(f"{a:.1f},{b:.1f}" for a, b in line) + '"/>')
-        out += [f'<circle cx="{a:.1f}" cy="{b:.1f}" r="2.5" fill="{colour}"/>' for a, b in line]
+    lx = left
+    for n, run in enumerate(runs):
+        colour = COLOURS[n % len(COLOURS)]
+        pts = run["points"]
+        for place, key, dash in ((y_tau, "tau_estimate", ""), (y_acc, "stream_top1", ' stroke-dasharray="5,4"')):
+            line = [(x(p["minutes"]), place(p[key] if key == "tau_estimate" else p[key][0])) for p in pts
+                    if key == "tau_estimate" or p[key]]
+            out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2"{dash} points="'
+                       + " ".join(f"{a:.1f},{b:.1f}" for a, b in line) + '"/>')
+            out += [f'<circle cx="{a:.1f}" cy="{b:.1f}" r="2.5" fill="{colour}"/>' for a, b in line]
+        label = html.escape(run["label"])
+        out.append(f'<rect x="{lx}" y="{height - 16}" width="10" height="10" fill="{colour}"/>'
+                   f'<text x="{lx + 14}" y="{height - 7}">{label}</text>')
+        lx += 40 + 7 * len(run["label"])
     out.append("</svg>")
     return "\n".join(out)
