@@ -39,7 +39,7 @@ def run_dir(tmp_path_factory):
 
 def test_the_curves_of_runs_are_a_result_file_and_a_figure(run_dir, tmp_path, capsys):
     out, figure = tmp_path / "curve.json", tmp_path / "curve.svg"
-    argv = ["train-curve", str(run_dir), str(run_dir), "--labels", "a,b", "--json", str(out), "--plot", str(figure),
+    argv = ["train-curve", str(run_dir), str(run_dir), "--labels", "a", "b", "--json", str(out), "--plot", str(figure),
             "--title", "tiny"]
     assert cli.main(argv) == 0
     printed = capsys.readouterr().out
@@ -56,7 +56,7 @@ def test_the_curves_of_runs_are_a_result_file_and_a_figure(run_dir, tmp_path, ca
                  "docs/bench/curve.svg")
     lines = report_tables.train_curve_section(src)
     assert "![tiny](bench/curve.svg)" in lines and sum("at step 6" in line for line in lines) == 2
-    assert cli.main(["train-curve", str(run_dir), "--labels", "a,b"]) == 2
+    assert cli.main(["train-curve", str(run_dir), "--labels", "a", "b"]) == 2
     assert "names 2 runs, but 1" in capsys.readouterr().err
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import os
 
 from specstream_core.bench.provenance import stamp
@@ -83,9 +84,10 @@ def svg(data: dict, width: int = 760, height: int = 340) -> str:
     left, right, top, bottom = 56, 56, 40, 64
     pw, ph = width - left - right, height - top - bottom
     xs = [p["minutes"] for p in every]
-    x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
-    taus = [p["tau_estimate"] for p in every]
-    t0, t1 = min(1.0, *taus), max(taus) * 1.05
+    ticks = _minute_ticks(max(xs))
+    x0, x1 = 0.0, ticks[-1]
+    t0, t1 = _span([p["tau_estimate"] for p in every])
+    a0, a1 = _span([p["stream_top1"][0] for p in every if p["stream_top1"]] or [0.0, 1.0])
 
     def x(v):
         return left + pw * (v - x0) / (x1 - x0)
@@ -94,7 +96,7 @@ def svg(data: dict, width: int = 760, height: int = 340) -> str:
         return top + ph - ph * (v - t0) / (t1 - t0)
 
     def y_acc(v):
-        return top + ph - ph * v
+        return top + ph - ph * (v - a0) / (a1 - a0)
 
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
            f'font-size="11"><rect width="100%" height="100%" fill="white"/>',
@@ -105,13 +107,12 @@ def svg(data: dict, width: int = 760, height: int = 340) -> str:
            f'<text transform="translate({width - 10},{top + ph / 2}) rotate(90)" text-anchor="middle">'
            'stream 1 top-1 accuracy (dashed)</text>']
     for i in range(6):
-        tv, av, xv = t0 + (t1 - t0) * i / 5, i / 5, x0 + (x1 - x0) * i / 5
+        tv, av = t0 + (t1 - t0) * i / 5, a0 + (a1 - a0) * i / 5
         yy = y_tau(tv)
         out.append(f'<line x1="{left}" x2="{left + pw}" y1="{yy:.1f}" y2="{yy:.1f}" stroke="#e5e5e5"/>'
                    f'<text x="{left - 4}" y="{yy + 4:.1f}" text-anchor="end">{tv:.2f}</text>'
-                   f'<text x="{left + pw + 4}" y="{y_acc(av) + 4:.1f}">{av:.1f}</text>'
-                   f'<text x="{x(xv):.1f}" y="{top + ph + 14}" text-anchor="middle">'
-                   f'{xv:.{0 if x1 - x0 >= 10 else 1}f}</text>')
+                   f'<text x="{left + pw + 4}" y="{y_acc(av) + 4:.1f}">{av:.2f}</text>')
+    out += [f'<text x="{x(xv):.1f}" y="{top + ph + 14}" text-anchor="middle">{xv:g}</text>' for xv in ticks]
     lx = left
     for n, run in enumerate(runs):
         colour = COLOURS[n % len(COLOURS)]
@@ -128,3 +129,17 @@ def svg(data: dict, width: int = 760, height: int = 340) -> str:
         lx += 40 + 7 * len(run["label"])
     out.append("</svg>")
     return "\n".join(out)
+
+
+def _minute_ticks(v: float) -> list[float]:
+    """Ticks from 0 past v, at most 6 steps of 1, 2 or 5 × 10^k."""
+    steps = sorted(m * 10.0 ** k for k in range(-2, 7) for m in (1, 2, 5))
+    step = next((st for st in steps if math.ceil(v / st) <= 6), steps[-1])
+    return [round(i * step, 6) for i in range(max(1, math.ceil(v / step)) + 1)]
+
+
+def _span(values: list[float]) -> tuple[float, float]:
+    """An axis around `values` with a quarter of their range (at least 0.02) of margin each side, ends on 0.02s."""
+    lo, hi = min(values), max(values)
+    margin = max(0.02, (hi - lo) / 4)
+    return round((lo - margin) * 50) / 50, round((hi + margin) * 50) / 50

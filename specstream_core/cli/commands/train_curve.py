@@ -8,7 +8,8 @@ def add_arguments(p) -> None:
     p.add_argument("runs", nargs="+", metavar="RUN",
                    help="a training run's output folder (its checkpoint while it runs, else train_log.json); "
                    "several runs give a curve each")
-    p.add_argument("--labels", default="", help="a name per run, comma-separated (default: each folder's name)")
+    p.add_argument("--labels", nargs="+", default=[], metavar="LABEL",
+                   help="a name per run, in the runs' order (default: each folder's name)")
     p.add_argument("--json", help="write the curves here (a result file `report` shows)")
     p.add_argument("--plot", help="write the figure here (SVG)")
     p.add_argument("--title", default="", help="what the runs compare, in a few words")
@@ -24,8 +25,7 @@ def run(args) -> int:
     for path, flag in ((args.json, "--json"), (args.plot, "--plot")):
         if path:
             check_output_file(path, flag)
-    labels = [s.strip() for s in args.labels.split(",")] if args.labels else [
-        os.path.basename(os.path.normpath(r)) for r in args.runs]
+    labels = args.labels or [os.path.basename(os.path.normpath(r)) for r in args.runs]
     if len(labels) != len(args.runs):
         raise SpecstreamError(f"--labels names {len(labels)} runs, but {len(args.runs)} are given")
     data = train_curve.curves([(label, train_curve.read_run(r)) for label, r in zip(labels, args.runs)],
