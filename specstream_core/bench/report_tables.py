@@ -267,15 +267,15 @@ def train_curve_section(src: Source) -> list[str]:
         first, last = pts[0], pts[-1]
         best = max(pts, key=lambda p: p["tau_estimate"])
         acc = [_f(p["stream_top1"][0] if p["stream_top1"] else None, 3) for p in (first, last)]
-        out += [f"**{c['label']}** (γ {t.get('gamma', '?')}, {t.get('n_stream_layers', '?')} stream layers, adapter "
+        out += [f"- **{c['label']}** (γ {t.get('gamma', '?')}, {t.get('n_stream_layers', '?')} stream layers, adapter "
                 f"rank {t.get('adapter_rank', '?')}, draft vocabulary {t.get('draft_vocab_size') or 'whole'}, batch "
                 f"{t.get('batch_size', '?')} × {t.get('seq_len', '?')}, lr {t.get('lr', '?')}"
                 + (f", from `{t['init_from']}`" if t.get("init_from") else "") +
                 f"): τ estimate {first['tau_estimate']:.3f} at step {first['step']} → {last['tau_estimate']:.3f} at "
                 f"step {last['step']} after {last['minutes'] - first['minutes']:.0f} training minutes (best "
                 f"{best['tau_estimate']:.3f}, step {best['step']}); stream 1 top-1 {acc[0]} → {acc[1]}, on "
-                f"{last.get('rows') or 'the'} held-out answers.", ""]
-    out += provenance(src)
+                f"{last.get('rows') or 'the'} held-out answers."]
+    out += [""] + provenance(src)
     if src.figure:
         out += [f"![{src.title}]({os.path.relpath(src.figure, os.path.dirname(PAGE)).replace(os.sep, '/')})", ""]
     return out

@@ -113,7 +113,7 @@ def svg(data: dict, width: int = 760, height: int = 340) -> str:
                    f'<text x="{left - 4}" y="{yy + 4:.1f}" text-anchor="end">{tv:.2f}</text>'
                    f'<text x="{left + pw + 4}" y="{y_acc(av) + 4:.1f}">{av:.2f}</text>')
     out += [f'<text x="{x(xv):.1f}" y="{top + ph + 14}" text-anchor="middle">{xv:g}</text>' for xv in ticks]
-    lx = left
+    lx, ly = left, height - 7 - 15 * (sum(24 + 6 * len(r["label"]) for r in runs) > width - left)
     for n, run in enumerate(runs):
         colour = COLOURS[n % len(COLOURS)]
         pts = run["points"]
@@ -123,10 +123,12 @@ def svg(data: dict, width: int = 760, height: int = 340) -> str:
             out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2"{dash} points="'
                        + " ".join(f"{a:.1f},{b:.1f}" for a, b in line) + '"/>')
             out += [f'<circle cx="{a:.1f}" cy="{b:.1f}" r="2.5" fill="{colour}"/>' for a, b in line]
-        label = html.escape(run["label"])
-        out.append(f'<rect x="{lx}" y="{height - 16}" width="10" height="10" fill="{colour}"/>'
-                   f'<text x="{lx + 14}" y="{height - 7}">{label}</text>')
-        lx += 40 + 7 * len(run["label"])
+        label, wide = html.escape(run["label"]), 24 + 6 * len(run["label"])
+        if lx > left and lx + wide > width:  # the legend's next line
+            lx, ly = left, ly + 15
+        out.append(f'<rect x="{lx}" y="{ly - 9}" width="10" height="10" fill="{colour}"/>'
+                   f'<text x="{lx + 14}" y="{ly}">{label}</text>')
+        lx += wide
     out.append("</svg>")
     return "\n".join(out)
 
