@@ -214,3 +214,22 @@ def headless_chromium(executable: str, args: list[str]):
         browser = p.chromium.launch(executable_path=executable, args=args, headless=True)
         yield browser
         browser.close()
+
+
+def require_chromium(executable: str) -> None:
+    """Fail (skip only with SPECSTREAM_ALLOW_NO_BROWSER=1) before a module's browser tests start anything, when the
+    browser at `executable` or the playwright package is missing."""
+    import pytest
+
+    missing = None
+    if not os.path.exists(executable):
+        missing = f"{executable} is missing (install chromium: apt-get install -y chromium)"
+    else:
+        try:
+            import playwright.sync_api  # noqa: F401
+        except ImportError:
+            missing = "the playwright python package is missing (pip install -r requirements-dev.txt)"
+    if missing and os.environ.get("SPECSTREAM_ALLOW_NO_BROWSER") == "1":
+        pytest.skip(missing)
+    if missing:
+        pytest.fail(f"{missing}; set SPECSTREAM_ALLOW_NO_BROWSER=1 to skip the browser tests", pytrace=False)

@@ -12,7 +12,8 @@ import os
 
 import pytest
 
-from helpers import LAB_PROMPT as PROMPT, free_port, lab_models_env, make_lab_model, serve_lab, headless_chromium
+from helpers import (LAB_PROMPT as PROMPT, free_port, headless_chromium, lab_models_env, make_lab_model, require_chromium,
+                     serve_lab)
 
 CHROMIUM = os.environ.get("SPECSTREAM_CHROMIUM", "/usr/bin/chromium")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,18 +28,7 @@ MAX_NEW = 32  # keeps each race to a second or two on the tiny model
 def require_browser():
     """Fail (skip only with SPECSTREAM_ALLOW_NO_BROWSER=1) before starting a server when the browser or
     playwright is missing."""
-    missing = None
-    if not os.path.exists(CHROMIUM):
-        missing = f"{CHROMIUM} is missing (install chromium: apt-get install -y chromium)"
-    else:
-        try:
-            import playwright.sync_api  # noqa: F401
-        except ImportError:
-            missing = "the playwright python package is missing (pip install -r requirements-dev.txt)"
-    if missing and os.environ.get("SPECSTREAM_ALLOW_NO_BROWSER") == "1":
-        pytest.skip(missing)
-    if missing:
-        pytest.fail(f"{missing}; set SPECSTREAM_ALLOW_NO_BROWSER=1 to skip the browser tests", pytrace=False)
+    require_chromium(CHROMIUM)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from helpers import free_port, serve_lab, headless_chromium
+from helpers import free_port, serve_lab, headless_chromium, require_chromium
 
 CHROMIUM = os.environ.get("SPECSTREAM_CHROMIUM", "/usr/bin/chromium")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -23,18 +23,7 @@ PROMPT = "List three uses of a lighthouse, one line each."
 
 @pytest.fixture(scope="module", autouse=True)
 def require_browser_and_model():
-    missing = None
-    if not os.path.exists(CHROMIUM):
-        missing = f"{CHROMIUM} is missing (install chromium: apt-get install -y chromium)"
-    else:
-        try:
-            import playwright.sync_api  # noqa: F401
-        except ImportError:
-            missing = "the playwright python package is missing (pip install -r requirements-dev.txt)"
-    if missing and os.environ.get("SPECSTREAM_ALLOW_NO_BROWSER") == "1":
-        pytest.skip(missing)
-    if missing:
-        pytest.fail(f"{missing}; set SPECSTREAM_ALLOW_NO_BROWSER=1 to skip the browser tests", pytrace=False)
+    require_chromium(CHROMIUM)
     from specstream_core.errors import SpecstreamError
     from specstream_core.model import default_model
 
