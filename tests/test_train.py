@@ -297,9 +297,13 @@ def test_init_from_continues_a_trained_stream_set(tmp_path):
     fresh = train(tiny_model("llama", seed=0), replace(cfg, steps=1, lr=1e-12), data, str(tmp_path / "c"),
                   eval_data=data, progress=False, log=quiet)
     assert fresh["eval"]["stream_top1"] != pytest.approx(first["eval"]["stream_top1"], abs=1e-6)
+    # fewer streams: the first γ of them, unchanged (stream j sees only streams 1..j); more cannot start from it
+    fewer = train(tiny_model("llama", seed=0), replace(cfg, steps=1, lr=1e-12, gamma=2, init_from=str(tmp_path / "a")),
+                  data, str(tmp_path / "d"), eval_data=data, progress=False, log=quiet)
+    assert fewer["eval"]["stream_top1"] == pytest.approx(first["eval"]["stream_top1"][:2], abs=1e-5)
     with pytest.raises(SpecstreamError, match="init-from"):
-        train(tiny_model("llama", seed=0), replace(cfg, gamma=2, init_from=str(tmp_path / "a")), data,
-              str(tmp_path / "d"), progress=False, log=quiet)
+        train(tiny_model("llama", seed=0), replace(cfg, gamma=4, init_from=str(tmp_path / "a")), data,
+              str(tmp_path / "d4"), progress=False, log=quiet)
     # a larger adapter rank grows the adapters: the new part starts at zero, so the eval is the same again
     grown = train(tiny_model("llama", seed=0), replace(cfg, steps=1, lr=1e-12, adapter_rank=8,
                                                        init_from=str(tmp_path / "a")), data,

@@ -82,7 +82,11 @@ def warm_start(streams: StreamParams, directory: str) -> None:
 
     A set with more stream layers may start from one with fewer: the top layers' adapters come from it, the
     added lower layers' start fresh (B at zero). That is a head start, not the same function: the stream rows
-    now enter the stack lower down and pass through the added layers before reaching the trained ones."""
+    now enter the stack lower down and pass through the added layers before reaching the trained ones.
+
+    A set with fewer streams may start from one with more: it takes the first γ stream embeddings. Stream j sees
+    only streams 1..j, so its streams compute exactly what the source's first γ did (a γ-1 run trains stream 1, the
+    one the default draft reads, alone)."""
     tensors = read_stream_weights(directory)
     targets = streams.named_tensors()
     missing = sorted(set(targets) - set(tensors))
@@ -95,6 +99,8 @@ def warm_start(streams: StreamParams, directory: str) -> None:
             if name in lower:
                 continue
             source = tensors[name].to(target.dtype)
+            if name == "embeddings" and source.shape[1:] == target.shape[1:] and source.shape[0] > target.shape[0]:
+                source = source[:target.shape[0]]  # fewer streams: the first γ
             if source.shape != target.shape and not _grows_rank(name, source, target):
                 raise SpecstreamError(f"--init-from {directory}: {name} has shape {tuple(source.shape)}, "
                                       f"these settings need {tuple(target.shape)}")
