@@ -179,8 +179,8 @@ class Backend:
             kind = draft_weights.apply(self.streams, self.model, kind)
         else:
             kind = draft_weights.resolve(kind, None, self.model)
-        if self.row_exact:
-            direct_layers.bind(layers, lambda: probe(self, forward))
+        if self.row_exact:  # an engine image's model carries the full engine's probe outputs (`decoding.engine_image`)
+            direct_layers.bind(layers, lambda: probe(self, forward), getattr(self.model, "probe_reference", None))
         return kind
 
 

@@ -24,19 +24,22 @@ from specstream_core.bench.llama_bench import find as find_llama_bench  # noqa: 
 PRECISIONS = ("auto", "int4", "fp32", "bf16")  # auto: the default (int4-a8 on the default model where VNNI runs)
 
 
-STARTS = ("first", "cached")  # a start that packs the kernel layouts (an empty kernel cache), one that loads them
+# a start that packs the kernel layouts (an empty kernel cache, no engine image), one that loads them (a full start,
+# which leaves the engine's image where it can have one), one from that image (`decoding.engine_image`)
+STARTS = ("first", "cached", "image")
 
 
 def measure(precision: str, base: str | None = None, streams: str | None = None, tokens: int = 16,
-            threads: int | None = None, timeout: float = 600, pack_dir: str | None = None) -> dict:
+            threads: int | None = None, timeout: float = 600, pack_dir: str | None = None, image: bool = True) -> dict:
     """One fresh process's figures (`footprint_child.measure`) plus its wall time; {"asked", "error"} where it could
     not run (a precision this CPU cannot run, a process that failed). pack_dir: the kernel cache's packed layouts
-    there ($SPECSTREAM_PACK_DIR) instead of the usual folder."""
+    (and engine images) there ($SPECSTREAM_PACK_DIR) instead of the usual folder; image: False turns images off."""
     argv = [sys.executable, "-m", "specstream_core.bench.footprint_child", "--precision", precision,
             "--tokens", str(tokens), "--started", repr(time.time())]
     argv += ["--base", base] if base else []
     argv += ["--streams", streams] if streams else []
-    env = {**_env(threads), **({"SPECSTREAM_PACK_DIR": pack_dir} if pack_dir else {})}
+    env = {**_env(threads), **({"SPECSTREAM_PACK_DIR": pack_dir} if pack_dir else {}),
+           **({} if image else {"SPECSTREAM_IMAGE": "0"})}
     code, out, err, wall, _ = run_measured(argv, env, timeout)
     lines = [line for line in out.splitlines() if line.startswith("{")]
     if code != 0 or not lines:
@@ -49,11 +52,17 @@ def measure(precision: str, base: str | None = None, streams: str | None = None,
 
 def measure_starts(precision: str, base: str | None = None, streams: str | None = None, tokens: int = 16,
                    threads: int | None = None, timeout: float = 600) -> list[dict]:
-    """`measure` twice in a kernel cache folder of its own, first empty: the first start (it packs the layouts and
-    writes them) and a cached start (it loads them). Each row says which in "start"."""
+    """`measure` in a kernel cache folder of its own, first empty: the first start (it packs the layouts and writes
+    them; no image), a cached start (it loads them, and leaves the engine's image where it can have one), and, where it
+    did, a start from that image. Each row says which in "start"."""
+    rows = []
     with tempfile.TemporaryDirectory(prefix="specstream-footprint-") as folder:
-        return [{**measure(precision, base, streams, tokens, threads, timeout, pack_dir=folder), "start": start}
-                for start in STARTS]
+        for start in STARTS:
+            if start == "image" and not rows[-1].get("has_image"):
+                break
+            row = measure(precision, base, streams, tokens, threads, timeout, pack_dir=folder, image=start != "first")
+            rows.append({**row, "start": start})
+    return rows
 
 
 def llama_bench(binary: str, gguf: str, tokens: int = 16, threads: int = 1, timeout: float = 600) -> dict:

@@ -13,7 +13,7 @@ import sys
 import time
 import warnings
 
-from specstream_core.decoding.engine import Engine
+from specstream_core.decoding import engine_image
 from specstream_core.errors import SpecstreamError
 from specstream_core.kernels.linears import pack_cache, rowinv
 from specstream_core.model import defaults
@@ -22,10 +22,11 @@ PROMPT = "Name three planets."
 
 
 def measure(precision: str, base: str | None, streams: str | None, tokens: int, started: float) -> dict:
-    """{"precision", "imports_s" (from the launch to here: the interpreter, torch, transformers), "load_s"
-    (`Engine.load`), "decode_s" (a `tokens`-token speculative answer), "new_tokens", "peak_rss_mb" (ru_maxrss),
-    "layouts_packed" (kernel layouts packed by this load), "entries_loaded" (kernel cache entries it loaded instead:
-    `pack_cache`)}."""
+    """{"precision", "imports_s" (from the launch to here: the interpreter, torch), "load_s" (the engine's start as
+    `generate` starts it: `engine_image.start`), "decode_s" (a `tokens`-token speculative answer), "new_tokens",
+    "peak_rss_mb" (ru_maxrss), "layouts_packed" (kernel layouts packed by this load), "entries_loaded" (kernel cache
+    entries it loaded instead: `pack_cache`), "from_image" (started from the engine's image), "has_image" (the engine
+    has one now), "modeling_imported" (transformers' modeling modules were imported)}."""
     imported = time.time()
     if precision == "bf16" and not rowinv.kernel_for("bf16", "cpu", "auto"):
         raise SpecstreamError(f"bf16 is measured on the row-invariant kernel only ({rowinv.unavailable_reason()})")
@@ -33,14 +34,17 @@ def measure(precision: str, base: str | None, streams: str | None, tokens: int, 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t0 = time.perf_counter()
-        engine = Engine.load(base, streams, precision=precision)
+        asked = engine_image.request(base, streams, precision)
+        engine, from_image = engine_image.start(asked)  # as `generate` starts it
         t1 = time.perf_counter()
         result = engine.generate(PROMPT, engine.decode_config(mode="ss", max_new_tokens=tokens))
         t2 = time.perf_counter()
     return {"precision": engine.precision, "asked": precision, "imports_s": round(imported - started, 3),
             "load_s": round(t1 - t0, 3), "decode_s": round(t2 - t1, 3), "new_tokens": len(result.token_ids),
             "peak_rss_mb": round(peak_rss_kb() / 1024, 1),
-            "layouts_packed": pack_cache.COUNTS["packed"], "entries_loaded": pack_cache.COUNTS["loaded"]}
+            "layouts_packed": pack_cache.COUNTS["packed"], "entries_loaded": pack_cache.COUNTS["loaded"],
+            "from_image": from_image, "has_image": engine_image.kept(asked),
+            "modeling_imported": "transformers.modeling_utils" in sys.modules}
 
 
 def peak_rss_kb() -> int:

@@ -240,14 +240,16 @@ def batch_section(src: Source) -> list[str]:
 def footprint_section(src: Source) -> list[str]:
     """Per precision, each in a fresh process: imports, load, a short decode, peak resident memory."""
     rows = src.data if isinstance(src.data, list) else src.data["rows"]
-    out = [f"### {src.title}", "", "Each row its own process: import time, load time (to a ready engine), a short "
-           "decode, and the process's peak resident memory.", ""] + provenance(src)
+    out = [f"### {src.title}", "", "Each row its own process: import time, load time (to a ready engine, started as "
+           "`generate` starts it), a short decode, and the process's peak resident memory. The cached start leaves "
+           "the engine's image; the next starts from it, without transformers' modeling modules.", ""] + provenance(src)
     out += ["| precision (asked) | imports s | load s | decode s (new tokens) | peak RSS MB | wall s |",
             "|---|---|---|---|---|---|"]
     for r in rows:
         name = r.get("precision") or r.get("asked", "?")
         asked = f"{name} ({r['asked']})" if r.get("asked") and r.get("asked") != name else name
-        asked += {"first": ", first start (packs, fills the cache)", "cached": ", cached start"}.get(r.get("start"), "")
+        asked += {"first": ", first start (packs, fills the cache)", "cached": ", cached start",
+                  "image": ", from its image (no modeling import)"}.get(r.get("start"), "")
         if "error" in r:
             out.append(f"| {asked} | not measured: {r['error']} | | | | |")
             continue

@@ -113,18 +113,20 @@ def check_model_arguments(args) -> None:
     check_gamma(args.gamma, "--gamma")
 
 
-def load_engine(args, quiet: bool = False):
-    """The engine named by --base/--streams (the default model when none is named)."""
-    from specstream_core.decoding.engine import Engine
+def load_engine(args, quiet: bool = False, image: bool = False):
+    """The engine named by --base/--streams (the default model when none is named). image: start from the engine's
+    image where it has one that reproduces the full engine (`decoding.engine_image`: no transformers modeling
+    imports), and leave one after a full start; for commands whose steps all run on the kernel's layer steps."""
+    from specstream_core.decoding import engine_image
 
     base, streams = defaults.resolve(args.base, args.streams)
-    precision = args.precision
+    asked = engine_image.request(base, streams, args.precision, args.device, args.gamma, args.n_stream_layers,
+                                 chat=not getattr(args, "raw", False),
+                                 stream_weights=getattr(args, "stream_weights", "auto"))
     with warnings.catch_warnings():
         if quiet:
             warnings.simplefilter("ignore")
-        return Engine.load(base, streams, precision=precision, device=args.device, gamma=args.gamma,
-                           n_stream_layers=args.n_stream_layers, chat=not getattr(args, "raw", False),
-                           stream_weights=getattr(args, "stream_weights", "auto"))
+        return engine_image.start(asked, image)[0]
 
 
 def write_text(path: str, text: str) -> None:

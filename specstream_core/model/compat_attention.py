@@ -289,10 +289,11 @@ def _row_exact_forward(module, query, key, value, attention_mask, scaling=None, 
 def use_row_exact_attention(layers) -> None:
     """Name the row-exact attention in every decoder layer (`layers`), once (int4 engines): outside
     `row_exact_attention` it is plain sdpa, so transformers' own generate on the model is unchanged."""
-    from transformers import AttentionInterface
+    if not all("attention_functions" in layer.self_attn.__dict__ for layer in layers):  # an engine image's name theirs
+        from transformers import AttentionInterface
 
-    if ROW_EXACT_ATTENTION not in AttentionInterface._global_mapping:
-        AttentionInterface.register(ROW_EXACT_ATTENTION, _row_exact_forward)
+        if ROW_EXACT_ATTENTION not in AttentionInterface._global_mapping:
+            AttentionInterface.register(ROW_EXACT_ATTENTION, _row_exact_forward)
     for layer in layers:
         if layer.self_attn.config._attn_implementation != ROW_EXACT_ATTENTION:
             set_attention_implementation(layer, ROW_EXACT_ATTENTION)

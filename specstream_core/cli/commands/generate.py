@@ -56,7 +56,7 @@ def run(args) -> int:
         check_output_file(args.trace, "--trace")  # before decoding: a bad path must not cost the output
     from specstream_core.decoding.trace import save_trace
 
-    engine = load_engine(args, quiet=args.json)
+    engine = load_engine(args, quiet=args.json, image=not cfg.attention_layers)  # captured attention: the modules
     cfg = engine.settle(cfg)
     first = warm_up(engine, args.prompt, cfg) if args.warmup else {}
     result = engine.generate(args.prompt, cfg)

@@ -109,13 +109,16 @@ class DirectStep:
         self.gate_up = _fused_parts(parts.gate_up)
         self.down, self.act = parts.down.forward, parts.act
         self.gate, self.up = (m.forward for m in parts.gate_up) if len(parts.gate_up) == 2 else (None, None)
-        self.functions = _functions()
+        self.functions = layer_forms.attention_functions(attn)
         self.heads, self.kv_heads = attn.config.num_attention_heads, attn.config.num_key_value_heads
         self.widths = [self.head_dim * n for n in (self.heads, self.kv_heads, self.kv_heads)]
         self.rope = rope
         kernel_rope = rowinv.available() and rope is not None  # what rope_store computes
-        # q/k/v in one int4 call whose rows RoPE and the cache write can take in one kernel call
-        self.stores = kernel_rope and self.llama and rope is _llama_rope() and self._stacked(self.qkv)
+        # q/k/v (one int4 call, or q's, k's and v's side by side) whose rows RoPE and the cache write can take in one
+        # kernel call
+        self.stores = (kernel_rope and self.llama and layer_forms.is_llama_rope(rope)
+                       and (self._stacked(self.qkv) if self.qkv is not None
+                            else [getattr(getattr(m, "base", m), "out_features", None) for m in parts.qkv] == self.widths))
         self.front = self._front_weights(parts) if kernel_rope else None
         self.back = self._back_weights(parts.down) if self.front is not None else None
         fused = self.qkv is not None or self.gate_up is not None  # int4's fused calls: one part, several copies
@@ -221,8 +224,8 @@ class DirectStep:
         if where is None:
             return None
         k_buf, v_buf, start, end = where
-        q = rowinv_steps.rope_store(self.qkv.output(x).contiguous(), self.heads, self.kv_heads, *pe, k_buf, v_buf,
-                                    start)
+        qkv = self.qkv.output(x) if self.qkv is not None else torch.cat(self._project(x), dim=-1)
+        q = rowinv_steps.rope_store(qkv.contiguous(), self.heads, self.kv_heads, *pe, k_buf, v_buf, start)
         return q.transpose(1, 2), k_buf[:, :, :end], v_buf[:, :, :end]
 
     def kernel_step(self, h: torch.Tensor, mask, pe, cache):
@@ -349,13 +352,14 @@ def unbind(layers) -> None:
         layer.__dict__.pop(_ATTR, None)
 
 
-def bind(layers, check) -> bool:
+def bind(layers, check, reference: list | None = None) -> bool:
     """Give every decoder layer (a model's, all of Llama's form) a direct step, if `check()` finds the outputs
-    unchanged by them: check(run) -> the outputs of a fixed computation, where run() makes the layers
-    take their steps (it is called once with the direct steps and once without, and the two must be
-    equal bit for bit). Returns whether the steps stay bound."""
+    unchanged by them: check() -> the outputs of a fixed computation, called once with the direct steps and once
+    without, and the two must be equal bit for bit. reference: those outputs as the library's modules gave them
+    elsewhere (an engine image's layers have no modules to run: `decoding.engine_image`), compared with in place of the second
+    call. Returns whether the steps stay bound."""
     if not layers or any(type(layer).__name__ not in LAYERS or layer.self_attn.config._attn_implementation
-                         not in _functions() for layer in layers):
+                         not in layer_forms.attention_functions(layer.self_attn) for layer in layers):
         return False
     try:  # a layer of another family's form keeps a step only where it is a whole kernel layer (else it adds nothing)
         made = [(layer, DirectStep(layer)) for layer in layers]
@@ -364,7 +368,7 @@ def bind(layers, check) -> bool:
             layer.__dict__[_ATTR] = step
         direct = check()
         unbind(layers)
-        library = check()
+        library = check() if reference is None else reference
         same = len(direct) == len(library) and all(torch.equal(a, b) for a, b in zip(direct, library))
     except (AttributeError, TypeError, RuntimeError, ValueError) as exc:  # another layout: the modules run
         unbind(layers)
@@ -377,15 +381,3 @@ def bind(layers, check) -> bool:
         warnings.warn("direct layer steps are off for this model: they did not reproduce its layers bit for bit",
                       stacklevel=2)
     return same and bool(steps)
-
-
-def _llama_rope():
-    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
-    return apply_rotary_pos_emb
-
-
-def _functions():
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-    return ALL_ATTENTION_FUNCTIONS

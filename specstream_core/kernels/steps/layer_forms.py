@@ -24,8 +24,9 @@ from torch import nn
 
 from specstream_core.model import compat
 
-# decoder layer class -> its form's name; the forward of each is read from transformers 5.x
-LLAMA_LAYERS = ("LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer")
+# decoder layer class -> its form's name; the forward of each is read from transformers 5.x (an engine image's layers,
+# `backends.image_model`, are Llama's form with no forward of their own)
+LLAMA_LAYERS = ("LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer", "ImageLayer")
 FORMS = {**{name: "llama" for name in LLAMA_LAYERS}, "Qwen3DecoderLayer": "qk-norm per head",
          "Phi3DecoderLayer": "fused q/k/v and gate/up", "Olmo2DecoderLayer": "post-norms, q/k norm whole"}
 # the modeling modules whose `apply_rotary_pos_emb` is Llama's rotation (Phi-3's: over the first R dimensions of a
@@ -73,11 +74,36 @@ def parts(layer: nn.Module) -> LayerParts | None:
 
 
 def kernel_rope(attn: nn.Module):
-    """The library's `apply_rotary_pos_emb` for this attention module where it is one of `ROPES`, else None."""
+    """The library's `apply_rotary_pos_emb` for this attention module where it is one of `ROPES` (an engine image's
+    attention names its own: `image_model.image_rope`), else None."""
+    own = attn.__dict__.get("rope")
+    if own is not None:
+        return own
     module = type(attn).__module__
     fn = getattr(sys.modules.get(module), "apply_rotary_pos_emb", None)
     known = module.startswith("transformers.models.") and module.rsplit(".", 1)[-1] in {f"modeling_{m}" for m in ROPES}
     return fn if known else None
+
+
+def is_llama_rope(rope) -> bool:
+    """Whether `rope` is Llama's rotation, which the kernel's cache write computes (`rowinv_steps.rope_store`): the
+    library's, or what stands for it in an engine image's layers (`llama_rotation`: `backends.image_model`)."""
+    if getattr(rope, "llama_rotation", False):
+        return True
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    return rope is apply_rotary_pos_emb
+
+
+def attention_functions(attn: nn.Module) -> dict:
+    """The attention functions by implementation name that this attention module's step may call: transformers'
+    registry (`ALL_ATTENTION_FUNCTIONS`), or the engine image's own (`image_model.ImageAttention`)."""
+    own = attn.__dict__.get("attention_functions")
+    if own is not None:
+        return own
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    return ALL_ATTENTION_FUNCTIONS
 
 
 def kernel_covers(model: nn.Module) -> tuple[bool, str]:
