@@ -10,7 +10,7 @@ import socket
 import torch
 
 from specstream_core import DecodeConfig, Engine, StreamParams
-from tiny_models import prompts, tiny_model
+from tiny_models import prompts, save_tiny_model_dir, tiny_model
 
 # the lossless checks' sizes: prompts per family and new tokens per prompt
 N_PROMPTS = 20
@@ -32,6 +32,15 @@ def perturbed_streams(model, gamma=4, adapter_rank=4, seed=1, draft_vocab=None) 
     streams = StreamParams.fresh(model, gamma=gamma, n_stream_layers=2, adapter_rank=adapter_rank, seed=seed,
                                  draft_vocab=draft_vocab)
     return randomized(streams, seed, 0.5)
+
+
+def saved_base_and_streams(root) -> tuple[str, str]:
+    """A tiny Llama saved under `root` as a user's --base, and a stream set for it with a draft vocabulary (an 8-bit
+    head is laid out anew for it): (base, streams) directories."""
+    base = save_tiny_model_dir(os.path.join(root, "base"))
+    model = Engine.load(base, precision="fp32", fresh_streams=False).model
+    perturbed_streams(model, gamma=3, draft_vocab=list(range(0, 128, 2))).save(os.path.join(root, "streams"))
+    return base, os.path.join(root, "streams")
 
 
 def near_tie_model(**kw):

@@ -17,8 +17,8 @@ from specstream_core.kernels.linears import int4_a8, rowinv
 from specstream_core.backends.image_model import ImageCausalLM
 from specstream_core.decoding import engine_image as image
 from specstream_core.model import compat
-from helpers import perturbed_streams
-from tiny_models import prompts, save_tiny_model_dir
+from helpers import saved_base_and_streams
+from tiny_models import prompts
 
 pytestmark = pytest.mark.skipif(not rowinv.available(), reason="images hold the row-invariant kernel's steps")
 PRECISIONS = ["int4"] + (["int4-a8"] if int4_a8.available() else [])
@@ -28,11 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """A tiny Llama saved as a user's --base, and a stream set with a draft vocabulary."""
-    root = tmp_path_factory.mktemp("image")
-    base = save_tiny_model_dir(root / "base")
-    model = Engine.load(base, precision="fp32", fresh_streams=False).model
-    perturbed_streams(model, gamma=3, draft_vocab=list(range(0, 128, 2))).save(str(root / "streams"))
-    return base, str(root / "streams")
+    return saved_base_and_streams(tmp_path_factory.mktemp("image"))
 
 
 @pytest.fixture

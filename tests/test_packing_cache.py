@@ -12,7 +12,7 @@ import torch
 from specstream_core import DecodeConfig, Engine
 from specstream_core.kernels.linears import int4_a8, pack_cache, rowinv
 from specstream_core.model import compat
-from helpers import perturbed_streams
+from helpers import saved_base_and_streams
 from tiny_models import prompts, save_tiny_model_dir
 
 pytestmark = pytest.mark.skipif(not rowinv.available(), reason="the packed layouts are the row-invariant kernel's")
@@ -22,11 +22,7 @@ PRECISIONS = ["int4"] + (["int4-a8"] if int4_a8.available() else [])
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """A tiny Llama saved as a user's --base, and a stream set with a draft vocabulary (the head is laid out anew)."""
-    root = tmp_path_factory.mktemp("packing")
-    base = save_tiny_model_dir(root / "base")
-    model = Engine.load(base, precision="fp32", fresh_streams=False).model
-    perturbed_streams(model, gamma=3, draft_vocab=list(range(0, 128, 2))).save(str(root / "streams"))
-    return base, str(root / "streams")
+    return saved_base_and_streams(tmp_path_factory.mktemp("packing"))
 
 
 @pytest.fixture
