@@ -114,8 +114,9 @@ def test_generate_starts_from_the_image_it_left(saved, tmp_path):
                               timeout=300)
         report = json.loads(proc.stderr.strip().splitlines()[-1])
         assert report["code"] == 0, proc.stderr
-        runs.append((json.loads(proc.stdout)["token_ids"], report["modeling"]))
-    assert runs[0][1] and not runs[1][1]  # a full start, then one from the image
+        out = json.loads(proc.stdout)
+        runs.append((out["token_ids"], report["modeling"], out["started_from_image"]))
+    assert runs[0][1:] == (True, False) and runs[1][1:] == (False, True)  # a full start, then one from the image
     assert runs[0][0] == runs[1][0]
 
 

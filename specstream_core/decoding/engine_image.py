@@ -123,6 +123,10 @@ def kept(asked: dict) -> bool:
     return enabled() and os.path.isfile(os.path.join(folder_of(key(asked)), "image.json"))
 
 
+def started_from_image(engine: Engine) -> bool:
+    return isinstance(engine.model, image_model.ImageCausalLM)
+
+
 def ineligible(engine: Engine) -> str | None:
     """Why `engine` cannot be kept as an image, or None."""
     return image_model.ineligible(engine.model, engine.precision, engine.backend.name)

@@ -63,6 +63,7 @@ def run(args) -> int:
     stats = {**result.stats, **first}
     if cfg.mode == "ss" and not engine.exact and not args.json:
         print("note: " + NOT_EXACT_NOTE.format(precision=engine.precision), file=sys.stderr)
+    from specstream_core.decoding import engine_image
     from specstream_core.model import compat, exactness
 
     hint = exactness.auto_hint(engine) if args.precision == "auto" else None
@@ -74,7 +75,8 @@ def run(args) -> int:
         print(json.dumps({"token_ids": result.token_ids, "text": result.text, "stats": stats,
                           "mode": cfg.mode, "model": engine.name, "precision": engine.precision,
                           "exact": cfg.mode == "ar" or engine.exact, "equals": stats["equals"],
-                          "layers": compat.layer_path(engine.model)}))  # kernel or module path, and why
+                          "layers": compat.layer_path(engine.model),  # kernel or module path, and why
+                          "started_from_image": engine_image.started_from_image(engine)}))
     else:
         print(result.text)
         print(summary(cfg.mode, engine.precision, stats), file=sys.stderr)
