@@ -125,3 +125,11 @@ def test_only_the_most_recently_used_images_are_kept(saved, packs, monkeypatch):
     full = _full(saved, PRECISIONS[-1])
     folders = [image.write(full, _request(saved, PRECISIONS[-1], gamma=g)) for g in (2, 3, 4)]
     assert [os.path.isdir(f) for f in folders] == [False, True, True]
+
+
+def test_a_cache_folder_that_cannot_be_written_keeps_no_image(saved, tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("not a folder")
+    monkeypatch.setenv("SPECSTREAM_PACK_DIR", str(tmp_path / "file" / "packed"))
+    full = _full(saved, PRECISIONS[-1])
+    assert image.write(full, _request(saved, PRECISIONS[-1])) is None
+    assert image.load(_request(saved, PRECISIONS[-1])) is None

@@ -144,9 +144,12 @@ def write(engine: Engine, request: dict) -> str | None:
             "stream_weights": engine.stream_weights, "eos": sorted(engine.eos_ids),
             "tokenizer": [type(engine.tokenizer).__module__, type(engine.tokenizer).__name__],
             "probe_ids": engine.encode(PROBE_PROMPT), "probe_count": len(reference)}
-    target = folder_of(key(request))
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".writing-", dir=os.path.dirname(target))
+    try:  # a cache folder that cannot be written: no image, nothing else changes
+        target = folder_of(key(request))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=".writing-", dir=os.path.dirname(target))
+    except OSError:
+        return None
     try:
         save_file(tensors, os.path.join(staging, "image.safetensors"))
         with open(os.path.join(staging, "image.json"), "w") as f:
