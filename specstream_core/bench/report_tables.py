@@ -263,17 +263,18 @@ def footprint_section(src: Source) -> list[str]:
 def train_curve_section(src: Source) -> list[str]:
     """Training runs' τ estimate against training minutes (`train-curve`): each run's settings, where it started,
     where it ended and its best, a sentence a run, and the figure where one lies beside the file."""
-    out = [f"### {src.title}", ""]
+    out = [f"### {src.title}"]  # (a list may follow a heading directly)
     for c in src.data["curves"]:
         pts, t = c["points"], c["training"]
         first, last = pts[0], pts[-1]
         best = max(pts, key=lambda p: p["tau_estimate"])
         acc = [_f(p["stream_top1"][0] if p["stream_top1"] else None, 3) for p in (first, last)]
+        tree = f" (tree {','.join(map(str, last['tree']))})" if last.get("tree") else ""
         out += [f"- **{c['label']}** (γ {t.get('gamma', '?')}, {t.get('n_stream_layers', '?')} stream layers, adapter "
                 f"rank {t.get('adapter_rank', '?')}, draft vocabulary {t.get('draft_vocab_size') or 'whole'}, batch "
                 f"{t.get('batch_size', '?')} × {t.get('seq_len', '?')}, lr {t.get('lr', '?')}"
                 + (f", from `{t['init_from']}`" if t.get("init_from") else "") +
-                f"): τ estimate {first['tau_estimate']:.3f} at step {first['step']} → {last['tau_estimate']:.3f} at "
+                f"): τ estimate{tree} {first['tau_estimate']:.3f} at step {first['step']} → {last['tau_estimate']:.3f} at "
                 f"step {last['step']} after {last['minutes'] - first['minutes']:.0f} training minutes (best "
                 f"{best['tau_estimate']:.3f}, step {best['step']}); stream 1 top-1 {acc[0]} → {acc[1]}, on "
                 f"{last.get('rows') or 'the'} held-out answers."]

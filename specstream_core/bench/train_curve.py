@@ -49,7 +49,8 @@ def read_run(run_dir: str) -> dict:
 
 
 def points(history: list[dict]) -> list[dict]:
-    """The evaluation records, in step order: step, minutes, τ estimate, each stream's top-1 accuracy, rows."""
+    """The evaluation records, in step order: step, minutes, τ estimate (of the tree `tree`: top-k per stream), each
+    stream's top-1 accuracy, rows."""
     out = []
     for r in history:
         ev = r.get("eval") if isinstance(r, dict) else None
@@ -58,7 +59,7 @@ def points(history: list[dict]) -> list[dict]:
         out.append({"step": int(r["step"]), "minutes": round(float(r.get("seconds", 0.0)) / 60, 2),
                     "tau_estimate": round(float(ev["tau_estimate"]), 4),
                     "stream_top1": [round(float(a), 4) for a in ev.get("stream_top1", [])],
-                    "rows": ev.get("rows")})
+                    "rows": ev.get("rows"), "tree": ev.get("topk")})
     return sorted(out, key=lambda p: p["step"])
 
 
