@@ -23,9 +23,9 @@ from specstream_core.errors import SpecstreamError
 from specstream_core.kernels import library as kernel_library
 from specstream_core.kernels.heads import int8_head
 from specstream_core.kernels.linears import int4, pack_cache, rowinv
+from specstream_core.kernels.steps import layer_forms
 from specstream_core.model import compat
 
-LLAMA_FORM = ("LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer")  # the layers an image may stand for
 ROPE_TABLE_LIMIT = 32 << 20  # bytes of (cos, sin) an image keeps at most
 
 
@@ -202,7 +202,7 @@ def ineligible(model, precision: str, backend: str) -> str | None:
     head, embed = compat.lm_head(model), compat.inner_model(model).embed_tokens
     if precision not in ("int4", "int4-a8") or backend != "rowinv":
         return "only int4 and int4-a8 engines on the row-invariant kernel have images"
-    if any(type(layer).__name__ not in LLAMA_FORM for layer in layers):
+    if any(type(layer).__name__ not in layer_forms.LLAMA_LAYERS or isinstance(layer, ImageLayer) for layer in layers):
         return "only layers of Llama's own form have images"
     if not all(getattr(layer.__dict__.get(compat.DIRECT_STEP), "whole", False) for layer in layers):
         return "not every layer runs as a whole kernel step"

@@ -107,20 +107,29 @@ def start(asked: dict, image: bool = True) -> tuple[Engine, bool]:
     that reproduces the full engine, else a full start, which leaves an image where the engine can have one. image:
     False for what needs the library's modules (attention capture); only local directories have images."""
     image = image and os.path.isdir(asked["base"]) and (asked["streams"] is None or os.path.isdir(asked["streams"]))
-    engine = load(asked) if image else None
+    image_key = _key_or_none(asked) if image and enabled() else None  # once: it reads the files' digests
+    engine = load(asked, image_key) if image_key else None
     if engine is not None:
         return engine, True
     engine = Engine.load(asked["base"], asked["streams"], precision=asked["precision"], device=asked["device"],
                          gamma=asked["gamma"], n_stream_layers=asked["n_stream_layers"], chat=asked["chat"],
                          stream_weights=asked["stream_weights"])
-    if image:
-        write(engine, asked)
+    if image_key:
+        write(engine, asked, image_key)
     return engine, False
+
+
+def _key_or_none(asked: dict) -> str | None:
+    try:
+        return key(asked)
+    except OSError:  # a file that cannot be read: no image
+        return None
 
 
 def kept(asked: dict) -> bool:
     """Whether an image of what `asked` names is there (it may still be found stale when loaded)."""
-    return enabled() and os.path.isfile(os.path.join(folder_of(key(asked)), "image.json"))
+    image_key = _key_or_none(asked) if enabled() else None
+    return bool(image_key) and os.path.isfile(os.path.join(folder_of(image_key), "image.json"))
 
 
 def started_from_image(engine: Engine) -> bool:
@@ -132,7 +141,7 @@ def ineligible(engine: Engine) -> str | None:
     return image_model.ineligible(engine.model, engine.precision, engine.backend.name)
 
 
-def write(engine: Engine, request: dict) -> str | None:
+def write(engine: Engine, request: dict, image_key: str | None = None) -> str | None:
     """Keep `engine` (just loaded in full, as `request` asked) as an image; returns its folder, or None where the engine
     has none (`ineligible`) or images are off. A folder is written whole or not at all."""
     if not enabled() or ineligible(engine) is not None or (engine.streams is not None and not request["streams"]):
@@ -145,7 +154,7 @@ def write(engine: Engine, request: dict) -> str | None:
             "tokenizer": [type(engine.tokenizer).__module__, type(engine.tokenizer).__name__],
             "probe_ids": engine.encode(PROBE_PROMPT), "probe_count": len(reference)}
     try:  # a cache folder that cannot be written: no image, nothing else changes
-        target = folder_of(key(request))
+        target = folder_of(image_key or key(request))
         os.makedirs(os.path.dirname(target), exist_ok=True)
         staging = tempfile.mkdtemp(prefix=".writing-", dir=os.path.dirname(target))
     except OSError:
@@ -171,13 +180,13 @@ def _trim(folder: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def load(request: dict) -> Engine | None:
+def load(request: dict, image_key: str | None = None) -> Engine | None:
     """The engine `request` asks for, from its image, where there is one and it reproduces the full engine's probe
     bit for bit; else None (start in full)."""
     if not enabled():
         return None
     try:
-        target = folder_of(key(request))
+        target = folder_of(image_key or key(request))
         with open(os.path.join(target, "image.json")) as f:
             meta = json.load(f)
         tensors = load_file(os.path.join(target, "image.safetensors"))

@@ -356,8 +356,8 @@ def bind(layers, check, reference: list | None = None) -> bool:
     """Give every decoder layer (a model's, all of Llama's form) a direct step, if `check()` finds the outputs
     unchanged by them: check() -> the outputs of a fixed computation, called once with the direct steps and once
     without, and the two must be equal bit for bit. reference: those outputs as the library's modules gave them
-    elsewhere (an engine image's layers have no modules to run: `decoding.engine_image`), compared with in place of the second
-    call. Returns whether the steps stay bound."""
+    elsewhere (an engine image's layers have no modules to run: `decoding.engine_image`), compared with in place of
+    the second call. Returns whether the steps stay bound."""
     if not layers or any(type(layer).__name__ not in LAYERS or layer.self_attn.config._attn_implementation
                          not in layer_forms.attention_functions(layer.self_attn) for layer in layers):
         return False
