@@ -209,7 +209,7 @@ def test_the_check_can_fail(near_tie_int4, monkeypatch):
     rows beside them (rounded to bf16 in a wide call); through torch, plain sdpa over all rows."""
     model, streams = near_tie_int4
     engine = Engine(model, None, streams, precision="int4")
-    for step in ("layer_back", "layer_step", "layer_stack", "stream_stack"):  # down projections through the patched call
+    for step in ("layer_front", "layer_back", "layer_step", "layer_stack", "stream_stack"):  # Linears through the patched call
         monkeypatch.setattr(rowinv_steps, step, lambda *a: None)
     if model.lm_head.kernel:
         q4 = rowinv.linear_q4

@@ -187,7 +187,8 @@ class Backend:
 @torch.inference_mode()
 def probe(backend: Backend, forward) -> list[torch.Tensor]:
     """A prompt, then a 3-node chain step carrying the streams (when there are any), as the loop runs them (forward:
-    `msa.forward`): their outputs, for `direct_layers.bind` to compare with and without direct layer steps."""
+    `msa.forward`), and the prompt as a batch of two (a batch's prefill runs layer by layer): their outputs, for
+    `direct_layers.bind` to compare with and without direct layer steps."""
     model, streams = backend.model, backend.streams
     device = next(model.parameters()).device
     n = 8
@@ -202,4 +203,8 @@ def probe(backend: Backend, forward) -> list[torch.Tensor]:
     with backend.attention(rows, per_row=True, causal_prompt=False):
         step = forward(model, ids[:, n:], torch.arange(n, n + 3, device=device)[None],
                        masks.causal_visibility(3, 1, device), streams=streams, carriers=carriers, cache=cache)
-    return [prompt.main, step.main] + ([step.streams] if step.streams is not None else [])
+    pair = KVCache.for_model(model, batch=2, capacity=n)  # the same prompt twice: a batch's prefill, layer by layer
+    with backend.attention(rows, per_row=False, causal_prompt=False):
+        batch = forward(model, ids[:, :n].expand(2, n), torch.arange(n, device=device).expand(2, n),
+                        masks.causal_visibility(n, 2, device), cache=pair)
+    return [prompt.main, step.main] + ([step.streams] if step.streams is not None else []) + [batch.main]

@@ -117,10 +117,12 @@ class CpuKernel(Backend):
 
     # ---- attention --------------------------------------------------------------------------------------
     def attention(self, rows, per_row: bool, causal_prompt: bool):
-        """Row-exact attention whose decoding steps go through the kernel's attention, over the keys
-        `rowinv_steps.mask_keys` lists (a prefill's main rows stay one sdpa call)."""
-        return compat.row_exact_attention(rows, per_row=per_row, causal_prompt=causal_prompt,
-                                          kernel=self.kernel_attention(), kernel_keys=rowinv_steps.mask_keys)
+        """Row-exact attention whose decoding steps and prefills go through the kernel's attention, over the keys
+        `rowinv_steps.mask_keys` lists (a prefill: each prompt row over the keys before it, as a step computes a row;
+        a prefill's rows the kernel does not take, not fp32, stay one sdpa call)."""
+        kernel = self.kernel_attention()
+        return compat.row_exact_attention(rows, per_row=per_row, causal_prompt=causal_prompt, kernel=kernel,
+                                          kernel_keys=rowinv_steps.mask_keys, kernel_prefill=kernel is rowinv.attend)
 
     def kernel_attention(self):
         """`rowinv.attend`, or `rowinv_steps.TiledStreams` where the stream layers' Linears are on AMX tiles. (int4 on

@@ -104,6 +104,7 @@ class _RowExact(NamedTuple):
     causal_prompt: bool  # a prefill of one prompt on an empty cache
     kernel: Callable | None  # the row-invariant kernel's attention (rowinv.attend) for decoding steps, or None
     kernel_keys: Callable | None  # what lists a mask's keys for it (rowinv_steps.mask_keys), or None: torch's ops
+    kernel_prefill: bool = False  # a prefill's rows go through `kernel` too, where it takes them
 
 
 MEMO_MASKS = 4  # masks a memo keeps per kind: a pass has one, or one per distinct window (`compat.PerLayer`)
@@ -232,7 +233,7 @@ def kernel_step_keys(module: nn.Module, mask: torch.Tensor | None, B: int, q: in
     decoding step would go through the row-invariant kernel (`_row_exact_forward`), else None: a caller that
     runs the kernel's attention itself then computes what the module would."""
     scope: _RowExact | None = getattr(_scope, "row_exact", None)
-    if (scope is None or not scope.per_row or scope.kernel is None
+    if (scope is None or not (scope.per_row or scope.kernel_prefill) or scope.kernel is None
             or module.config._attn_implementation != ROW_EXACT_ATTENTION):
         return None
     return scope.kernel, _kernel_keys(mask, B, q, keys)
@@ -255,6 +256,10 @@ def _row_exact_forward(module, query, key, value, attention_mask, scaling=None, 
     n = state.n_main if state is not None and state.n_main is not None else q
     mask = attention_mask
     parts = []
+    if not per_row and scope.kernel_prefill and scope.kernel is not None and kwargs.get("s_aux") is None:
+        kernel = _kernel_rows(scope.kernel, query, key, value, mask, scaling)  # each row alone, as in a step
+        if kernel is not None:
+            return kernel, None
     if not per_row and scope.causal_prompt and _causal(mask, n):  # one prompt, empty cache: causal
         parts.append(_sdpa(module, query[:, :, :n], key[:, :, :n], value[:, :, :n], None, scaling, dropout))
     elif not per_row and B > 1 and mask is not None and kwargs.get("s_aux") is None:
@@ -301,7 +306,7 @@ def use_row_exact_attention(layers) -> None:
 
 @contextmanager
 def row_exact_attention(row_state, per_row: bool, causal_prompt: bool = False, kernel: Callable | None = None,
-                        kernel_keys: Callable | None = None):
+                        kernel_keys: Callable | None = None, kernel_prefill: bool = False):
     """Inside, layers that use the row-exact attention (`use_row_exact_attention`) compute main rows one by
     one (per_row: a decoding step) or as one block (a prefill). row_state: the stream parameters' RowState
     (which rows are main rows), or None. causal_prompt: the block is one prompt on an empty cache (its main
@@ -309,9 +314,11 @@ def row_exact_attention(row_state, per_row: bool, causal_prompt: bool = False, k
     row-invariant kernel's attention (`rowinv.attend`; `CpuKernel.attention` in backends/) for decoding steps, or
     None for sdpa's one-row calls (int4 engines: their plain decoding stays transformers' own, bit for bit);
     kernel_keys: what lists the keys a mask [q, keys] lets its rows see as the kernel's attention takes them
-    (`rowinv_steps.mask_keys`), or None (torch's ops)."""
+    (`rowinv_steps.mask_keys`), or None (torch's ops). kernel_prefill: a prefill's rows, too, each through `kernel`
+    over exactly the keys its mask lets it see (where the kernel takes them: fp32 on the CPU), so that a prompt's K/V
+    is the same prefilled alone or in a batch, and its layers can run as the kernel's layer steps."""
     previous = getattr(_scope, "row_exact", None)
-    _scope.row_exact = _RowExact(row_state, per_row, {}, causal_prompt, kernel, kernel_keys)
+    _scope.row_exact = _RowExact(row_state, per_row, {}, causal_prompt, kernel, kernel_keys, kernel_prefill)
     try:
         yield
     finally:
