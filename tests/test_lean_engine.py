@@ -162,6 +162,8 @@ def test_an_8_bit_head_gives_its_rows_as_an_embedding(a8):
     if a8:
         head.lay_out(torch.randperm(128, generator=torch.Generator().manual_seed(1)))
         assert torch.equal(head.embed(ids), w[ids]) and torch.equal(head.dequantized(), w)
+        tiny = int8_head.Int8Linear(*int8_head.quantize_groups(w * 1e-4), kernel=True, a8=True)  # subnormal fp16 scales
+        assert torch.equal(tiny.embed(ids), tiny.dequantized()[ids]) and tiny.embed(ids).abs().max() > 0
     model = tiny_model("llama", seed=2, hidden=64, tie_word_embeddings=True)
     with torch.no_grad():
         model.model.embed_tokens.weight.copy_(w)

@@ -123,6 +123,7 @@ SIGNATURES: dict[str, tuple] = {
     "stream_stack": (_i32, [ctypes.POINTER(LayerRun), ctypes.POINTER(LayerRun), _ptr, _ptr, _i64, _i64, _ptr, _ptr,
                             _f32, _ptr, _ptr]),
     "argmax_rows": (_i32, [_ptr, _i64, _i64, _i64, _ptr]),
+    "embed_q8a8": (None, [_ptr, _i64, _i64, _ptr, _ptr, _ptr, _ptr]),
     "kernel_clock": (None, [_i32, _ptr]),
     "certified_choices": (_i32, [_ptr, _i64, _i64, _ptr, _i64, _ptr, _ptr, _i64, _f32, _ptr, _ptr, _ptr]),
 }

@@ -363,3 +363,37 @@ int linear_q8a8_map(const float *x, int64_t M, int64_t K, const uint8_t *w, cons
 }
 int rowinv_a8(void) { return 0; }
 #endif
+
+/* ---- Rows of an 8-bit head as a tied token embedding reads them ---------------------------------------
+ * out[i] = the fp32 weights of output row ids[i] of an 8-bit head in linear_q8a8's layout (w [N / 16, G, 8, 64]:
+ * chunk c's byte 4 o + k holds q[o][4c + k]; dm [N / 16, G, 2, 16]: the fp16 scales, then the group sums): each
+ * weight q * d in fp32, exact (an int8 times an fp16 scale widened to fp32), as the layout's unpacking and a float
+ * multiply make it. stored: output row j's stored row, or NULL (stored in order). */
+static float half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu, bits;
+  if (exp == 0x1Fu) bits = sign | 0x7F800000u | (man << 13);  /* inf, nan */
+  else if (exp) bits = sign | ((exp + 112u) << 23) | (man << 13);
+  else if (!man) bits = sign;                                  /* zero */
+  else {                                                       /* subnormal: normalize */
+    int shift = 0;
+    while (!(man & 0x400u)) man <<= 1, shift++;
+    bits = sign | ((uint32_t)(113 - shift) << 23) | ((man & 0x3FFu) << 13);
+  }
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+void embed_q8a8(const int64_t *ids, int64_t m, int64_t K, const int8_t *w, const uint16_t *dm, const int64_t *stored,
+                float *out) {
+  int64_t G = K / QG;
+  for (int64_t i = 0; i < m; i++) {
+    int64_t r = stored ? stored[ids[i]] : ids[i], t = r / 16, o = r % 16;
+    for (int64_t g = 0; g < G; g++) {
+      float d = half_to_float(dm[((t * G + g) * 2) * 16 + o]);
+      const int8_t *q = w + ((t * G + g) * 8) * 64 + 4 * o;
+      float *y = out + i * K + g * QG;
+      for (int c = 0; c < 8; c++)
+        for (int k = 0; k < 4; k++) y[4 * c + k] = (float)q[c * 64 + k] * d;
+    }
+  }
+}

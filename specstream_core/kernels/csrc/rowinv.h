@@ -396,6 +396,8 @@ int layer_stack(const layer_run *run, const float *h, float *out);
 int stream_stack(const layer_run *lower, const layer_run *upper, const float *h, const int64_t *carriers, int64_t s,
                  int64_t gamma, const float *emb, const float *norm, float eps, float *mid, float *out);
 int argmax_rows(const float *x, int64_t rows, int64_t n, int64_t ld, int64_t *out);
+void embed_q8a8(const int64_t *ids, int64_t m, int64_t K, const int8_t *w, const uint16_t *dm, const int64_t *stored,
+                float *out);
 void kernel_clock(int on, double *out);
 int certified_choices(const float *x, int64_t m, int64_t K, const float *a, int64_t n, const float *l1,
                       const float *tot, int64_t bounded, float slack, const uint8_t *wq, const float *ds, int64_t *out);

@@ -161,7 +161,9 @@ class Int8Linear(nn.Module):
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows `ids` of the weight, q * scale in fp32 [..., K] (`dequantize`'s values: an int8 times a scale), as a
-        tied token embedding reads them (`TiedEmbedding`)."""
+        tied token embedding reads them (`TiedEmbedding`); one kernel call on the 8-bit-activation layout."""
+        if self.a8 and self.kernel and ids.is_cpu and self.q8.is_cpu:
+            return int4_a8.embed_q8(ids, self.q8, self.d, self._inverse, self.in_features)
         q, scale = self.row_groups(ids)
         w = q.float().reshape(-1, self.in_features // GROUP, GROUP) * scale[..., None]
         return w.reshape(*ids.shape, self.in_features)

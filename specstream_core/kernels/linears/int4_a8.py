@@ -131,6 +131,18 @@ def linear_q8_map(x: torch.Tensor, data: torch.Tensor, dm: torch.Tensor, cols: t
     return y if x.dtype is torch.float32 else y.to(x.dtype)
 
 
+def embed_q8(ids: torch.Tensor, data: torch.Tensor, dm: torch.Tensor, stored: torch.Tensor | None, k: int) -> torch.Tensor:
+    """Rows `ids` [...] of an 8-bit weight in `pack_q8`'s layout as fp32 [..., k], each weight q * scale (exact);
+    stored: output row j's stored row (int64), or None (stored in order)."""
+    rows = ids.reshape(-1).to(torch.int64).contiguous()
+    out = torch.empty(*ids.shape, k)
+    if stored is not None:
+        stored = stored.to(torch.int64).contiguous()
+    library().embed_q8a8(rows.data_ptr(), rows.numel(), k, data.data_ptr(), dm.data_ptr(),
+                         None if stored is None else stored.data_ptr(), out.data_ptr())
+    return out
+
+
 def _call(fn, x: torch.Tensor, w: torch.Tensor, dm: torch.Tensor, n: int) -> torch.Tensor:
     k, width = x.shape[-1], w.shape[0] * TILE
     rows, y = rowinv._rows_and_out(x, width)  # contiguous fp32 rows, and the padded output
