@@ -208,6 +208,13 @@ def test_a_row_adapters_delta_on_the_kernel():
         for i in range(7):  # a row alone, and in every group of 1 to 4
             assert torch.equal(rowinv_steps.lora_rows(x[i:i + 1], at, bt), delta[i:i + 1])
         assert torch.equal(rowinv_steps.lora_rows(x[2:5], at, bt), delta[2:5])
+        before = torch.get_num_threads()
+        try:
+            for threads in (2, 3):  # threads take parts of the outputs (1,536 of them: 3 parts): the same numbers
+                torch.set_num_threads(threads)
+                assert torch.equal(rowinv_steps.lora_rows(x, at, bt), delta)
+        finally:
+            torch.set_num_threads(before)
     assert rowinv_steps.lora_rows(torch.randn(2, 8), torch.zeros(8, 300).bfloat16(), torch.zeros(300, 4).bfloat16()) is None
     model = tiny_model("llama", seed=1)
     rowinv.install(model, "rowinv")

@@ -20,7 +20,7 @@ from specstream_core.kernels import builder
 CSRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc")
 SOURCES = sorted(glob.glob(os.path.join(CSRC, "*.c")))  # built together into one library
 HEADERS = sorted(glob.glob(os.path.join(CSRC, "*.h")))
-ABI = 18  # rowinv.h's ROWINV_ABI: the signatures and structures below
+ABI = 19  # rowinv.h's ROWINV_ABI: the signatures and structures below
 
 
 class Status(enum.IntEnum):
@@ -115,7 +115,7 @@ SIGNATURES: dict[str, tuple] = {
     "rope_store": (None, [_ptr, _i64, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _i64, _i64]),
     "silu_rows": (None, [_ptr, _i64, _i64, _i64, _ptr, _ptr]),
     "qk_norm": (None, [_ptr, _i64, _i64, _i64, _i64, _i64, _ptr, _ptr, _f32, _i64]),
-    "lora_rows": (_i32, [_ptr, _i64, _i64, _ptr, _ptr, _i64, _i64, _ptr]),
+    "lora_rows": (_i32, [_ptr, _i64, _i64, _ptr, _ptr, _i64, _i64, _ptr, _i32]),
     "layer_front": (_i32, [ctypes.POINTER(LayerArgs), ctypes.POINTER(StepArgs), _ptr, _ptr, _ptr, _ptr, _ptr]),
     "layer_back": (_i32, [_ptr, _ptr, _ptr, _i64, _i64, _i64, _i64, _i32, _ptr, _ptr, _ptr, _ptr, _i64, _i64, _ptr,
                           _i32]),

@@ -57,8 +57,8 @@ static int lin_rows(int kind, const void *w, const float *dm, int dkind, const v
  * vectors read once for the RG rows. w0, w1: the two t vectors' widths (w1 = 0: one vector). A row's numbers do not
  * depend on RG. */
 static inline __attribute__((always_inline)) void lora_group(const float *x, int64_t K, const uint16_t *At,
-                                                             const uint16_t *Bt, int64_t r, int64_t N, float *t, float *delta,
-                                                             const int RG) {
+                                                             const uint16_t *Bt, int64_t r, int64_t N, int64_t ldn, float *t,
+                                                             float *delta, const int RG) {
   for (int64_t c0 = 0; c0 < r; c0 += 2 * LANES) {
     int64_t left = r - c0;
     int w0 = left < LANES ? (int)left : LANES, w1 = left <= LANES ? 0 : (left - LANES < LANES ? (int)(left - LANES) : LANES);
@@ -83,40 +83,47 @@ static inline __attribute__((always_inline)) void lora_group(const float *x, int
     UNROLLED for (int i = 0; i < RG; i++) UNROLLED for (int c = 0; c < 4; c++) acc[i][c] = vzero();
     for (int64_t j = 0; j < r; j++) {
       vec w[4];
-      UNROLLED for (int c = 0; c < 4; c++) w[c] = load_bf16(Bt + j * N + n0 + c * LANES, LANES);
+      UNROLLED for (int c = 0; c < 4; c++) w[c] = load_bf16(Bt + j * ldn + n0 + c * LANES, LANES);
       UNROLLED for (int i = 0; i < RG; i++) {
         vec tv = vset1(t[i * LORA_MAX_RANK + j]);
         UNROLLED for (int c = 0; c < 4; c++) acc[i][c] = vfmadd(tv, w[c], acc[i][c]);
       }
     }
-    UNROLLED for (int i = 0; i < RG; i++) UNROLLED for (int c = 0; c < 4; c++) store_x(delta + i * N + n0 + c * LANES, acc[i][c], LANES);
+    UNROLLED for (int i = 0; i < RG; i++) UNROLLED for (int c = 0; c < 4; c++) store_x(delta + i * ldn + n0 + c * LANES, acc[i][c], LANES);
   }
   for (; n0 < N; n0 += LANES) { /* the rest, a vector at a time */
     int w = N - n0 < LANES ? (int)(N - n0) : LANES;
     UNROLLED for (int i = 0; i < RG; i++) {
       vec acc = vzero();
-      for (int64_t j = 0; j < r; j++) acc = vfmadd(vset1(t[i * LORA_MAX_RANK + j]), load_bf16(Bt + j * N + n0, w), acc);
-      store_x(delta + i * N + n0, acc, w);
+      for (int64_t j = 0; j < r; j++) acc = vfmadd(vset1(t[i * LORA_MAX_RANK + j]), load_bf16(Bt + j * ldn + n0, w), acc);
+      store_x(delta + i * ldn + n0, acc, w);
     }
   }
 }
 /* A row adapter's delta, delta [m, N] = (x [m, K] A^T) B^T, from At = A^T [K, r] and Bt = B^T [r, N] (bf16, contiguous: half the read of fp32 factors, which
  * bound this step: ~1.3 MB a layer at rank 32), in
  * groups of up to 4 rows (`lora_group`: the outputs along the vector lanes, no horizontal sums, the factors read once a
- * group; a rank-32 adapter is ~20 k FMAs a row). Stream rows only draft, so this order is free to choose; StreamRowLoRA's
- * forward calls the same function. RI_BAD_SHAPE for a rank over LORA_MAX_RANK. */
+ * group; a rank-32 adapter is ~20 k FMAs a row), threads taking parts of the outputs (each output's sums the same).
+ * Stream rows only draft, so this order is free to choose; StreamRowLoRA's forward calls the same function. RI_BAD_SHAPE for a rank over LORA_MAX_RANK. */
 int lora_rows(const float *x, int64_t m, int64_t K, const uint16_t *At, const uint16_t *Bt, int64_t r, int64_t N,
-              float *delta) {
+              float *delta, int threads) {
   if (r > LORA_MAX_RANK) return RI_BAD_SHAPE;
-  float t[4 * LORA_MAX_RANK];
-  for (int64_t i = 0; i < m; i += 4) {
-    int rg = m - i < 4 ? (int)(m - i) : 4;
-    const float *xi = x + i * K;
-    float *di = delta + i * N;
-    if (rg == 4) lora_group(xi, K, At, Bt, r, N, t, di, 4);
-    else if (rg == 3) lora_group(xi, K, At, Bt, r, N, t, di, 3);
-    else if (rg == 2) lora_group(xi, K, At, Bt, r, N, t, di, 2);
-    else lora_group(xi, K, At, Bt, r, N, t, di, 1);
+  /* threads take parts of the outputs (whole blocks of 4 vectors; each part makes t again, a tenth of the work) */
+  int64_t parts = threads > 1 && N >= 8 * LANES * threads ? threads : 1;
+  int64_t width = (N / parts + 4 * LANES - 1) / (4 * LANES) * (4 * LANES);
+  _Pragma("omp parallel for schedule(static) num_threads(threads) if(parts > 1)")
+  for (int64_t p = 0; p < parts; p++) {
+    int64_t n0 = p * width, n = N - n0 < width ? N - n0 : width;
+    float t[4 * LORA_MAX_RANK];
+    for (int64_t i = 0; i < m && n > 0; i += 4) {
+      int rg = m - i < 4 ? (int)(m - i) : 4;
+      const float *xi = x + i * K;
+      float *di = delta + i * N + n0;
+      if (rg == 4) lora_group(xi, K, At, Bt + n0, r, n, N, t, di, 4);
+      else if (rg == 3) lora_group(xi, K, At, Bt + n0, r, n, N, t, di, 3);
+      else if (rg == 2) lora_group(xi, K, At, Bt + n0, r, n, N, t, di, 2);
+      else lora_group(xi, K, At, Bt + n0, r, n, N, t, di, 1);
+    }
   }
   return RI_OK;
 }
@@ -136,7 +143,7 @@ static int lora_add(const float *x, int64_t q, int64_t n, int64_t K, const float
     failed = linear_bf16x_ld(x + n * K, m, K, (const uint16_t *)A, r, t, r, threads);
     if (!failed) failed = linear_bf16x_ld(t, m, r, (const uint16_t *)B, N, delta, N, threads);
   } else if (!failed)
-    failed = lora_rows(x + n * K, m, K, (const uint16_t *)A, (const uint16_t *)B, r, N, delta);
+    failed = lora_rows(x + n * K, m, K, (const uint16_t *)A, (const uint16_t *)B, r, N, delta, threads);
   if (!failed)
     for (int64_t i = 0; i < m; i++) {
       float *yi = y + (n + i) * ld;

@@ -32,7 +32,7 @@
 #include <string.h>
 
 /* Bumped whenever an exported function's signature or a structure below changes (kernels/library.py checks it) */
-#define ROWINV_ABI 18
+#define ROWINV_ABI 19
 
 /* What the calls that can fail return (kernels/library.py's Status names them alike) */
 enum {
@@ -386,7 +386,7 @@ void qk_norm(float *qkv, int64_t q, int64_t ld, int64_t H, int64_t Hkv, int64_t 
              float eps, int64_t whole);
 void silu_rows(const float *x, int64_t ld, int64_t q, int64_t n, float *y, const void *expv);
 int lora_rows(const float *x, int64_t m, int64_t K, const uint16_t *At, const uint16_t *Bt, int64_t r, int64_t N,
-              float *delta);
+              float *delta, int threads);
 int layer_front(const layer_args *layer, const step_args *step, const float *h, float *k_cache, float *v_cache,
                 float *h2, float *gu);
 int layer_back(const float *h2, const float *a, const float *up, int64_t ld_up, int64_t q, int64_t I, int64_t d,

@@ -246,7 +246,8 @@ def lora_rows(x: torch.Tensor, at: torch.Tensor, bt: torch.Tensor) -> torch.Tens
     if not rows.is_contiguous():
         rows = rows.contiguous()
     out = torch.empty(*x.shape[:-1], n)
-    failed = lib.lora_rows(rows.data_ptr(), rows.shape[0], k, at.data_ptr(), bt.data_ptr(), r, n, out.data_ptr())
+    failed = lib.lora_rows(rows.data_ptr(), rows.shape[0], k, at.data_ptr(), bt.data_ptr(), r, n, out.data_ptr(),
+                           torch.get_num_threads())
     return None if failed else out
 
 
