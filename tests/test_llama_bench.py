@@ -70,6 +70,9 @@ def test_a_missing_binary_is_one_line_in_the_table_not_an_error():
     last = table.splitlines()[-1]
     assert last.startswith("| 1 | llama-bench |") and "not run: llama-bench not found" in last
     assert "| 120.0 | – |" in table.splitlines()[-2]  # a rate, but no tg rate to divide it by
+    table = speed.markdown(rows, {0: 1}, generation={0: 120.0}, llama={1: {"tg_tokens_per_s": 60.0,
+                                                                           "pp_tokens_per_s": 300.0}}, prompt={0: 900.0})
+    assert table.splitlines()[-2].endswith("| 120.0 | 2.00× | 900.0 | 3.00× |")
 
 
 def test_a_failed_run_is_its_row(tmp_path):
@@ -90,13 +93,13 @@ def test_the_page_sets_each_loop_beside_llama_bench_at_its_thread_count():
     lb = llama_bench.row(1, [llama_bench.parse(_captured())], "/bin/llama-bench", "/x/m.gguf")
     data = {"n_per_category": 1, "rows": [
         {"method": "ss int4-a8", "precision": "int4-a8", "threads": 1, "tokens_per_s": 150.0,
-         "generation_tokens_per_s": 2 * lb["tg_tokens_per_s"]},
+         "generation_tokens_per_s": 2 * lb["tg_tokens_per_s"], "prompt_tokens_per_s": 900.0},
         {"method": "hf-greedy", "precision": "fp32", "threads": 1, "tokens_per_s": 15.0,
          "generation_tokens_per_s": None}],
         "llama_bench": [lb, llama_bench.missing(2, llama_bench.NOT_FOUND)]}
     assert kind_of(data) == "speed"
     lines = generation_table(Source("docs/bench/x.json", "speed", data, "", "", "x"), lambda m: m)
-    assert any(line.startswith("| ss int4-a8 | int4-a8 | 1 | 150.0 |") and "| 2.00× |" in line for line in lines)
+    assert any(line.startswith("| ss int4-a8 | int4-a8 | 1 | 150.0 |") and "| 2.00× | 900.0 |" in line for line in lines)
     assert not any(line.startswith("| hf-greedy") for line in lines)
     assert any("| tg8: " in line and "| pp16: " in line for line in lines)
     assert any("| 2 | – | not run: llama-bench not found" in line for line in lines)

@@ -26,8 +26,8 @@ def test_speed_rows_check_each_method_against_its_reference():
         engines[precision] = Engine(model, None, StreamParams.fresh(model, gamma=2, n_stream_layers=2),
                                     precision=precision)
     names = [n for n in speed.METHODS if a8 or speed.METHODS[n][0] != "int4-a8"]
-    decodes = {}
-    methods = speed.build(names, engines, max_new=8, threads=1, gguf_path=None, decodes=decodes)
+    decodes, prefills = {}, {}
+    methods = speed.build(names, engines, max_new=8, threads=1, gguf_path=None, decodes=decodes, prefills=prefills)
     # no GGUF file: no llama.cpp; llama-bench is its own process, not a method run here
     assert [m.name for m in methods] == [n for n in names if n not in ("llama.cpp", "llama-bench")]
     kept = speed.recording(methods)
@@ -38,6 +38,10 @@ def test_speed_rows_check_each_method_against_its_reference():
     assert all(n == 7 and s > 0 for runs in decodes.values() for n, s in runs) and len(decodes["ss"]) == 4
     ar = next(r for r in rows if r.method == "ar")
     assert sum(s for _, s in decodes["ar"][1:]) < ar.wall_s  # the first pass's time left out
+    # and that first pass is the prompt's: its tokens, its seconds, the two parts making up the wall time
+    assert [n for n, _ in prefills["ar"][1:]] == [len(p) for p in prompts(3, seed=2)]
+    assert sum(s for _, s in prefills["ar"][1:]) + sum(s for _, s in decodes["ar"][1:]) == pytest.approx(ar.wall_s, abs=1e-3)
+    assert speed.prompt_rate(prefills["ar"][1:]) > 0
     assert speed.shared_prefix(kept["ss"][1:], kept["ar"][1:]) == 1.0
     assert speed.shared_prefix([[1, 2, 9, 9]], [[1, 2, 3, 4]]) == 0.5
     by = {r.method: r for r in rows}

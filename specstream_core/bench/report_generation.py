@@ -8,7 +8,8 @@ from specstream_core.bench.report_sources import Source
 TEXT = ("Generation rate: new tokens after the first, divided by the decode time (the wall time after the pass that "
         "gave the first token). Beside it, llama.cpp's own `llama-bench` on the same GGUF file at the same thread "
         "count, {note}: tg, one token a pass from an empty context; pp, a prompt as long as the eval prompts' median "
-        "in one batch; the median of its repetitions before and after the other methods.")
+        "in one batch; the median of its repetitions before and after the other methods. Prompt rate: the prompt's "
+        "tokens divided by the time to the first new token (the prefill pass and its pick), over the same prompts.")
 
 
 def generation_table(src: Source, label) -> list[str]:
@@ -19,14 +20,14 @@ def generation_table(src: Source, label) -> list[str]:
     note = next((r["note"] for r in llama.values() if "note" in r), "generation only, no Python, no tokenizer")
     out = ["", TEXT.format(note=note), "",
            "| method | precision | threads | tokens/s end to end | generation rate, tokens/s | × llama-bench tg | "
-           "llama-bench pp, tokens/s |", "|---|---|---|---|---|---|---|"]
+           "prompt rate, tokens/s (llama-bench: pp) |", "|---|---|---|---|---|---|---|"]
     for t, lb in llama.items():
         tg = lb.get("tg_tokens_per_s")
         for r in src.data["rows"]:
-            rate = r.get("generation_tokens_per_s")
+            rate, fill = r.get("generation_tokens_per_s"), r.get("prompt_tokens_per_s")
             if r.get("threads") == t and rate:
                 out.append(f"| {label(r['method'])} | {r['precision']} | {t} | {r['tokens_per_s']:.1f} | {rate:.1f} | "
-                           f"{f'{rate / tg:.2f}×' if tg else '–'} | |")
+                           f"{f'{rate / tg:.2f}×' if tg else '–'} | {f'{fill:.1f}' if fill else ''} |")
         if "error" in lb:
             out.append(f"| {label('llama-bench')} | – | {t} | – | not run: {lb['error']} | – | – |")
             continue

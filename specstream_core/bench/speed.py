@@ -42,10 +42,11 @@ def llama_cpp_available() -> bool:
 
 
 def llama_cpp_method(gguf_path: str, threads: int, max_new: int, eos_ids: set[int],
-                     decodes: list | None = None) -> Method:
+                     decodes: list | None = None, prefills: list | None = None) -> Method:
     """llama.cpp's own forward passes on the same token ids (its tokenizer is the file's, as ours), greedy:
     the argmax of the logits it returns after each pass (the wall time includes the prompt, as ours).
-    decodes: gets (new tokens after the first, seconds after the first) per run (`generation_rate`)."""
+    decodes: gets (new tokens after the first, seconds after the first) per run (`generation_rate`); prefills:
+    (prompt tokens, seconds to the first new token) per run (`prompt_rate`)."""
     llm = _load_llama(gguf_path, threads)
     vocab = llm.n_vocab()
 
@@ -65,6 +66,8 @@ def llama_cpp_method(gguf_path: str, threads: int, max_new: int, eos_ids: set[in
         end = time.perf_counter()
         if decodes is not None:
             decodes.append((len(out) - 1, end - first))
+        if prefills is not None:
+            prefills.append((len(ids), first - t0))
         return out, end - t0, len(out)
 
     return Method("llama.cpp", run, reference=METHODS["llama.cpp"][1])
@@ -112,15 +115,19 @@ def shared_prefix(outputs: list[list[int]], reference: list[list[int]]) -> float
     return sum(shares) / max(1, len(shares))
 
 
-def timed_engine_method(name: str, engine, cfg, reference: str, extra_params: int, decodes: list) -> Method:
+def timed_engine_method(name: str, engine, cfg, reference: str, extra_params: int, decodes: list,
+                        prefills: list | None = None) -> Method:
     """Our loop as `runner.engine_method` runs it, the first pass (the prompt, giving the first new token) timed
-    apart: `decodes` gets (new tokens after the first, the passes' seconds after the first) per run."""
+    apart: `decodes` gets (new tokens after the first, the passes' seconds after the first) per run, `prefills`
+    (prompt tokens, the first pass's seconds)."""
     def run(ids):
         dec = engine.start(ids, cfg)
         dec.step()  # the prefill: the prompt in, the first new token out
         first = dec.stats()["wall_s"]
         result = dec.run()
         decodes.append((len(result.token_ids) - 1, result.stats["wall_s"] - first))
+        if prefills is not None:
+            prefills.append((len(ids), first))
         return result.token_ids, result.stats["wall_s"], result.stats["forward_passes"]
 
     return Method(name, run, reference, extra_params)
@@ -133,12 +140,20 @@ def generation_rate(decodes: list[tuple[int, float]]) -> float | None:
     return tokens / seconds if seconds > 0 and tokens > 0 else None
 
 
+def prompt_rate(prefills: list[tuple[int, float]]) -> float | None:
+    """Prompt tokens divided by the time to the first new token (the prefill pass and its pick), over all runs
+    [(prompt tokens, seconds)]; None where there is none. Beside llama-bench's pp rate (one batch of the eval
+    prompts' median length, no pick)."""
+    return generation_rate(prefills)
+
+
 def build(names: list[str], engines: dict, max_new: int, threads: int, gguf_path: str | None,
-          decodes: dict[str, list] | None = None) -> list[Method]:
+          decodes: dict[str, list] | None = None, prefills: dict[str, list] | None = None) -> list[Method]:
     """engines: precision -> Engine (with streams). Methods in `names` order; llama.cpp only with a file;
     llama-bench is not a method run here (its own process: `llama_bench`). decodes: method name -> the
-    (tokens after the first, seconds) of its runs, for our loops and llama.cpp (`generation_rate`)."""
-    decodes = {} if decodes is None else decodes
+    (tokens after the first, seconds) of its runs, for our loops and llama.cpp (`generation_rate`); prefills: method
+    name -> (prompt tokens, seconds to the first new token) of its runs (`prompt_rate`)."""
+    decodes, prefills = {} if decodes is None else decodes, {} if prefills is None else prefills
     out = []
     for name in names:
         precision, reference = METHODS[name]
@@ -147,7 +162,7 @@ def build(names: list[str], engines: dict, max_new: int, threads: int, gguf_path
         if name == "llama.cpp":
             if gguf_path and llama_cpp_available():
                 out.append(llama_cpp_method(gguf_path, threads, max_new, engines["int4"].eos_ids,
-                                            decodes.setdefault(name, [])))
+                                            decodes.setdefault(name, []), prefills.setdefault(name, [])))
             continue
         engine = engines[precision]
         if name.startswith("hf-greedy"):
@@ -155,20 +170,23 @@ def build(names: list[str], engines: dict, max_new: int, threads: int, gguf_path
         else:
             cfg = engine.decode_config(mode="ss" if name.startswith("ss") else "ar", max_new_tokens=max_new)
             extra = engine.streams.extra_parameter_count() if name.startswith("ss") else 0
-            out.append(timed_engine_method(name, engine, cfg, reference, extra, decodes.setdefault(name, [])))
+            out.append(timed_engine_method(name, engine, cfg, reference, extra, decodes.setdefault(name, []),
+                                           prefills.setdefault(name, [])))
     return out
 
 
 def markdown(rows: list[Row], threads_of: dict[int, int], closeness: dict[int, float] | None = None,
-             generation: dict[int, float] | None = None, llama: dict[int, dict] | None = None) -> str:
+             generation: dict[int, float] | None = None, llama: dict[int, dict] | None = None,
+             prompt: dict[int, float] | None = None) -> str:
     """One table: threads, method, precision, tokens/s, × transformers fp32 (median per prompt), τ, output
     check, (closeness: row index -> share) how much of fp32 plain decoding's output it reproduces, (generation:
     row index -> tokens/s) the generation rate and its ratio to llama-bench's tg rate at the same threads
-    (llama: threads -> `llama_bench.row` or `missing`), whose row follows the last row of its thread count."""
-    closeness, generation, llama = closeness or {}, generation or {}, llama or {}
+    (llama: threads -> `llama_bench.row` or `missing`), whose row follows the last row of its thread count, and
+    (prompt: row index -> tokens/s) the prompt rate and its ratio to llama-bench's pp rate."""
+    closeness, generation, llama, prompt = closeness or {}, generation or {}, llama or {}, prompt or {}
     lines = ["| threads | method | weights | tokens/s | × transformers fp32 | τ | output equals | "
-             "same as fp32 until the first difference | generation rate | × llama-bench tg |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "same as fp32 until the first difference | generation rate | × llama-bench tg | prompt rate | "
+             "× llama-bench pp |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(rows):
         t = threads_of[i]
         ref = METHODS.get(r.method, ("", r.method))[1]
@@ -176,13 +194,16 @@ def markdown(rows: list[Row], threads_of: dict[int, int], closeness: dict[int, f
             f"{ref}: {'yes' if r.identical else f'{r.identical_count}/{r.prompts} prompts'}")
         close = f"{closeness[i]:.0%}" if i in closeness else "–"
         rate = generation.get(i)
-        tg = llama.get(t, {}).get("tg_tokens_per_s")
+        tg, pp, fill = llama.get(t, {}).get("tg_tokens_per_s"), llama.get(t, {}).get("pp_tokens_per_s"), prompt.get(i)
         lines.append(f"| {t} | {r.method} | {r.precision} | {r.tokens_per_s:.1f} | {r.speedup:.2f}× | "
                      f"{r.tau:.2f} | {same} | {close} | {f'{rate:.1f}' if rate else '–'} | "
-                     f"{f'{rate / tg:.2f}×' if rate and tg else '–'} |")
+                     f"{f'{rate / tg:.2f}×' if rate and tg else '–'} | {f'{fill:.1f}' if fill else '–'} | "
+                     f"{f'{fill / pp:.2f}×' if fill and pp else '–'} |")
         if t in llama and (i + 1 == len(rows) or threads_of[i + 1] != t):
             lb = llama[t]
             tg_cell = f"{lb['tg_tokens_per_s']:.1f}" if "tg_tokens_per_s" in lb else "–"
+            pp_cell = f"{lb['pp_tokens_per_s']:.1f}" if "pp_tokens_per_s" in lb else "–"
             lines.append(f"| {t} | llama-bench | {METHODS['llama-bench'][0]} | {tg_cell} | – | – | "
-                         f"{llama_bench.label(lb)} | – | {tg_cell} | {'1.00×' if tg else '–'} |")
+                         f"{llama_bench.label(lb)} | – | {tg_cell} | {'1.00×' if tg else '–'} | {pp_cell} | "
+                         f"{'1.00×' if pp_cell != '–' else '–'} |")
     return "\n".join(lines)

@@ -158,11 +158,12 @@ def _timed(args, names, engines, threads, gguf, prompts, bench: _LlamaBench) -> 
     from specstream_core.bench import speed
     from specstream_core.bench.runner import run_benchmark
 
-    rows, threads_of, closeness, generation, llama = [], {}, {}, {}, {}
+    rows, threads_of, closeness, generation, llama, prompt = [], {}, {}, {}, {}, {}
     for t in threads:
         torch.set_num_threads(t)
         decodes: dict[str, list] = {}
-        methods = speed.build(names, engines, args.max_new_tokens, t, gguf, decodes)
+        prefills: dict[str, list] = {}
+        methods = speed.build(names, engines, args.max_new_tokens, t, gguf, decodes, prefills)
         kept = speed.recording(methods)
         bench.measure(t)
         got = run_benchmark(prompts, methods, baseline="hf-greedy", progress=not args.no_progress, desc=f"speed {t} thr")
@@ -176,16 +177,21 @@ def _timed(args, names, engines, threads, gguf, prompts, bench: _LlamaBench) -> 
             rate = speed.generation_rate(decodes.get(r.method, [])[1:])
             if rate:
                 generation[len(rows)] = rate
+            fill = speed.prompt_rate(prefills.get(r.method, [])[1:])
+            if fill:
+                prompt[len(rows)] = fill
             rows.append(r)
-    table = speed.markdown(rows, threads_of, closeness, generation, llama)
+    table = speed.markdown(rows, threads_of, closeness, generation, llama, prompt)
     print(table)
     if args.markdown:
         write_text(args.markdown, table + "\n")
     out = []
     for i, r in enumerate(rows):
-        tg = llama.get(threads_of[i], {}).get("tg_tokens_per_s")
-        rate = generation.get(i)
+        tg, pp = (llama.get(threads_of[i], {}).get(k) for k in ("tg_tokens_per_s", "pp_tokens_per_s"))
+        rate, fill = generation.get(i), prompt.get(i)
         out.append({**r.__dict__, "threads": threads_of[i], "same_as_fp32_until_first_difference": closeness[i],
                     "generation_tokens_per_s": round(rate, 2) if rate else None,
-                    "x_llama_bench_tg": round(rate / tg, 3) if rate and tg else None})
+                    "x_llama_bench_tg": round(rate / tg, 3) if rate and tg else None,
+                    "prompt_tokens_per_s": round(fill, 2) if fill else None,
+                    "x_llama_bench_pp": round(fill / pp, 3) if fill and pp else None})
     return out, llama
