@@ -105,26 +105,33 @@ static inline __attribute__((always_inline)) void lora_group(const float *x, int
  * groups of up to 4 rows (`lora_group`: the outputs along the vector lanes, no horizontal sums, the factors read once a
  * group; a rank-32 adapter is ~20 k FMAs a row), threads taking parts of the outputs (each output's sums the same).
  * Stream rows only draft, so this order is free to choose; StreamRowLoRA's forward calls the same function. RI_BAD_SHAPE for a rank over LORA_MAX_RANK. */
+/* the outputs n0 .. n0 + n of lora_rows */
+static void lora_part(const float *x, int64_t m, int64_t K, const uint16_t *At, const uint16_t *Bt, int64_t r, int64_t N,
+                      float *delta, int64_t n0, int64_t n) {
+  float t[4 * LORA_MAX_RANK];
+  for (int64_t i = 0; i < m; i += 4) {
+    int rg = m - i < 4 ? (int)(m - i) : 4;
+    const float *xi = x + i * K;
+    float *di = delta + i * N + n0;
+    if (rg == 4) lora_group(xi, K, At, Bt + n0, r, n, N, t, di, 4);
+    else if (rg == 3) lora_group(xi, K, At, Bt + n0, r, n, N, t, di, 3);
+    else if (rg == 2) lora_group(xi, K, At, Bt + n0, r, n, N, t, di, 2);
+    else lora_group(xi, K, At, Bt + n0, r, n, N, t, di, 1);
+  }
+}
 int lora_rows(const float *x, int64_t m, int64_t K, const uint16_t *At, const uint16_t *Bt, int64_t r, int64_t N,
               float *delta, int threads) {
   if (r > LORA_MAX_RANK) return RI_BAD_SHAPE;
   /* threads take parts of the outputs (whole blocks of 4 vectors; each part makes t again, a tenth of the work) */
   int64_t parts = threads > 1 && N >= 8 * LANES * threads ? threads : 1;
-  int64_t width = (N / parts + 4 * LANES - 1) / (4 * LANES) * (4 * LANES);
-  _Pragma("omp parallel for schedule(static) num_threads(threads) if(parts > 1)")
-  for (int64_t p = 0; p < parts; p++) {
-    int64_t n0 = p * width, n = N - n0 < width ? N - n0 : width;
-    float t[4 * LORA_MAX_RANK];
-    for (int64_t i = 0; i < m && n > 0; i += 4) {
-      int rg = m - i < 4 ? (int)(m - i) : 4;
-      const float *xi = x + i * K;
-      float *di = delta + i * N + n0;
-      if (rg == 4) lora_group(xi, K, At, Bt + n0, r, n, N, t, di, 4);
-      else if (rg == 3) lora_group(xi, K, At, Bt + n0, r, n, N, t, di, 3);
-      else if (rg == 2) lora_group(xi, K, At, Bt + n0, r, n, N, t, di, 2);
-      else lora_group(xi, K, At, Bt + n0, r, n, N, t, di, 1);
-    }
+  if (parts == 1) {
+    lora_part(x, m, K, At, Bt, r, N, delta, 0, N);
+    return RI_OK;
   }
+  int64_t width = (N / parts + 4 * LANES - 1) / (4 * LANES) * (4 * LANES);
+  _Pragma("omp parallel for schedule(static) num_threads(threads)")
+  for (int64_t p = 0; p < parts; p++)
+    if (p * width < N) lora_part(x, m, K, At, Bt, r, N, delta, p * width, N - p * width < width ? N - p * width : width);
   return RI_OK;
 }
 /* Stream rows n .. q - 1 of y (row stride ld, N columns) += (x A^T) B^T of the same rows of x [q, K]: a row
