@@ -100,12 +100,7 @@ static inline __attribute__((always_inline)) void lora_group(const float *x, int
     }
   }
 }
-/* A row adapter's delta, delta [m, N] = (x [m, K] A^T) B^T, from At = A^T [K, r] and Bt = B^T [r, N] (bf16, contiguous: half the read of fp32 factors, which
- * bound this step: ~1.3 MB a layer at rank 32), in
- * groups of up to 4 rows (`lora_group`: the outputs along the vector lanes, no horizontal sums, the factors read once a
- * group; a rank-32 adapter is ~20 k FMAs a row), threads taking parts of the outputs (each output's sums the same).
- * Stream rows only draft, so this order is free to choose; StreamRowLoRA's forward calls the same function. RI_BAD_SHAPE for a rank over LORA_MAX_RANK. */
-/* the outputs n0 .. n0 + n of lora_rows */
+/* outputs n0 .. n0 + n of `lora_rows`: each group of up to 4 rows through `lora_group` */
 static void lora_part(const float *x, int64_t m, int64_t K, const uint16_t *At, const uint16_t *Bt, int64_t r, int64_t N,
                       float *delta, int64_t n0, int64_t n) {
   float t[4 * LORA_MAX_RANK];
@@ -119,6 +114,12 @@ static void lora_part(const float *x, int64_t m, int64_t K, const uint16_t *At, 
     else lora_group(xi, K, At, Bt + n0, r, n, N, t, di, 1);
   }
 }
+/* A row adapter's delta, delta [m, N] = (x [m, K] A^T) B^T, from At = A^T [K, r] and Bt = B^T [r, N] (bf16,
+ * contiguous: half the read of fp32 factors, which bound this step: ~1.3 MB a layer at rank 32), in groups of up to 4
+ * rows (`lora_group`: the outputs along the vector lanes, no horizontal sums, the factors read once a group; a rank-32
+ * adapter is ~20 k FMAs a row), threads taking parts of the outputs (each output's sums the same). Stream rows only
+ * draft, so this order is free to choose; StreamRowLoRA's forward calls the same function. RI_BAD_SHAPE for a rank
+ * over LORA_MAX_RANK. */
 int lora_rows(const float *x, int64_t m, int64_t K, const uint16_t *At, const uint16_t *Bt, int64_t r, int64_t N,
               float *delta, int threads) {
   if (r > LORA_MAX_RANK) return RI_BAD_SHAPE;
