@@ -118,11 +118,15 @@ class CpuKernel(Backend):
     # ---- attention --------------------------------------------------------------------------------------
     def attention(self, rows, per_row: bool, causal_prompt: bool):
         """Row-exact attention whose decoding steps and prefills go through the kernel's attention, over the keys
-        `rowinv_steps.mask_keys` lists (a prefill: each prompt row over the keys before it, as a step computes a row;
-        a prefill's rows the kernel does not take, not fp32, stay one sdpa call)."""
+        `rowinv_steps.mask_keys` lists (a prefill: each prompt row over the keys before it, as a step computes a row).
+        A prefill stays one sdpa call where the kernel does not take its rows (not fp32) and where the Linears round
+        activations to 8 bits (int4-a8): there a last-bit difference in the prompt's attention is rounded up into
+        other answers (the README's SQL prompt among them), so the prompt keeps the arithmetic transformers' own
+        generate uses on the same model."""
         kernel = self.kernel_attention()
         return compat.row_exact_attention(rows, per_row=per_row, causal_prompt=causal_prompt, kernel=kernel,
-                                          kernel_keys=rowinv_steps.mask_keys, kernel_prefill=kernel is rowinv.attend)
+                                          kernel_keys=rowinv_steps.mask_keys,
+                                          kernel_prefill=kernel is rowinv.attend and self.precision != "int4-a8")
 
     def kernel_attention(self):
         """`rowinv.attend`, or `rowinv_steps.TiledStreams` where the stream layers' Linears are on AMX tiles. (int4 on
